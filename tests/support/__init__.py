@@ -1,0 +1,1 @@
+"""Test fixtures shared by the whole suite (real SeaweedFS, real Spark)."""

@@ -1,0 +1,127 @@
+"""One error hierarchy for the whole project.
+
+Every error a user can hit derives from `Wal3Error` and says what broke and how to fix it, so
+that callers (the Spark connector, the CLI) can print the message as is. Storage errors are
+separate subclasses because the commit protocol reacts to them differently: a precondition
+failure means "someone else won, rebase", an ambiguous write means "find out whether it landed".
+"""
+
+from __future__ import annotations
+
+
+class Wal3Error(Exception):
+    """Base class of every error raised on purpose by wal3-spark."""
+
+
+# ----------------------------------------------------------------------------------- storage
+
+
+class StorageError(Wal3Error):
+    """The object store failed in a way that is not a precondition failure."""
+
+
+class ObjectNotFound(StorageError):
+    """The object does not exist."""
+
+    def __init__(self, key: str, url: str = "") -> None:
+        super().__init__(f"object {key!r} does not exist" + (f" under {url}" if url else ""))
+        self.key = key
+
+
+class PreconditionFailed(StorageError):
+    """A conditional write lost: the object exists (create) or its ETag changed (CAS)."""
+
+    def __init__(self, key: str, detail: str = "") -> None:
+        super().__init__(f"conditional write of {key!r} failed" + (f": {detail}" if detail else ""))
+        self.key = key
+
+
+class AmbiguousWrite(StorageError):
+    """A write may or may not have landed (timeout or 5xx after the request was sent).
+
+    Never retried blindly: the caller must look at the store to decide.
+    """
+
+    def __init__(self, key: str, cause: BaseException | str) -> None:
+        super().__init__(f"write of {key!r} may or may not have landed: {cause}")
+        self.key = key
+
+
+class TransientError(StorageError):
+    """A failure known not to have changed anything (connection refused, throttling)."""
+
+
+# ------------------------------------------------------------------------------------- usage
+
+
+class InvalidOption(Wal3Error, ValueError):
+    """An option is unknown or malformed."""
+
+
+class InvalidUrl(Wal3Error, ValueError):
+    """A log URL cannot be mapped to an object store."""
+
+
+# --------------------------------------------------------------------------------------- log
+
+
+class LogNotFound(Wal3Error):
+    """The URL holds no wal3 log (no manifest)."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(
+            f"no wal3 log at {url} (manifest/MANIFEST is missing): check the path, or create the "
+            "log first (`wal3 init URL`, or append to it, which creates it)"
+        )
+        self.url = url
+
+
+class LogSealed(Wal3Error):
+    """The log is sealed and accepts no appends."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(
+            f"the log at {url} is sealed and accepts no appends; append to the log it was "
+            "migrated to instead (`wal3 info` on it shows its state)"
+        )
+        self.url = url
+
+
+class SchemaMismatch(Wal3Error):
+    """The data appended does not match the log's schema."""
+
+
+class CorruptLog(Wal3Error):
+    """An invariant of the log's metadata or data does not hold.
+
+    `invariant` names the broken rule and `obj` the object that breaks it, so that an operator
+    knows what to look at without reading code.
+    """
+
+    def __init__(self, invariant: str, obj: str, detail: str) -> None:
+        super().__init__(f"{obj}: {invariant} does not hold: {detail}")
+        self.invariant = invariant
+        self.obj = obj
+        self.detail = detail
+
+
+class DataLost(Wal3Error):
+    """A read asked for offsets that garbage collection already removed."""
+
+    def __init__(self, url: str, start: int, oldest: int) -> None:
+        super().__init__(
+            f"offsets [{start}, {oldest}) of {url} were garbage-collected; the oldest offset still "
+            f"in the log is {oldest}. Start from {oldest} (or set failOnDataLoss=false to skip "
+            "ahead with a warning), and keep a cursor on logs you consume so GC keeps your data"
+        )
+        self.url = url
+        self.start = start
+        self.oldest = oldest
+
+
+class CommitFailed(Wal3Error):
+    """A commit gave up after exhausting its retries; nothing it wrote is visible."""
+
+
+class CursorError(Wal3Error):
+    """A cursor operation failed (missing cursor, lost race, invalid name or move)."""

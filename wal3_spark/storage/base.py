@@ -1,0 +1,88 @@
+"""The object-store interface the wal3 protocol is built on.
+
+Two conditional writes are all the protocol needs: create-if-absent (`put_if_absent`) and
+compare-and-swap on the ETag (`put_if_match`). Keys are relative to the store's root (a log's
+root URL), use `/` as separator, and never start with `/`.
+
+Error contract (see `wal3_spark.errors`):
+- `ObjectNotFound` from `get`/`head` when the key does not exist;
+- `PreconditionFailed` when a conditional write loses (the key exists, or its ETag differs, or it
+  does not exist for `put_if_match`);
+- `AmbiguousWrite` when a conditional write may have landed (timeout or 5xx after sending):
+  never retried blindly, the caller decides by looking at the store;
+- `TransientError` only for failures known not to have changed anything; stores retry those
+  (and all idempotent operations) themselves with jittered backoff.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ObjectMeta:
+    key: str
+    size: int
+    etag: str
+    #: seconds since the epoch, as the store reports it
+    last_modified: float
+
+
+@dataclass(frozen=True)
+class Blob:
+    data: bytes
+    etag: str
+
+
+class ObjectStore(abc.ABC):
+    """An object store rooted at `url`. Instances are cheap to pickle: clients open lazily."""
+
+    url: str
+
+    @abc.abstractmethod
+    def get(self, key: str) -> Blob:
+        """The object's bytes and ETag."""
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        """`length` bytes from `start` (negative `start`: from the end); stores may override."""
+        data = self.get(key).data
+        if start < 0:
+            start = max(0, len(data) + start)
+        return data[start : start + length]
+
+    @abc.abstractmethod
+    def head(self, key: str) -> ObjectMeta:
+        """The object's metadata without its bytes."""
+
+    @abc.abstractmethod
+    def put_if_absent(self, key: str, data: bytes) -> str:
+        """Create the object only if it does not exist; return its ETag."""
+
+    @abc.abstractmethod
+    def put_if_match(self, key: str, data: bytes, etag: str) -> str:
+        """Replace the object only if its current ETag is `etag`; return the new ETag."""
+
+    @abc.abstractmethod
+    def list(self, prefix: str = "") -> Iterator[ObjectMeta]:
+        """Every object whose key starts with `prefix`, in key order."""
+
+    @abc.abstractmethod
+    def delete(self, key: str) -> None:
+        """Delete the object; deleting a missing object is not an error."""
+
+    def exists(self, key: str) -> bool:
+        from wal3_spark.errors import ObjectNotFound
+
+        try:
+            self.head(key)
+        except ObjectNotFound:
+            return False
+        return True
+
+    def close(self) -> None:
+        """Release clients and connections (optional)."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.url!r})"
