@@ -1,0 +1,171 @@
+"""The small JSON records of FORMAT.md and where they live under a log root.
+
+Field names and key order follow Chroma's wal3 serialisation exactly (FORMAT.md sections 1, 4
+and 8), so that a manifest we read and write back is byte-identical and Chroma can read ours.
+Offsets are plain ints here; on storage they are `{"offset": N}`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from wal3_spark.errors import CorruptLog, CursorError
+from wal3_spark.setsum import Setsum
+
+MANIFEST_KEY = "manifest/MANIFEST"
+GARBAGE_KEY = "gc/GARBAGE"
+FRAGMENT_PREFIX = "log/"
+SNAPSHOT_PREFIX = "snapshot/"
+CURSOR_PREFIX = "cursor/"
+FIRST_OFFSET = 1
+
+_CURSOR_NAME = re.compile(r"^[A-Za-z0-9_]+$")
+
+
+def snapshot_key(setsum: Setsum) -> str:
+    return f"{SNAPSHOT_PREFIX}SNAPSHOT.{setsum.hexdigest()}"
+
+
+def cursor_key(name: str) -> str:
+    if not _CURSOR_NAME.match(name or ""):
+        raise CursorError(
+            f"invalid cursor name {name!r}: use letters, digits and underscores only"
+        )
+    return f"{CURSOR_PREFIX}{name}.json"
+
+
+def dumps(obj: Any) -> bytes:
+    """Compact JSON, keys in insertion order: the byte form Chroma writes."""
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def loads(data: bytes, obj: str) -> Any:
+    try:
+        return json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CorruptLog("valid JSON", obj, str(exc)) from None
+
+
+def position(offset: int) -> dict[str, int]:
+    return {"offset": offset}
+
+
+def _offset(value: Any, obj: str, field: str) -> int:
+    try:
+        offset = value["offset"]
+    except (TypeError, KeyError):
+        raise CorruptLog("well-formed log position", obj, f"{field} is {value!r}") from None
+    if not isinstance(offset, int) or offset < 0:
+        raise CorruptLog("well-formed log position", obj, f"{field} offset is {offset!r}")
+    return offset
+
+
+def _setsum(value: Any, obj: str, field: str) -> Setsum:
+    try:
+        return Setsum.from_hexdigest(value)
+    except (TypeError, ValueError) as exc:
+        raise CorruptLog("well-formed setsum", obj, f"{field}: {exc}") from None
+
+
+def _field(data: dict, name: str, obj: str, kind: type | tuple[type, ...]) -> Any:
+    if not isinstance(data, dict) or name not in data:
+        raise CorruptLog("required field present", obj, f"missing {name!r}")
+    value = data[name]
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is int:
+        raise CorruptLog("field type", obj, f"{name!r} is {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class FragmentRef:
+    """A manifest's pointer to one fragment file: where its records sit in the log."""
+
+    path: str
+    #: the fragment UUID (ours) or an integer sequence number (Chroma's S3 backend)
+    seq_no: str | int
+    start: int
+    limit: int
+    num_bytes: int
+    setsum: Setsum
+
+    @property
+    def records(self) -> int:
+        return self.limit - self.start
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "seq_no": self.seq_no,
+            "start": position(self.start),
+            "limit": position(self.limit),
+            "num_bytes": self.num_bytes,
+            "setsum": self.setsum.hexdigest(),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], obj: str) -> FragmentRef:
+        seq_no = _field(data, "seq_no", obj, (int, str))
+        return cls(
+            path=_field(data, "path", obj, str),
+            seq_no=seq_no,
+            start=_offset(data.get("start"), obj, "start"),
+            limit=_offset(data.get("limit"), obj, "limit"),
+            num_bytes=_field(data, "num_bytes", obj, int),
+            setsum=_setsum(data.get("setsum"), obj, "setsum"),
+        )
+
+
+@dataclass(frozen=True)
+class SnapshotPointer:
+    """A manifest's (or snapshot's) pointer to an immutable snapshot file."""
+
+    setsum: Setsum
+    path_to_snapshot: str
+    depth: int
+    start: int
+    limit: int
+    num_bytes: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "setsum": self.setsum.hexdigest(),
+            "path_to_snapshot": self.path_to_snapshot,
+            "depth": self.depth,
+            "start": position(self.start),
+            "limit": position(self.limit),
+            "num_bytes": self.num_bytes,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], obj: str) -> SnapshotPointer:
+        return cls(
+            setsum=_setsum(data.get("setsum"), obj, "setsum"),
+            path_to_snapshot=_field(data, "path_to_snapshot", obj, str),
+            depth=_field(data, "depth", obj, int),
+            start=_offset(data.get("start"), obj, "start"),
+            limit=_offset(data.get("limit"), obj, "limit"),
+            num_bytes=_field(data, "num_bytes", obj, int),
+        )
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """A named position that pins the log against garbage collection (FORMAT.md section 8)."""
+
+    offset: int
+    epoch_us: int
+    writer: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"position": position(self.offset), "epoch_us": self.epoch_us, "writer": self.writer}
+
+    @classmethod
+    def from_json(cls, data: Any, obj: str) -> Cursor:
+        return cls(
+            offset=_offset(data.get("position") if isinstance(data, dict) else None, obj, "position"),
+            epoch_us=_field(data, "epoch_us", obj, int),
+            writer=_field(data, "writer", obj, str),
+        )

@@ -1,0 +1,427 @@
+"""The manifest and its snapshots as pure values (FORMAT.md sections 4 and 5).
+
+Everything here is computation without I/O: placing fragments at the tail, rolling snapshots,
+checking invariants. The managers (writer, reader, gc) load a value, decide with these methods,
+then compare-and-swap; that split is what makes the protocol testable without storage.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+import pyarrow as pa
+
+from wal3_spark.errors import CorruptLog
+from wal3_spark.format import (
+    FIRST_OFFSET,
+    MANIFEST_KEY,
+    FragmentRef,
+    SnapshotPointer,
+    _field,
+    _offset,
+    _setsum,
+    dumps,
+    loads,
+    position,
+    snapshot_key,
+)
+from wal3_spark.setsum import Setsum
+
+#: Chroma's defaults: (1 << 18) / 142 snapshot pointers and (1 << 19) / 256 fragments.
+DEFAULT_SNAPSHOT_ROLLOVER = 1846
+DEFAULT_FRAGMENT_ROLLOVER = 2048
+
+
+@dataclass(frozen=True)
+class SnapshotOptions:
+    """How many pointers a manifest (or snapshot) holds before the oldest are rolled up."""
+
+    snapshot_rollover_threshold: int = DEFAULT_SNAPSHOT_ROLLOVER
+    fragment_rollover_threshold: int = DEFAULT_FRAGMENT_ROLLOVER
+
+    def __post_init__(self) -> None:
+        if self.snapshot_rollover_threshold < 2 or self.fragment_rollover_threshold < 2:
+            raise ValueError("snapshot rollover thresholds must be at least 2")
+
+
+class NewFragment(Protocol):
+    """What the committer needs of a written fragment (see `wal3_spark.fragment.FragmentFile`)."""
+
+    path: str
+    uuid: str
+    records: int
+    num_bytes: int
+    setsum: Setsum
+
+
+@dataclass(frozen=True)
+class Txn:
+    """The last version an idempotent writer committed (FORMAT.md section 4, `txns`)."""
+
+    version: int
+    epoch_us: int
+
+
+def encode_schema(schema: pa.Schema) -> str:
+    return base64.b64encode(schema.serialize().to_pybytes()).decode()
+
+
+@functools.lru_cache(maxsize=64)
+def decode_schema(text: str) -> pa.Schema:
+    try:
+        return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
+    except (ValueError, pa.ArrowInvalid) as exc:
+        raise CorruptLog("schema is base64 Arrow IPC", MANIFEST_KEY, str(exc)) from None
+
+
+def _sum_parts(snapshots: Iterable[SnapshotPointer], fragments: Iterable[FragmentRef]) -> Setsum:
+    return Setsum.sum([s.setsum for s in snapshots] + [f.setsum for f in fragments])
+
+
+def _check_contiguous(obj: str, entries: Sequence[Any], what: str) -> None:
+    for lhs, rhs in zip(entries, entries[1:]):
+        if lhs.limit != rhs.start:
+            raise CorruptLog(
+                f"{what} are contiguous",
+                obj,
+                f"gap or overlap between limit {lhs.limit} and next start {rhs.start}",
+            )
+
+
+def _check_uniform_ids(obj: str, fragments: Sequence[FragmentRef]) -> None:
+    kinds = {isinstance(f.seq_no, int) for f in fragments}
+    if len(kinds) > 1:
+        raise CorruptLog(
+            "fragment identifiers are all sequence numbers or all UUIDs",
+            obj,
+            "mixed sequence-number and UUID fragments",
+        )
+
+
+def _check_fragments(obj: str, fragments: Sequence[FragmentRef]) -> None:
+    for frag in fragments:
+        if not frag.start < frag.limit:
+            raise CorruptLog("start < limit for every fragment", obj, f"{frag.path}")
+    _check_contiguous(obj, fragments, "fragments")
+    _check_uniform_ids(obj, fragments)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """An immutable interior node: fragments (depth 1) or snapshot pointers (depth > 1)."""
+
+    path: str
+    depth: int
+    setsum: Setsum
+    writer: str
+    snapshots: tuple[SnapshotPointer, ...]
+    fragments: tuple[FragmentRef, ...]
+
+    @classmethod
+    def of_fragments(cls, fragments: Sequence[FragmentRef], writer: str) -> Snapshot:
+        setsum = _sum_parts((), fragments)
+        return cls(snapshot_key(setsum), 1, setsum, writer, (), tuple(fragments))
+
+    @classmethod
+    def of_snapshots(cls, pointers: Sequence[SnapshotPointer], writer: str) -> Snapshot:
+        setsum = _sum_parts(pointers, ())
+        depth = max(p.depth for p in pointers) + 1
+        return cls(snapshot_key(setsum), depth, setsum, writer, tuple(pointers), ())
+
+    @property
+    def start(self) -> int:
+        return (self.snapshots or self.fragments)[0].start
+
+    @property
+    def limit(self) -> int:
+        return (self.snapshots or self.fragments)[-1].limit
+
+    @property
+    def num_bytes(self) -> int:
+        return sum(s.num_bytes for s in self.snapshots) + sum(f.num_bytes for f in self.fragments)
+
+    def pointer(self) -> SnapshotPointer:
+        return SnapshotPointer(self.setsum, self.path, self.depth, self.start, self.limit, self.num_bytes)
+
+    def scrub(self) -> None:
+        """Raise CorruptLog naming the broken invariant; Chroma's `Snapshot::scrub` rules."""
+        obj = self.path
+        if self.snapshots and self.fragments:
+            raise CorruptLog("a snapshot holds fragments or snapshots, never both", obj, "both")
+        if not self.snapshots and not self.fragments:
+            raise CorruptLog("a snapshot is not empty", obj, "no children")
+        if self.snapshots and max(s.depth for s in self.snapshots) >= self.depth:
+            raise CorruptLog("snapshot depth exceeds its children's", obj, f"depth {self.depth}")
+        if self.fragments and self.depth != 1:
+            raise CorruptLog("a snapshot of fragments has depth 1", obj, f"depth {self.depth}")
+        calculated = _sum_parts(self.snapshots, self.fragments)
+        if calculated != self.setsum:
+            raise CorruptLog(
+                "snapshot setsum equals the sum of its children",
+                obj,
+                f"recorded {self.setsum.hexdigest()} != children {calculated.hexdigest()}",
+            )
+        if not self.path.endswith(self.setsum.hexdigest()):
+            raise CorruptLog("snapshot path ends in its setsum", obj, self.setsum.hexdigest())
+        _check_contiguous(obj, self.snapshots, "snapshot pointers")
+        _check_fragments(obj, self.fragments)
+
+    def to_json(self) -> bytes:
+        return dumps(
+            {
+                "path": self.path,
+                "depth": self.depth,
+                "setsum": self.setsum.hexdigest(),
+                "writer": self.writer,
+                "snapshots": [s.to_json() for s in self.snapshots],
+                "fragments": [f.to_json() for f in self.fragments],
+            }
+        )
+
+    @classmethod
+    def from_json(cls, data: bytes | dict, obj: str) -> Snapshot:
+        doc = loads(data, obj) if isinstance(data, (bytes, str)) else data
+        return cls(
+            path=_field(doc, "path", obj, str),
+            depth=_field(doc, "depth", obj, int),
+            setsum=_setsum(doc.get("setsum"), obj, "setsum"),
+            writer=_field(doc, "writer", obj, str),
+            snapshots=tuple(
+                SnapshotPointer.from_json(s, obj) for s in _field(doc, "snapshots", obj, list)
+            ),
+            fragments=tuple(
+                FragmentRef.from_json(f, obj) for f in _field(doc, "fragments", obj, list)
+            ),
+        )
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """The root of a log: every snapshot and fragment still in it, and its running setsum."""
+
+    setsum: Setsum
+    collected: Setsum
+    acc_bytes: int
+    writer: str
+    snapshots: tuple[SnapshotPointer, ...]
+    fragments: tuple[FragmentRef, ...]
+    initial_offset: int | None = None
+    initial_seq_no: int | str | None = None
+    #: base64 Arrow IPC schema; None for a raw (Chroma-style `body`) log
+    schema: str | None = None
+    sealed: bool = False
+    txns: Mapping[str, Txn] = field(default_factory=dict)
+
+    # -- construction -------------------------------------------------------------------
+
+    @classmethod
+    def empty(cls, writer: str, schema: pa.Schema | None = None) -> Manifest:
+        return cls(
+            setsum=Setsum(),
+            collected=Setsum(),
+            acc_bytes=0,
+            writer=writer,
+            snapshots=(),
+            fragments=(),
+            schema=encode_schema(schema) if schema is not None else None,
+        )
+
+    @classmethod
+    def from_json(cls, data: bytes, obj: str = MANIFEST_KEY) -> Manifest:
+        doc = loads(data, obj)
+        collected = doc.get("collected") if isinstance(doc, dict) else None
+        initial = doc.get("initial_offset") if isinstance(doc, dict) else None
+        txns = doc.get("txns", {}) if isinstance(doc, dict) else {}
+        if not isinstance(txns, dict):
+            raise CorruptLog("field type", obj, f"'txns' is {txns!r}")
+        sealed = doc.get("sealed", False) if isinstance(doc, dict) else False
+        if not isinstance(sealed, bool):
+            raise CorruptLog("field type", obj, f"'sealed' is {sealed!r}")
+        schema = doc.get("schema") if isinstance(doc, dict) else None
+        if schema is not None and not isinstance(schema, str):
+            raise CorruptLog("field type", obj, f"'schema' is {schema!r}")
+        return cls(
+            setsum=_setsum(_field(doc, "setsum", obj, str), obj, "setsum"),
+            collected=_setsum(collected, obj, "collected") if collected is not None else Setsum(),
+            acc_bytes=_field(doc, "acc_bytes", obj, int),
+            writer=_field(doc, "writer", obj, str),
+            snapshots=tuple(
+                SnapshotPointer.from_json(s, obj) for s in _field(doc, "snapshots", obj, list)
+            ),
+            fragments=tuple(
+                FragmentRef.from_json(f, obj) for f in _field(doc, "fragments", obj, list)
+            ),
+            initial_offset=_offset(initial, obj, "initial_offset") if initial is not None else None,
+            initial_seq_no=doc.get("initial_seq_no"),
+            schema=schema,
+            sealed=sealed,
+            txns={
+                app: Txn(_field(t, "version", obj, int), _field(t, "epoch_us", obj, int))
+                for app, t in txns.items()
+            },
+        )
+
+    def to_json(self) -> bytes:
+        doc: dict[str, Any] = {
+            "setsum": self.setsum.hexdigest(),
+            "collected": self.collected.hexdigest(),
+            "acc_bytes": self.acc_bytes,
+            "writer": self.writer,
+            "snapshots": [s.to_json() for s in self.snapshots],
+            "fragments": [f.to_json() for f in self.fragments],
+        }
+        if self.initial_offset is not None:
+            doc["initial_offset"] = position(self.initial_offset)
+        if self.initial_seq_no is not None:
+            doc["initial_seq_no"] = self.initial_seq_no
+        if self.schema is not None:
+            doc["schema"] = self.schema
+        if self.sealed:
+            doc["sealed"] = True
+        if self.txns:
+            doc["txns"] = {
+                app: {"version": t.version, "epoch_us": t.epoch_us} for app, t in self.txns.items()
+            }
+        return dumps(doc)
+
+    # -- queries ------------------------------------------------------------------------
+
+    @property
+    def is_raw(self) -> bool:
+        return self.schema is None
+
+    def arrow_schema(self) -> pa.Schema | None:
+        return decode_schema(self.schema) if self.schema is not None else None
+
+    @property
+    def next_offset(self) -> int:
+        """The offset the next appended record gets (the log's exclusive tail)."""
+        if self.fragments:
+            return self.fragments[-1].limit
+        if self.snapshots:
+            return self.snapshots[-1].limit
+        return self.initial_offset if self.initial_offset is not None else FIRST_OFFSET
+
+    @property
+    def oldest_offset(self) -> int:
+        """The oldest offset still readable (garbage collection moves it forward)."""
+        if self.snapshots:
+            return self.snapshots[0].start
+        if self.fragments:
+            return self.fragments[0].start
+        return self.initial_offset if self.initial_offset is not None else FIRST_OFFSET
+
+    @property
+    def uses_seq_nos(self) -> bool:
+        """True for logs written by Chroma's S3 backend (integer fragment sequence numbers)."""
+        return bool(self.fragments) and isinstance(self.fragments[0].seq_no, int)
+
+    def scrub(self, obj: str = MANIFEST_KEY) -> None:
+        """Raise CorruptLog naming the first broken invariant (FORMAT.md section 4)."""
+        calculated = _sum_parts(self.snapshots, self.fragments) + self.collected
+        if calculated != self.setsum:
+            raise CorruptLog(
+                "setsum == snapshots + fragments + collected",
+                obj,
+                f"recorded {self.setsum.hexdigest()} != computed {calculated.hexdigest()}",
+            )
+        for snap in self.snapshots:
+            if not snap.start < snap.limit:
+                raise CorruptLog("start < limit for every snapshot", obj, snap.path_to_snapshot)
+        _check_contiguous(obj, self.snapshots, "snapshots")
+        _check_fragments(obj, self.fragments)
+        if self.snapshots and self.fragments and self.snapshots[-1].limit != self.fragments[0].start:
+            raise CorruptLog(
+                "snapshots are followed contiguously by fragments",
+                obj,
+                f"snapshot limit {self.snapshots[-1].limit} != fragment start {self.fragments[0].start}",
+            )
+        if self.initial_offset is not None and self.initial_offset != self.oldest_offset:
+            raise CorruptLog(
+                "initial_offset equals the oldest offset",
+                obj,
+                f"initial_offset {self.initial_offset} != oldest {self.oldest_offset}",
+            )
+
+    # -- transitions --------------------------------------------------------------------
+
+    def with_fragments(
+        self,
+        fragments: Sequence[NewFragment],
+        writer: str,
+        *,
+        txn: tuple[str, Txn] | None = None,
+        schema: pa.Schema | None = None,
+    ) -> Manifest:
+        """Place `fragments` in the given order at the tail (appends commute, so a commit that
+        lost a race is placed again at the new tail unchanged)."""
+        refs = []
+        start = self.next_offset
+        for frag in fragments:
+            refs.append(
+                FragmentRef(frag.path, frag.uuid, start, start + frag.records, frag.num_bytes, frag.setsum)
+            )
+            start += frag.records
+        txns = dict(self.txns)
+        if txn is not None:
+            txns[txn[0]] = txn[1]
+        return replace(
+            self,
+            setsum=self.setsum + Setsum.sum(f.setsum for f in fragments),
+            acc_bytes=self.acc_bytes + sum(f.num_bytes for f in fragments),
+            writer=writer,
+            fragments=self.fragments + tuple(refs),
+            schema=encode_schema(schema) if schema is not None else self.schema,
+            txns=txns,
+        )
+
+    def generate_snapshot(self, options: SnapshotOptions, writer: str) -> Snapshot | None:
+        """The next snapshot to roll up, if any, oldest pointers first.
+
+        Snapshot pointers are kept in non-increasing depth order (like a binary counter), so the
+        pointers of one depth are contiguous and rolling the oldest `threshold` of them keeps the
+        manifest contiguous. One fragment always stays in the manifest, as in Chroma.
+        """
+        for depth in sorted({s.depth for s in self.snapshots}, reverse=True):
+            same = [s for s in self.snapshots if s.depth == depth]
+            if len(same) >= options.snapshot_rollover_threshold:
+                return Snapshot.of_snapshots(same[: options.snapshot_rollover_threshold], writer)
+        if len(self.fragments) > options.fragment_rollover_threshold:
+            return Snapshot.of_fragments(
+                self.fragments[: options.fragment_rollover_threshold], writer
+            )
+        return None
+
+    def apply_snapshot(self, snapshot: Snapshot) -> Manifest:
+        """Replace the snapshot's children with one pointer to it; the setsum is conserved."""
+        pointer = snapshot.pointer()
+        if snapshot.fragments:
+            n = len(snapshot.fragments)
+            if self.fragments[:n] != snapshot.fragments:
+                raise CorruptLog(
+                    "a snapshot covers a prefix of the manifest's fragments", snapshot.path, "mismatch"
+                )
+            snapshots, fragments = self.snapshots + (pointer,), self.fragments[n:]
+        else:
+            children = snapshot.snapshots
+            idx = next(
+                (i for i in range(len(self.snapshots)) if self.snapshots[i : i + len(children)] == children),
+                None,
+            )
+            if idx is None:
+                raise CorruptLog(
+                    "a snapshot covers contiguous manifest snapshot pointers", snapshot.path, "mismatch"
+                )
+            snapshots = self.snapshots[:idx] + (pointer,) + self.snapshots[idx + len(children) :]
+            fragments = self.fragments
+        return replace(self, snapshots=snapshots, fragments=fragments)
+
+    def with_txns(self, txns: Mapping[str, Txn]) -> Manifest:
+        return replace(self, txns=dict(txns))
+
+    def sealed_by(self, writer: str) -> Manifest:
+        return replace(self, sealed=True, writer=writer)

@@ -1,0 +1,239 @@
+"""Reading a log (FORMAT.md section 7): the tail in one GET, plans that load only the snapshots
+covering the range asked for, and records as Arrow batches with `_offset` and `_timestamp`.
+
+Snapshots are immutable and content-addressed, so they are cached by (store, path, setsum) for
+the life of the process; only the manifest is ever re-read.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from wal3_spark.errors import CorruptLog, DataLost, LogNotFound, ObjectNotFound
+from wal3_spark.format import MANIFEST_KEY, FragmentRef, SnapshotPointer
+from wal3_spark.fragment import decode_fragment, project_payload, recompute_setsum
+from wal3_spark.manifest import Manifest, Snapshot
+from wal3_spark.schema import OFFSET_COLUMN, RAW_SCHEMA, TIMESTAMP_COLUMN
+from wal3_spark.storage.base import ObjectStore
+from wal3_spark.uuid7 import uuid7_timestamp_us
+
+log = logging.getLogger(__name__)
+
+OFFSET_FIELD = pa.field(OFFSET_COLUMN, pa.int64(), nullable=False)
+TIMESTAMP_FIELD = pa.field(TIMESTAMP_COLUMN, pa.timestamp("us", tz="UTC"), nullable=False)
+
+_CACHE_LIMIT = 4096
+_cache: OrderedDict[tuple[str, str, str], Snapshot] = OrderedDict()
+_cache_lock = threading.Lock()
+
+
+def load_snapshot(store: ObjectStore, pointer: SnapshotPointer) -> Snapshot:
+    """The snapshot a pointer names, checked against the pointer (setsum, range, depth)."""
+    key = (store.url, pointer.path_to_snapshot, pointer.setsum.hexdigest())
+    with _cache_lock:
+        cached = _cache.get(key)
+        if cached is not None:
+            _cache.move_to_end(key)
+            return cached
+    try:
+        data = store.get(pointer.path_to_snapshot).data
+    except ObjectNotFound:
+        raise CorruptLog(
+            "every referenced snapshot exists", pointer.path_to_snapshot, "the object is missing"
+        ) from None
+    snapshot = Snapshot.from_json(data, pointer.path_to_snapshot)
+    snapshot.scrub()
+    if snapshot.pointer() != pointer:
+        raise CorruptLog(
+            "a snapshot matches the pointer to it",
+            pointer.path_to_snapshot,
+            f"pointer {pointer} != snapshot {snapshot.pointer()}",
+        )
+    with _cache_lock:
+        _cache[key] = snapshot
+        while len(_cache) > _CACHE_LIMIT:
+            _cache.popitem(last=False)
+    return snapshot
+
+
+def _walk(
+    store: ObjectStore, pointer: SnapshotPointer, start: int, limit: int | None
+) -> Iterator[FragmentRef]:
+    snapshot = load_snapshot(store, pointer)
+    for child in snapshot.snapshots:
+        if _overlaps(child.start, child.limit, start, limit):
+            yield from _walk(store, child, start, limit)
+    for frag in snapshot.fragments:
+        if _overlaps(frag.start, frag.limit, start, limit):
+            yield frag
+
+
+def _overlaps(a_start: int, a_limit: int, start: int, limit: int | None) -> bool:
+    return a_limit > start and (limit is None or a_start < limit)
+
+
+def iter_fragments(
+    store: ObjectStore, manifest: Manifest, start: int = 0, limit: int | None = None
+) -> Iterator[FragmentRef]:
+    """Fragments overlapping [start, limit), in offset order, loading only the snapshots needed."""
+    for pointer in manifest.snapshots:
+        if _overlaps(pointer.start, pointer.limit, start, limit):
+            yield from _walk(store, pointer, start, limit)
+    for frag in manifest.fragments:
+        if _overlaps(frag.start, frag.limit, start, limit):
+            yield frag
+
+
+def output_schema(payload: pa.Schema | None) -> pa.Schema:
+    """What reads return: the payload columns, then `_offset` and `_timestamp`."""
+    payload = RAW_SCHEMA if payload is None else payload
+    return pa.schema(list(payload) + [OFFSET_FIELD, TIMESTAMP_FIELD])
+
+
+@dataclass(frozen=True)
+class ReadRange:
+    """One fragment and the part of it [start, limit) a read wants."""
+
+    ref: FragmentRef
+    start: int
+    limit: int
+
+    @property
+    def records(self) -> int:
+        return self.limit - self.start
+
+
+class LogReader:
+    """Reads one log. Cheap and picklable: it holds only the store."""
+
+    def __init__(self, store: ObjectStore) -> None:
+        self.store = store
+
+    @property
+    def url(self) -> str:
+        return self.store.url
+
+    def manifest(self) -> Manifest:
+        try:
+            return Manifest.from_json(self.store.get(MANIFEST_KEY).data)
+        except ObjectNotFound:
+            raise LogNotFound(self.url) from None
+
+    def bounds(self, manifest: Manifest | None = None) -> tuple[int, int]:
+        """(oldest readable offset, next offset to be written), from one manifest GET."""
+        manifest = manifest or self.manifest()
+        return manifest.oldest_offset, manifest.next_offset
+
+    def plan(
+        self,
+        start: int | None = None,
+        limit: int | None = None,
+        *,
+        manifest: Manifest | None = None,
+        fail_on_data_loss: bool = True,
+    ) -> list[ReadRange]:
+        """The fragment ranges holding offsets [start, limit), in order.
+
+        Asking for offsets garbage collection removed raises DataLost, or with
+        `fail_on_data_loss=False` starts at the oldest offset with a warning.
+        """
+        manifest = manifest or self.manifest()
+        oldest, tail = manifest.oldest_offset, manifest.next_offset
+        start = oldest if start is None else start
+        limit = tail if limit is None else min(limit, tail)
+        if start < oldest:
+            if fail_on_data_loss:
+                raise DataLost(self.url, start, oldest)
+            log.warning("%s: offsets [%d, %d) were garbage-collected; skipping", self.url, start, oldest)
+            start = oldest
+        if start >= limit:
+            return []
+        return [
+            ReadRange(ref, max(ref.start, start), min(ref.limit, limit))
+            for ref in iter_fragments(self.store, manifest, start, limit)
+        ]
+
+    def read(
+        self,
+        start: int | None = None,
+        limit: int | None = None,
+        *,
+        verify: bool = True,
+        fail_on_data_loss: bool = True,
+    ) -> Iterator[pa.RecordBatch]:
+        """Records in [start, limit) in offset order, each exactly once."""
+        manifest = self.manifest()
+        payload = manifest.arrow_schema()
+        for part in self.plan(start, limit, manifest=manifest, fail_on_data_loss=fail_on_data_loss):
+            yield read_range(self.store, part, payload, verify=verify)
+
+    def read_table(self, start: int | None = None, limit: int | None = None, **kw) -> pa.Table:
+        schema = output_schema(self.manifest().arrow_schema())
+        return pa.Table.from_batches(list(self.read(start, limit, **kw)), schema=schema)
+
+    def offset_for_timestamp(self, timestamp_us: int, manifest: Manifest | None = None) -> int:
+        """The first offset whose record was written at or after `timestamp_us` (the tail if
+        none was), as Kafka's `startingTimestamp` does."""
+        manifest = manifest or self.manifest()
+        for ref in iter_fragments(self.store, manifest, manifest.oldest_offset):
+            if fragment_timestamp_us(self.store, ref) >= timestamp_us:
+                return ref.start
+        return manifest.next_offset
+
+
+def fragment_timestamp_us(store: ObjectStore, ref: FragmentRef) -> int:
+    """A fragment's write time: from its UUIDv7 path when it has one, else from its data."""
+    if isinstance(ref.seq_no, str):
+        ts = uuid7_timestamp_us(ref.seq_no)
+        if ts is not None:
+            return ts
+    decoded = decode_fragment(store.get(ref.path).data, path=ref.path, raw=True)
+    return int(np.asarray(decoded.timestamp_us).reshape(-1)[0])
+
+
+def read_range(
+    store: ObjectStore, part: ReadRange, payload: pa.Schema | None, *, verify: bool = True
+) -> pa.RecordBatch:
+    """The records of one fragment in [part.start, part.limit), as the read schema says.
+
+    With `verify`, the fragment's setsum is recomputed from its bytes and must equal the
+    manifest's, as a Kafka consumer checks CRCs: a mismatch fails, never skips.
+    """
+    ref = part.ref
+    raw = payload is None
+    try:
+        data = store.get(ref.path).data
+    except ObjectNotFound:
+        raise CorruptLog("every referenced fragment exists", ref.path, "the object is missing") from None
+    decoded = decode_fragment(data, path=ref.path, raw=raw)
+    n = len(decoded.offsets)
+    if n != ref.records:
+        raise CorruptLog(
+            "a fragment holds limit - start records", ref.path, f"{n} records, manifest says {ref.records}"
+        )
+    if verify:
+        actual = recompute_setsum(decoded, raw=raw)
+        if actual != ref.setsum:
+            raise CorruptLog(
+                "a fragment's content matches its setsum in the manifest",
+                ref.path,
+                f"recomputed {actual.hexdigest()} != manifest {ref.setsum.hexdigest()}; the file "
+                "is corrupt: restore it from a copy or run `wal3 verify` for the full report",
+            )
+    table = project_payload(decoded.payload, RAW_SCHEMA if raw else payload)
+    lo, hi = part.start - ref.start, part.limit - ref.start
+    table = table.slice(lo, hi - lo)
+    offsets = pa.array(np.arange(part.start, part.limit, dtype=np.int64), pa.int64())
+    ts = np.broadcast_to(np.asarray(decoded.timestamp_us, dtype=np.int64).reshape(-1), (n,))[lo:hi]
+    timestamps = pa.array(ts, pa.int64()).cast(TIMESTAMP_FIELD.type)
+    columns = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in table.columns]
+    return pa.RecordBatch.from_arrays(
+        columns + [offsets, timestamps], schema=output_schema(None if raw else payload)
+    )
