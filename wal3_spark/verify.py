@@ -1,0 +1,178 @@
+"""Scrubbing a whole log: every invariant, every fragment's setsum recomputed from its bytes.
+
+`verify` keeps going after the first problem so that one run tells an operator everything that
+is wrong: invariants that do not hold, objects that are missing or corrupt, and objects nobody
+references (left by failed appends or pending garbage collection: reported, but not failures).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+
+from wal3_spark.errors import CorruptLog, ObjectNotFound, Wal3Error
+from wal3_spark.format import FRAGMENT_PREFIX, MANIFEST_KEY, SNAPSHOT_PREFIX, FragmentRef, SnapshotPointer
+from wal3_spark.fragment import decode_fragment, recompute_setsum
+from wal3_spark.manifest import Manifest
+from wal3_spark.reader import load_snapshot
+from wal3_spark.setsum import Setsum
+from wal3_spark.storage import open_store
+from wal3_spark.storage.base import ObjectStore
+
+log = logging.getLogger(__name__)
+
+#: problem kinds that make a log fail verification; "extra" objects are reported only
+FAILING = frozenset({"invariant", "missing", "corrupt"})
+
+
+@dataclass(frozen=True)
+class Problem:
+    kind: str  # "invariant" | "missing" | "corrupt" | "extra"
+    obj: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.obj}: {self.detail}"
+
+
+@dataclass
+class VerifyReport:
+    url: str
+    setsum: str = ""
+    oldest_offset: int = 0
+    next_offset: int = 0
+    fragments: int = 0
+    snapshots: int = 0
+    records: int = 0
+    bytes: int = 0
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not any(p.kind in FAILING for p in self.problems)
+
+    def to_dict(self) -> dict:
+        doc = asdict(self)
+        doc["ok"] = self.ok
+        return doc
+
+
+def verify(
+    target: str | ObjectStore,
+    *,
+    options: dict[str, str] | None = None,
+    check_fragments: bool = True,
+    parallelism: int = 8,
+    progress: Callable[[int, int], None] | None = None,
+) -> VerifyReport:
+    """Check the log at `target`; `progress(done, total)` is called as fragments are checked."""
+    store = target if isinstance(target, ObjectStore) else open_store(target, options)
+    report = VerifyReport(store.url)
+    try:
+        manifest = Manifest.from_json(store.get(MANIFEST_KEY).data)
+    except ObjectNotFound:
+        report.problems.append(Problem("missing", MANIFEST_KEY, "no manifest: this is not a wal3 log"))
+        return report
+    except CorruptLog as exc:
+        report.problems.append(Problem("corrupt", MANIFEST_KEY, str(exc)))
+        return report
+    report.setsum = manifest.setsum.hexdigest()
+    report.oldest_offset, report.next_offset = manifest.oldest_offset, manifest.next_offset
+    _check(report, "invariant", manifest.scrub)
+
+    refs: list[FragmentRef] = list(manifest.fragments)
+    snapshot_paths: set[str] = set()
+    for pointer in manifest.snapshots:
+        refs.extend(_walk(store, pointer, report, snapshot_paths))
+    report.snapshots = len(snapshot_paths)
+    report.fragments = len(refs)
+    report.records = sum(r.records for r in refs)
+    report.bytes = sum(r.num_bytes for r in refs)
+    _check_order(report, refs, manifest)
+
+    if check_fragments:
+        raw = manifest.is_raw
+        with ThreadPoolExecutor(max_workers=max(1, parallelism)) as pool:
+            for done, problem in enumerate(pool.map(lambda r: check_fragment(store, r, raw), refs), 1):
+                if problem is not None:
+                    report.problems.append(problem)
+                if progress is not None:
+                    progress(done, len(refs))
+    _report_extras(store, report, {r.path for r in refs}, snapshot_paths)
+    return report
+
+
+def _check(report: VerifyReport, kind: str, fn: Callable[[], object]) -> bool:
+    try:
+        fn()
+    except CorruptLog as exc:
+        report.problems.append(Problem(kind, exc.obj, f"{exc.invariant} does not hold: {exc.detail}"))
+        return False
+    return True
+
+
+def _walk(
+    store: ObjectStore, pointer: SnapshotPointer, report: VerifyReport, seen: set[str]
+) -> Iterator[FragmentRef]:
+    seen.add(pointer.path_to_snapshot)
+    try:
+        snapshot = load_snapshot(store, pointer)
+    except CorruptLog as exc:
+        kind = "missing" if "missing" in exc.detail else "corrupt"
+        report.problems.append(Problem(kind, exc.obj, f"{exc.invariant} does not hold: {exc.detail}"))
+        return
+    for child in snapshot.snapshots:
+        yield from _walk(store, child, report, seen)
+    yield from snapshot.fragments
+
+
+def _check_order(report: VerifyReport, refs: list[FragmentRef], manifest: Manifest) -> None:
+    """The whole tree, flattened, is one contiguous run of fragments ending at the tail."""
+    for lhs, rhs in zip(refs, refs[1:]):
+        if lhs.limit != rhs.start:
+            report.problems.append(
+                Problem("invariant", MANIFEST_KEY, f"fragments are not contiguous: {lhs.path} ends at "
+                        f"{lhs.limit}, {rhs.path} starts at {rhs.start}")
+            )
+    if len({r.path for r in refs}) != len(refs):
+        report.problems.append(Problem("invariant", MANIFEST_KEY, "a fragment is referenced twice"))
+    total = Setsum.sum(r.setsum for r in refs) + manifest.collected
+    if total != manifest.setsum:
+        report.problems.append(
+            Problem("invariant", MANIFEST_KEY, f"setsum of all fragments + collected "
+                    f"{total.hexdigest()} != manifest setsum {manifest.setsum.hexdigest()}")
+        )
+
+
+def check_fragment(store: ObjectStore, ref: FragmentRef, raw: bool) -> Problem | None:
+    """Recompute one fragment's setsum from its bytes and compare it with the manifest's."""
+    try:
+        data = store.get(ref.path).data
+    except ObjectNotFound:
+        return Problem("missing", ref.path, "referenced by the manifest but the object does not exist")
+    except Wal3Error as exc:
+        return Problem("missing", ref.path, f"cannot be read: {exc}")
+    try:
+        decoded = decode_fragment(data, path=ref.path, raw=raw)
+        if len(decoded.offsets) != ref.records:
+            return Problem("corrupt", ref.path, f"{len(decoded.offsets)} records, manifest says {ref.records}")
+        actual = recompute_setsum(decoded, raw=raw)
+    except CorruptLog as exc:
+        return Problem("corrupt", ref.path, str(exc))
+    if actual != ref.setsum:
+        return Problem(
+            "corrupt", ref.path, f"recomputed setsum {actual.hexdigest()} != manifest {ref.setsum.hexdigest()}"
+        )
+    return None
+
+
+def _report_extras(store: ObjectStore, report: VerifyReport, fragments: set[str], snapshots: set[str]) -> None:
+    for prefix, known in ((FRAGMENT_PREFIX, fragments), (SNAPSHOT_PREFIX, snapshots)):
+        for meta in store.list(prefix):
+            if meta.key not in known:
+                report.problems.append(
+                    Problem("extra", meta.key, "not referenced by the manifest (a failed or aborted "
+                            "append, or garbage awaiting collection; `wal3 gc` removes it after the grace period)")
+                )
