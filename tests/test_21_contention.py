@@ -13,10 +13,29 @@ COMMITS = 25  # 200 commits, a third of them multi-fragment
 
 def test_00_eight_processes_append_concurrently_and_nothing_is_lost_or_duplicated(store_url):
     url, options = store_url
-    stats = run_processes(url, options, WRITERS, COMMITS, thresholds=(4, 16))
+    stats, _ = run_processes(url, options, WRITERS, COMMITS, thresholds=(4, 16))
     assert sum(s.commits for s in stats) == WRITERS * COMMITS
     assert sum(s.conflicts for s in stats) > 0, "no CAS conflict was observed: the test proved nothing"
     ranges = sorted(r for s in stats for r in s.ranges)
     assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:])) and ranges[0][0] == 1
     store = open_store(url, options)
     assert_exactly_once(store, expected_bodies(WRITERS, COMMITS))
+
+
+FAULTS = {
+    "drop": 0.05,
+    "delay": 0.05,
+    "error_5xx": 0.05,
+    "timeout_after_write": 0.08,
+    "precondition_storm": 0.1,
+}
+
+
+def test_01_faults_drops_5xx_timeouts_after_landing_and_412_storms_lose_nothing(local_url):
+    """The same workload through a fault-injecting store: ambiguous writes that landed and
+    spurious conflicts must neither lose nor duplicate a record."""
+    stats, injected = run_processes(local_url, None, WRITERS, COMMITS, thresholds=(4, 16), faults=FAULTS)
+    assert sum(s.commits for s in stats) == WRITERS * COMMITS
+    for kind in FAULTS:
+        assert injected[kind] > 0, f"no {kind} fault was injected: {dict(injected)}"
+    assert_exactly_once(open_store(local_url), expected_bodies(WRITERS, COMMITS))

@@ -60,10 +60,16 @@ def run_writer(
     return WriterStats(writer, commits, records, conflicts, tuple(ranges))
 
 
-def _process_main(args: tuple) -> WriterStats:
-    url, options, writer, commits, thresholds = args
+def _process_main(args: tuple) -> tuple[WriterStats, dict[str, int]]:
+    url, options, writer, commits, thresholds, faults = args
     snapshot_options = SnapshotOptions(*thresholds) if thresholds else None
-    return run_writer(open_store(url, options), writer, commits, snapshot_options=snapshot_options)
+    store = open_store(url, options)
+    if faults:
+        from wal3_spark.storage.faults import FaultyStore
+
+        store = FaultyStore(store, seed=writer, **faults)
+    stats = run_writer(store, writer, commits, snapshot_options=snapshot_options)
+    return stats, dict(store.injected) if faults else {}
 
 
 def run_processes(
@@ -72,10 +78,18 @@ def run_processes(
     writers: int,
     commits: int,
     thresholds: tuple[int, int] | None = None,
-) -> list[WriterStats]:
+    faults: dict[str, float] | None = None,
+) -> tuple[list[WriterStats], Counter]:
+    """Run `writers` processes; returns their stats and the faults injected (by kind)."""
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(writers) as pool:
-        return pool.map(_process_main, [(url, options, w, commits, thresholds) for w in range(writers)])
+        results = pool.map(
+            _process_main, [(url, options, w, commits, thresholds, faults) for w in range(writers)]
+        )
+    injected: Counter = Counter()
+    for _, counts in results:
+        injected.update(counts)
+    return [stats for stats, _ in results], injected
 
 
 def expected_bodies(writers: int, commits: int) -> Counter:

@@ -1,0 +1,105 @@
+"""verify finds what is wrong and names the object: a flipped byte, a deleted fragment, an
+edited manifest setsum, a missing snapshot; unreferenced files are reported but not failures."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pyarrow as pa
+import pytest
+
+from wal3_spark.errors import CorruptLog
+from wal3_spark.format import MANIFEST_KEY
+from wal3_spark.manifest import SnapshotOptions
+from wal3_spark.reader import LogReader
+from wal3_spark.setsum import Setsum
+from wal3_spark.storage import open_store
+from wal3_spark.verify import verify
+from wal3_spark.writer import LogWriter, to_batches, write_fragments
+
+_names = itertools.count()
+
+
+@pytest.fixture(params=["raw", "structured"])
+def log_store(request):
+    store = open_store(f"memory://verify-{next(_names)}")
+    writer = LogWriter(store, snapshot_options=SnapshotOptions(2, 3))
+    for i in range(8):
+        if request.param == "raw":
+            writer.append([f"record {i}.{j}".encode() for j in range(20)])
+        else:
+            writer.append(pa.table({"i": pa.array(range(20), pa.int64()), "s": [f"v{i}"] * 20}))
+    return store
+
+
+def _fragment_paths(store):
+    return [r.ref.path for r in LogReader(store).plan()]
+
+
+def _rewrite(store, key, data):
+    store.put_if_match(key, data, store.get(key).etag) if key == MANIFEST_KEY else _replace(store, key, data)
+
+
+def _replace(store, key, data):
+    store.delete(key)
+    store.put_if_absent(key, data)
+
+
+def test_00_a_healthy_log_verifies_clean(log_store):
+    report = verify(log_store)
+    assert report.ok and not report.problems
+    assert report.fragments == 8 and report.records == 160 and report.snapshots >= 2
+
+
+def test_01_one_flipped_byte_in_a_fragment_is_found_and_named(log_store):
+    victim = _fragment_paths(log_store)[4]
+    data = bytearray(log_store.get(victim).data)
+    data[len(data) // 3] ^= 0x01
+    _replace(log_store, victim, bytes(data))
+    report = verify(log_store)
+    assert not report.ok
+    assert [(p.kind, p.obj) for p in report.problems] == [("corrupt", victim)]
+    with pytest.raises(CorruptLog) as err:
+        LogReader(log_store).read_table()
+    assert victim in str(err.value)
+
+
+def test_02_a_deleted_fragment_is_found_and_named(log_store):
+    victim = _fragment_paths(log_store)[0]  # inside a snapshot
+    log_store.delete(victim)
+    report = verify(log_store)
+    assert [(p.kind, p.obj) for p in report.problems] == [("missing", victim)]
+
+
+def test_03_an_edited_manifest_setsum_is_found(log_store):
+    doc = json.loads(log_store.get(MANIFEST_KEY).data)
+    doc["fragments"][-1]["setsum"] = Setsum.of(b"forged").hexdigest()
+    _rewrite(log_store, MANIFEST_KEY, json.dumps(doc).encode())
+    report = verify(log_store)
+    assert not report.ok
+    assert any(p.kind == "invariant" and p.obj == MANIFEST_KEY and "setsum" in p.detail for p in report.problems)
+    assert any(p.kind == "corrupt" and p.obj == doc["fragments"][-1]["path"] for p in report.problems)
+
+
+def test_04_a_missing_snapshot_is_found_and_named(log_store):
+    manifest = LogReader(log_store).manifest()
+    victim = manifest.snapshots[0].path_to_snapshot
+    log_store.delete(victim)
+    report = verify(log_store)
+    assert ("missing", victim) in [(p.kind, p.obj) for p in report.problems]
+
+
+def test_05_unreferenced_fragments_are_reported_but_do_not_fail(log_store):
+    batches, _ = to_batches([b"orphan"]) if LogReader(log_store).manifest().is_raw else to_batches(
+        pa.table({"i": pa.array([1], pa.int64()), "s": ["o"]}))
+    schema = LogReader(log_store).manifest().arrow_schema()
+    orphan = write_fragments(log_store, batches, schema, fragment_bytes=1 << 20)[0]
+    report = verify(log_store)
+    assert report.ok
+    assert [(p.kind, p.obj) for p in report.problems] == [("extra", orphan.path)]
+
+
+def test_06_a_missing_log_is_reported():
+    report = verify(open_store("memory://verify-nothing-here"))
+    assert not report.ok and report.problems[0].kind == "missing"
