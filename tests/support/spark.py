@@ -1,0 +1,90 @@
+"""Pytest plugin: ONE SparkSession (`local[2,4]`: two cores, tasks retried up to 4 times) per run.
+
+A second SparkContext cannot live in the same process, so the tests that need executors in
+separate processes (`local-cluster[2,1,1024]`) and Spark Connect run small scripts through
+`spark-submit` / a subprocess instead (`run_spark_script`).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CONF = ROOT / "conf"
+
+
+def _worker_env() -> None:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    # Python workers must import wal3_spark and pyspark_wal3 even without `pip install -e`.
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if str(ROOT) not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *paths])
+
+
+def spark_env() -> dict[str, str]:
+    """The environment for a spark-submit subprocess (same Python, repo importable)."""
+    _worker_env()
+    env = dict(os.environ)
+    env["PYSPARK_PYTHON"] = sys.executable
+    env["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    return env
+
+
+def spark_submit() -> str:
+    candidate = Path(sys.executable).parent / "spark-submit"
+    return str(candidate) if candidate.exists() else "spark-submit"
+
+
+def run_spark_script(args: list[str], *, timeout: float = 300, env: dict | None = None,
+                     master: str | None = None) -> subprocess.CompletedProcess:
+    """Run `spark-submit [--master M] args...` with the quiet test configuration."""
+    cmd = [spark_submit(), "--properties-file", str(CONF / "spark-defaults.conf")]
+    if master:
+        cmd += ["--master", master]
+    cmd += args
+    return subprocess.run(
+        cmd, cwd=ROOT, env={**spark_env(), **(env or {})}, capture_output=True, text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture(scope="session")
+def spark():
+    _worker_env()
+    from pyspark.sql import SparkSession
+
+    from wal3_spark.spark.session import register
+
+    builder = (
+        SparkSession.builder.master("local[2,4]")
+        .appName("wal3-spark-tests")
+        .config("spark.sql.python.filterPushdown.enabled", "true")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.default.parallelism", "4")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.memory", "1g")
+        .config("spark.sql.streaming.stopTimeout", "30s")
+        .config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
+        .config("spark.driver.extraJavaOptions",
+                f"-Dlog4j2.configurationFile={CONF / 'log4j2.properties'}")
+    )
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    register(session)
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def log_url(tmp_path):
+    """A fresh local-filesystem log URL."""
+    return (tmp_path / f"log-{uuid.uuid4().hex[:8]}").as_uri()

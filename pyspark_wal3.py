@@ -1,0 +1,6 @@
+"""Auto-registration hook: Spark scans top-level `pyspark_*` modules for a `DefaultSource` and
+registers it under its name, so `format("wal3")` works without `spark.dataSource.register`."""
+
+from wal3_spark.spark.source import Wal3DataSource as DefaultSource
+
+__all__ = ["DefaultSource"]

@@ -1,0 +1,170 @@
+"""Batch source: `spark.read.format("wal3").load(url)`.
+
+The driver reads the manifest once, resolves startingOffsets/endingOffsets (or timestamps),
+narrows the range with pushed-down filters on `_offset` and skips fragments whose write time
+(from the UUIDv7 in their path, without reading them) cannot match a filter on `_timestamp`.
+Fragments are bin-packed into input partitions; executors only fetch and decode.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSourceReader,
+    EqualTo,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    LessThan,
+    LessThanOrEqual,
+)
+from pyspark.sql.types import StructType
+
+from wal3_spark.schema import OFFSET_COLUMN, TIMESTAMP_COLUMN
+from wal3_spark.spark.options import Wal3Options
+
+log = logging.getLogger(__name__)
+
+#: a fragment's UUIDv7 time and its rows' timestamp_us are taken moments apart: prune with slack
+TIMESTAMP_SLACK_US = 5_000_000
+
+
+class Wal3Partition(InputPartition):
+    """Fragment ranges to read and the log's payload schema (nothing is re-planned)."""
+
+    def __init__(self, index: int, part, payload: pa.Schema | None) -> None:
+        super().__init__(index)
+        self.index = index
+        self.part = part
+        self.payload = payload
+
+
+@dataclass
+class Bounds:
+    """Inclusive-exclusive bounds pushed down on one column (None: unbounded)."""
+
+    lo: int | None = None
+    hi: int | None = None  # exclusive
+
+    def lower(self, value: int) -> None:
+        self.lo = value if self.lo is None else max(self.lo, value)
+
+    def upper(self, value: int) -> None:
+        self.hi = value if self.hi is None else min(self.hi, value)
+
+
+def to_us(value) -> int | None:
+    """A pushed-down `_timestamp` literal in microseconds since the epoch."""
+    if isinstance(value, _dt.datetime):
+        if value.tzinfo is None:  # PySpark hands TimestampType literals over in local time
+            value = value.astimezone()
+        delta = value - _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+        return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+    return None
+
+
+def narrow(filters, offsets: Bounds, times: Bounds) -> None:
+    """Tighten the bounds with the filters we understand (Spark still re-checks every filter)."""
+    for f in filters:
+        column = getattr(f, "attribute", None)
+        if column not in ((OFFSET_COLUMN,), (TIMESTAMP_COLUMN,)):
+            continue
+        is_offset = column == (OFFSET_COLUMN,)
+        bounds = offsets if is_offset else times
+        conv = (lambda v: int(v) if isinstance(v, int) and not isinstance(v, bool) else None) \
+            if is_offset else to_us
+        if isinstance(f, In):
+            values = [conv(v) for v in f.value]
+            if values and all(v is not None for v in values):
+                bounds.lower(min(values))
+                bounds.upper(max(values) + 1)
+            continue
+        v = conv(getattr(f, "value", None))
+        if v is None:
+            continue
+        if isinstance(f, EqualTo):
+            bounds.lower(v)
+            bounds.upper(v + 1)
+        elif isinstance(f, GreaterThan):
+            bounds.lower(v + 1)
+        elif isinstance(f, GreaterThanOrEqual):
+            bounds.lower(v)
+        elif isinstance(f, LessThan):
+            bounds.upper(v)
+        elif isinstance(f, LessThanOrEqual):
+            bounds.upper(v + 1)
+
+
+def resolve(reader, manifest, position: tuple[str, int], *, default: int) -> int:
+    """An option position (earliest/latest/offset/timestamp) as an offset."""
+    kind, value = position
+    if kind == "earliest":
+        return manifest.oldest_offset
+    if kind == "latest":
+        return manifest.next_offset
+    if kind == "timestamp":
+        return reader.offset_for_timestamp(value, manifest)
+    if kind == "offset":
+        return value
+    return default
+
+
+class Wal3BatchReader(DataSourceReader):
+    def __init__(self, options: Wal3Options, schema: StructType) -> None:
+        from wal3_spark.spark.source import spark_to_arrow
+
+        self.options = options
+        self.target = spark_to_arrow(schema)
+        self.offsets = Bounds()
+        self.times = Bounds()
+
+    def pushFilters(self, filters):
+        filters = list(filters)
+        narrow(filters, self.offsets, self.times)
+        return filters  # all of them: Spark re-checks, we only skip what cannot match
+
+    def partitions(self):
+        from wal3_spark.reader import LogReader, fragment_timestamp_us
+        from wal3_spark.spark.tasks import pack
+
+        store = self.options.open_store()
+        reader = LogReader(store)
+        manifest = reader.manifest()
+        payload = manifest.arrow_schema()
+        start = resolve(reader, manifest, self.options.starting, default=manifest.oldest_offset)
+        limit = resolve(reader, manifest, self.options.ending, default=manifest.next_offset)
+        if self.offsets.lo is not None:
+            start = max(start, self.offsets.lo)
+        if self.offsets.hi is not None:
+            limit = min(limit, self.offsets.hi)
+        if start >= limit:
+            return []
+        fail = self.options.fail_on_data_loss
+        if start < manifest.oldest_offset and self.offsets.lo is not None \
+                and self.options.starting[0] == "earliest":
+            start = manifest.oldest_offset  # a filter below the oldest offset is not data loss
+        ranges = reader.plan(start, limit, manifest=manifest, fail_on_data_loss=fail)
+        if self.times.lo is not None or self.times.hi is not None:
+            lo = None if self.times.lo is None else self.times.lo - TIMESTAMP_SLACK_US
+            hi = None if self.times.hi is None else self.times.hi + TIMESTAMP_SLACK_US
+            kept = []
+            for r in ranges:
+                ts = fragment_timestamp_us(store, r.ref)
+                if (lo is None or ts >= lo) and (hi is None or ts < hi):
+                    kept.append(r)
+            ranges = kept
+        parts = pack(ranges, self.options.max_partition_bytes, self.options.min_partitions)
+        return [Wal3Partition(i, p, payload) for i, p in enumerate(parts)]
+
+    def read(self, partition: Wal3Partition):
+        from wal3_spark.spark.tasks import read_partition
+
+        yield from read_partition(
+            self.options.open_store(), partition.part, partition.payload, self.target,
+            verify=self.options.verify_on_read,
+        )

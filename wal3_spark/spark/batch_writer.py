@@ -1,0 +1,108 @@
+"""Batch sink: `df.write.format("wal3").mode("append").save(url)`.
+
+On the driver, `Wal3BatchWriter.create` checks the log (exists or is created, not sealed, schema
+compatible) before any task runs. Each task streams its Arrow batches into fragments written
+straight to the store and returns their descriptions; the driver's `commit` places all of them in
+one manifest compare-and-swap (rebasing on conflicts), `abort` deletes them. Fragments of failed
+or speculative attempts are never in a commit message, so never referenced.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
+from pyspark.sql.types import StructType
+
+from wal3_spark.errors import InvalidOption
+from wal3_spark.spark.options import Wal3Options
+
+
+@dataclass(frozen=True)
+class Wal3CommitMessage(WriterCommitMessage):
+    """What one task wrote: its fragments (path, uuid, records, bytes, setsum), in order."""
+
+    files: tuple
+    partition: int = -1
+    attempt: int = 0
+
+
+def check_not_overwrite(overwrite: bool, url: str) -> None:
+    if overwrite:
+        raise InvalidOption(
+            f"a wal3 log is append-only: mode(\"overwrite\") (or complete output mode) cannot "
+            f"replace {url}. Use mode(\"append\") (outputMode(\"append\") for streams), or write "
+            "to a new log URL"
+        )
+
+
+def prepare(options: Wal3Options, schema: StructType) -> tuple[pa.Schema | None, int]:
+    """Driver-side checks before any task runs: the target schema and the log's tail now."""
+    from wal3_spark.committer import Committer
+    from wal3_spark.spark.source import appended_schema
+
+    store = options.open_store()
+    committer = Committer(store, writer=writer_name(options))
+    target = committer.prepare(appended_schema(schema), merge_schema=options.merge_schema)
+    since = committer._cached[0].next_offset if committer._cached else 0
+    return target, since
+
+
+def writer_name(options: Wal3Options) -> str:
+    """The manifest's `writer` field: never anything from the store options."""
+    if options.role == "streamWrite":
+        return f"wal3-spark stream {options.writer_id}"
+    return "wal3-spark batch"
+
+
+def task_context() -> tuple[int, int]:
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    if ctx is None:
+        return -1, 0
+    return ctx.partitionId(), ctx.attemptNumber()
+
+
+class Wal3BatchWriter(DataSourceArrowWriter):
+    def __init__(self, options: Wal3Options, target: pa.Schema | None, since: int) -> None:
+        self.options = options
+        self.target = target
+        self.since = since
+
+    @classmethod
+    def create(cls, options: Wal3Options, schema: StructType, overwrite: bool) -> Wal3BatchWriter:
+        check_not_overwrite(overwrite, options.url)
+        target, since = prepare(options, schema)
+        return cls(options, target, since)
+
+    def write(self, iterator):
+        from wal3_spark.spark.tasks import write_partition
+
+        partition, attempt = task_context()
+        files = write_partition(
+            self.options.open_store(), iterator, self.target, self.options.fragment_bytes
+        )
+        return Wal3CommitMessage(tuple(files), partition, attempt)
+
+    def commit(self, messages) -> None:
+        from wal3_spark.spark.tasks import commit_files
+
+        files = [f for m in messages if m is not None for f in m.files]
+        if not files:  # an empty DataFrame appends nothing (the log exists: prepare created it)
+            return
+        commit_files(
+            self.options.open_store(),
+            files,
+            target=self.target,
+            merge_schema=self.options.merge_schema,
+            writer=writer_name(self.options),
+            since=self.since,
+        )
+
+    def abort(self, messages) -> None:
+        from wal3_spark.spark.tasks import delete_files
+
+        files = [f for m in messages if m is not None for f in m.files]
+        delete_files(self.options.open_store(), files, self.since)

@@ -1,0 +1,320 @@
+"""The wal3 data source's options, parsed and validated once on the driver.
+
+Spark hands a data source its options as a case-insensitive dict of strings. `parse` turns it,
+for one role (batch write, batch read, stream read, stream write), into a small frozen
+`Wal3Options` that is all the executors receive. An unknown or malformed option fails with the
+list of valid options for that role. Store options (endpoint, credentials) are passed through to
+`open_store` untouched, and never shown: `repr`, errors and the manifest's `writer` field mask
+them.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from wal3_spark.errors import InvalidOption
+
+WRITE, READ, STREAM_READ, STREAM_WRITE = "write", "read", "streamRead", "streamWrite"
+ROLES = (WRITE, READ, STREAM_READ, STREAM_WRITE)
+_ROLE_TEXT = {
+    WRITE: "batch writes (df.write)",
+    READ: "batch reads (spark.read)",
+    STREAM_READ: "streaming reads (spark.readStream)",
+    STREAM_WRITE: "streaming writes (df.writeStream)",
+}
+
+MB = 1 << 20
+
+#: option name -> (roles it applies to, one-line description); docs/spark.md has the full table
+OPTIONS: dict[str, tuple[tuple[str, ...], str]] = {
+    "path": (ROLES, "the log's URL (file:///..., s3://bucket/prefix, or a local path)"),
+    "fragmentBytes": ((WRITE, STREAM_WRITE), "bytes per fragment before a task starts a new one"),
+    "mergeSchema": ((WRITE, STREAM_WRITE), "allow appends that add nullable columns"),
+    "writerId": ((STREAM_WRITE,), "stable id of an exactly-once streaming writer"),
+    "checkpointLocation": ((STREAM_WRITE, STREAM_READ), "set by Spark from writeStream"),
+    "startingOffsets": ((READ, STREAM_READ), "earliest | latest | an offset"),
+    "endingOffsets": ((READ,), "latest | an offset (exclusive)"),
+    "startingTimestamp": ((READ, STREAM_READ), "ms since the epoch or ISO-8601"),
+    "endingTimestamp": ((READ,), "ms since the epoch or ISO-8601 (exclusive)"),
+    "maxRecordsPerTrigger": ((STREAM_READ,), "admission control: records per micro-batch"),
+    "maxBytesPerTrigger": ((STREAM_READ,), "admission control: fragment bytes per micro-batch"),
+    "maxFragmentsPerTrigger": ((STREAM_READ,), "admission control: fragments per micro-batch"),
+    "cursor": ((STREAM_READ,), "wal3 cursor moved to each committed offset"),
+    "failOnDataLoss": ((READ, STREAM_READ), "fail when offsets were garbage-collected"),
+    "maxPartitionBytes": ((READ, STREAM_READ), "fragment bytes bin-packed per input partition"),
+    "minPartitions": ((READ, STREAM_READ), "split reads into at least this many partitions"),
+    "verifyOnRead": ((READ, STREAM_READ), "recompute each fragment's setsum as it is read"),
+}
+
+
+def store_option_names() -> tuple[str, ...]:
+    """The object-store options (endpoint, region, credentials) that `open_store` accepts."""
+    try:
+        from wal3_spark.storage import STORE_OPTIONS
+    except ImportError:  # pragma: no cover - storage not installed
+        return ()
+    names = STORE_OPTIONS.keys() if isinstance(STORE_OPTIONS, Mapping) else STORE_OPTIONS
+    return tuple(names)
+
+
+_SECRET_WORDS = ("secret", "password", "token", "session", "credential", "key")
+_PUBLIC = ("endpoint", "region", "url", "profile", "addressing", "path_style", "pathstyle")
+
+
+def is_secret(name: str) -> bool:
+    """Whether an option's value must never be shown (credentials)."""
+    low = name.lower()
+    if any(p in low for p in _PUBLIC) and "key" not in low and "secret" not in low:
+        return False
+    return any(w in low for w in _SECRET_WORDS)
+
+
+def valid_options(role: str) -> list[str]:
+    names = [n for n, (roles, _) in OPTIONS.items() if role in roles]
+    return names + sorted(store_option_names(), key=str.lower)
+
+
+@dataclass(frozen=True)
+class Wal3Options:
+    """Everything a wal3 reader or writer needs; picklable, credentials masked in repr."""
+
+    role: str
+    url: str
+    store_options: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    fragment_bytes: int = 64 * MB
+    merge_schema: bool = False
+    writer_id: str | None = None
+    starting: tuple[str, int] = ("earliest", 0)  # ("earliest"|"latest"|"offset"|"timestamp", v)
+    ending: tuple[str, int] = ("latest", 0)
+    max_records: int | None = None
+    max_bytes: int | None = None
+    max_fragments: int | None = None
+    cursor: str | None = None
+    fail_on_data_loss: bool = True
+    max_partition_bytes: int = 128 * MB
+    min_partitions: int | None = None
+    verify_on_read: bool = True
+
+    def __repr__(self) -> str:
+        shown = ", ".join(
+            f"{k}={'***' if is_secret(k) else v}" for k, v in self.store_options
+        )
+        return (
+            f"Wal3Options(role={self.role}, url={self.url}, store_options=[{shown}], "
+            f"fragment_bytes={self.fragment_bytes}, merge_schema={self.merge_schema}, "
+            f"writer_id={self.writer_id}, starting={self.starting}, ending={self.ending}, "
+            f"max_records={self.max_records}, max_bytes={self.max_bytes}, "
+            f"max_fragments={self.max_fragments}, cursor={self.cursor}, "
+            f"fail_on_data_loss={self.fail_on_data_loss}, "
+            f"max_partition_bytes={self.max_partition_bytes}, verify_on_read={self.verify_on_read})"
+        )
+
+    __str__ = __repr__
+
+    def open_store(self):
+        """The log's object store (opened lazily; call on executors, not at pickling time)."""
+        from wal3_spark.storage import open_store
+
+        return open_store(self.url, dict(self.store_options) or None)
+
+
+# ----------------------------------------------------------------------------- parsing
+
+
+def _fail(name: str, value: str | None, why: str, role: str) -> InvalidOption:
+    shown = "***" if is_secret(name) else repr(value)
+    return InvalidOption(
+        f"wal3 option {name}={shown}: {why}. Valid options for {_ROLE_TEXT[role]}: "
+        + ", ".join(valid_options(role))
+    )
+
+
+_SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(i?b)?\s*$", re.I)
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """`67108864`, `64m`, `64MB`, `64MiB`, `1g` -> bytes (binary units)."""
+    m = _SIZE.match(text)
+    if not m:
+        raise ValueError("expected a size such as 67108864, 64m or 1g")
+    return int(m.group(1)) * _UNITS[m.group(2).lower()]
+
+
+def parse_bool(text: str) -> bool:
+    low = text.strip().lower()
+    if low in ("true", "1", "yes"):
+        return True
+    if low in ("false", "0", "no"):
+        return False
+    raise ValueError("expected true or false")
+
+
+def parse_positive(text: str) -> int:
+    value = int(text.strip())
+    if value <= 0:
+        raise ValueError("expected a positive integer")
+    return value
+
+
+def parse_timestamp_us(text: str) -> int:
+    """Milliseconds since the epoch, or ISO-8601 (naive means UTC) -> microseconds."""
+    t = text.strip()
+    if re.fullmatch(r"-?\d+", t):
+        return int(t) * 1000
+    try:
+        ts = _dt.datetime.fromisoformat(t.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError("expected milliseconds since the epoch or an ISO-8601 timestamp") from None
+    if ts.tzinfo is None:
+        ts = ts.replace(tzinfo=_dt.timezone.utc)
+    delta = ts - _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def _parse_position(text: str, allowed: tuple[str, ...]) -> tuple[str, int]:
+    low = text.strip().lower()
+    if low in allowed:
+        return (low, 0)
+    try:
+        offset = int(low)
+    except ValueError:
+        offset = None
+    if offset is None:
+        try:  # Kafka-style JSON such as {"offset": 42}
+            import json
+
+            doc = json.loads(text)
+            offset = int(doc["offset"])
+        except Exception:
+            raise ValueError(f"expected {' or '.join(allowed)} or an offset (an integer >= 1)") from None
+    if offset < 1:
+        raise ValueError("offsets start at 1")
+    return ("offset", offset)
+
+
+def writer_id_from_checkpoint(location: str) -> str:
+    """A stable writer id for a checkpoint location (same location, same id)."""
+    digest = hashlib.sha256(location.rstrip("/").encode()).hexdigest()[:24]
+    return f"ckpt-{digest}"
+
+
+def parse(options: Mapping[str, str], role: str) -> Wal3Options:
+    """Validate `options` for `role` and return the frozen result."""
+    canonical = {n.lower(): n for n in OPTIONS}
+    stores = {n.lower(): n for n in store_option_names()}
+    values: dict[str, str] = {}
+    store: list[tuple[str, str]] = []
+    for key, value in dict(options).items():
+        low = key.lower()
+        if low in stores:
+            store.append((stores[low], value))
+            continue
+        name = canonical.get(low)
+        if name is None:
+            raise _fail(key, value, "unknown option", role)
+        if role not in OPTIONS[name][0]:
+            raise _fail(name, value, f"does not apply to {_ROLE_TEXT[role]}", role)
+        values[name] = value
+
+    url = values.pop("path", None)
+    if not url or not url.strip():
+        raise InvalidOption(
+            "no log URL: pass it to load()/save()/start(), e.g. "
+            "spark.read.format(\"wal3\").load(\"s3://bucket/logs/orders\")"
+        )
+    kw: dict = {}
+
+    def take(name: str, conv) -> None:
+        if name in values:
+            raw = values[name]
+            try:
+                kw[_FIELD[name]] = conv(raw)
+            except (ValueError, TypeError) as exc:
+                raise _fail(name, raw, str(exc), role) from None
+
+    take("fragmentBytes", lambda v: _at_least(parse_size(v), 1024, "fragmentBytes"))
+    take("mergeSchema", parse_bool)
+    take("maxRecordsPerTrigger", parse_positive)
+    take("maxBytesPerTrigger", lambda v: _at_least(parse_size(v), 1, "maxBytesPerTrigger"))
+    take("maxFragmentsPerTrigger", parse_positive)
+    take("failOnDataLoss", parse_bool)
+    take("maxPartitionBytes", lambda v: _at_least(parse_size(v), 1, "maxPartitionBytes"))
+    take("minPartitions", parse_positive)
+    take("verifyOnRead", parse_bool)
+    take("cursor", _cursor_name)
+    take("writerId", _writer_id)
+    if "startingOffsets" in values and "startingTimestamp" in values:
+        raise _fail("startingTimestamp", values["startingTimestamp"],
+                    "set startingOffsets or startingTimestamp, not both", role)
+    if "endingOffsets" in values and "endingTimestamp" in values:
+        raise _fail("endingTimestamp", values["endingTimestamp"],
+                    "set endingOffsets or endingTimestamp, not both", role)
+    take("startingOffsets", lambda v: _parse_position(v, ("earliest", "latest")))
+    take("endingOffsets", lambda v: _parse_position(v, ("latest",)))
+    take("startingTimestamp", lambda v: ("timestamp", parse_timestamp_us(v)))
+    take("endingTimestamp", lambda v: ("timestamp", parse_timestamp_us(v)))
+    if role == STREAM_WRITE and "writer_id" not in kw:
+        location = values.get("checkpointLocation")
+        if not location:
+            raise InvalidOption(
+                "the wal3 streaming sink needs a stable writer id for exactly-once commits: set "
+                ".option(\"checkpointLocation\", \"/path/to/checkpoint\") on the writeStream (the "
+                "id is derived from it) or .option(\"writerId\", \"my_pipeline\")"
+            )
+        kw["writer_id"] = writer_id_from_checkpoint(location)
+    return Wal3Options(role=role, url=url.strip(), store_options=tuple(store), **kw)
+
+
+_FIELD = {
+    "fragmentBytes": "fragment_bytes",
+    "mergeSchema": "merge_schema",
+    "writerId": "writer_id",
+    "startingOffsets": "starting",
+    "endingOffsets": "ending",
+    "startingTimestamp": "starting",
+    "endingTimestamp": "ending",
+    "maxRecordsPerTrigger": "max_records",
+    "maxBytesPerTrigger": "max_bytes",
+    "maxFragmentsPerTrigger": "max_fragments",
+    "cursor": "cursor",
+    "failOnDataLoss": "fail_on_data_loss",
+    "maxPartitionBytes": "max_partition_bytes",
+    "minPartitions": "min_partitions",
+    "verifyOnRead": "verify_on_read",
+}
+
+
+def _at_least(value: int, low: int, name: str) -> int:
+    if value < low:
+        raise ValueError(f"{name} must be at least {low}")
+    return value
+
+
+def _cursor_name(text: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9_]+", text):
+        raise ValueError("cursor names use letters, digits and underscores only")
+    return text
+
+
+def _writer_id(text: str) -> str:
+    text = text.strip()
+    if not text or len(text) > 200:
+        raise ValueError("expected a non-empty id of at most 200 characters")
+    return text
+
+
+def location(options: Mapping[str, str]) -> Wal3Options:
+    """Only the log's URL and store options (for `DataSource.schema()`, whose role is unknown)."""
+    stores = {n.lower(): n for n in store_option_names()}
+    url = next((v for k, v in dict(options).items() if k.lower() == "path"), None)
+    if not url or not url.strip():
+        raise InvalidOption(
+            "no log URL: pass it to load(), e.g. spark.read.format(\"wal3\").load(\"s3://bucket/logs/x\")"
+        )
+    store = tuple((stores[k.lower()], v) for k, v in dict(options).items() if k.lower() in stores)
+    return Wal3Options(role=READ, url=url.strip(), store_options=store)

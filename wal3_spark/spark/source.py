@@ -1,0 +1,85 @@
+"""The `wal3` PySpark data source: `Wal3DataSource`, registered under the name "wal3".
+
+    df.write.format("wal3").mode("append").save(url)          # batch sink
+    spark.read.format("wal3").load(url)                        # batch source
+    spark.readStream.format("wal3").load(url)                  # streaming source
+    df.writeStream.format("wal3").option("checkpointLocation", ckpt).start(url)   # streaming sink
+
+This class only parses options (once, on the driver) and hands out the reader and writer
+classes; see the sibling modules for each role.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource
+from pyspark.sql.types import StructType
+
+from wal3_spark.spark import options as opts
+
+
+def payload_to_spark(payload: pa.Schema | None) -> StructType:
+    """The Spark schema a read of a log with this payload returns (`_offset`, `_timestamp` last)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from wal3_spark.reader import output_schema
+
+    return from_arrow_schema(output_schema(payload))
+
+
+def spark_to_arrow(schema: StructType) -> pa.Schema:
+    """A Spark schema as Arrow, timestamps in UTC (the form a log stores)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(schema, timezone="UTC")
+
+
+def appended_schema(schema: StructType) -> pa.Schema | None:
+    """The Arrow schema to append as; None for a raw log's single binary `body` column."""
+    from wal3_spark.schema import is_raw_schema
+
+    arrow = spark_to_arrow(schema)
+    return None if is_raw_schema(arrow) else arrow
+
+
+class Wal3DataSource(DataSource):
+    """wal3 logs on object storage as a Spark source and sink (batch and streaming)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "wal3"
+
+    def _parse(self, role: str) -> opts.Wal3Options:
+        return opts.parse(self.options, role)
+
+    def schema(self) -> StructType:
+        from wal3_spark.reader import LogReader
+
+        # Called for batch and streaming reads alike: the role's own options are checked by
+        # reader()/streamReader(); here only the location matters.
+        manifest = LogReader(opts.location(self.options).open_store()).manifest()
+        return payload_to_spark(manifest.arrow_schema())
+
+    # -- batch --------------------------------------------------------------------------
+
+    def writer(self, schema: StructType, overwrite: bool):
+        from wal3_spark.spark.batch_writer import Wal3BatchWriter
+
+        return Wal3BatchWriter.create(self._parse(opts.WRITE), schema, overwrite)
+
+    def reader(self, schema: StructType):
+        from wal3_spark.spark.batch_reader import Wal3BatchReader
+
+        return Wal3BatchReader(self._parse(opts.READ), schema)
+
+    # -- streaming ----------------------------------------------------------------------
+
+    def streamReader(self, schema: StructType):
+        from wal3_spark.spark.stream_reader import Wal3StreamReader
+
+        return Wal3StreamReader(self._parse(opts.STREAM_READ), schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool):
+        from wal3_spark.spark.stream_writer import Wal3StreamWriter
+
+        return Wal3StreamWriter.create(self._parse(opts.STREAM_WRITE), schema, overwrite)

@@ -1,0 +1,182 @@
+"""Streaming source: `spark.readStream.format("wal3").load(url)`.
+
+Offsets are `{"offset": N}`: the next log offset to read, so a micro-batch (start, end] in Spark's
+terms reads log offsets [start, end). A log offset is one record, so Spark's exactly-once
+offsets can never split a record. `latestOffset` applies admission control
+(maxRecordsPerTrigger / maxBytesPerTrigger / maxFragmentsPerTrigger, which Spark sees as
+ReadMaxRows / ReadMaxBytes / ReadMaxFiles) and, under Trigger.AvailableNow, never passes the tail
+recorded by `prepareForTriggerAvailableNow`. `partitions` bin-packs the batch's fragment ranges;
+`read` only fetches, verifies and decodes. `commit(end)` moves the optional cursor.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from pyspark.sql.datasource import DataSourceStreamReader
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadMaxBytes,
+    ReadMaxFiles,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from wal3_spark.errors import DataLost
+from wal3_spark.spark.batch_reader import Wal3Partition, resolve
+from wal3_spark.spark.options import Wal3Options
+
+log = logging.getLogger(__name__)
+
+
+def admit(ranges, start: int, tail: int, *, max_records=None, max_bytes=None, max_fragments=None) -> int:
+    """The end offset of a micro-batch starting at `start` under the given limits.
+
+    Always admits at least one record when any is available, so a stream never stalls on a
+    fragment larger than maxBytesPerTrigger.
+    """
+    end = tail if max_records is None else min(tail, start + max_records)
+    if max_bytes is None and max_fragments is None:
+        return end
+    used_bytes = 0
+    for count, r in enumerate(ranges, start=1):
+        if r.start >= end:
+            break
+        over_files = max_fragments is not None and count > max_fragments
+        over_bytes = max_bytes is not None and used_bytes + r.ref.num_bytes > max_bytes
+        if (over_files or over_bytes) and count > 1:
+            return min(end, r.start)
+        used_bytes += r.ref.num_bytes
+    return end
+
+
+class Wal3StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: Wal3Options, schema: StructType) -> None:
+        from wal3_spark.spark.source import spark_to_arrow
+
+        self.options = options
+        self.target = spark_to_arrow(schema)
+        self.available_now_limit: int | None = None
+        self._store = None
+
+    @property
+    def store(self):
+        if self._store is None:
+            self._store = self.options.open_store()
+        return self._store
+
+    def _reader(self):
+        from wal3_spark.reader import LogReader
+
+        return LogReader(self.store)
+
+    # -- driver ---------------------------------------------------------------------------
+
+    def initialOffset(self) -> dict:
+        reader = self._reader()
+        manifest = reader.manifest()
+        start = resolve(reader, manifest, self.options.starting, default=manifest.oldest_offset)
+        return {"offset": start}
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.available_now_limit = self._reader().manifest().next_offset
+
+    def getDefaultReadLimit(self):
+        o = self.options
+        if o.max_records is not None:
+            return ReadMaxRows(o.max_records)
+        if o.max_bytes is not None:
+            return ReadMaxBytes(o.max_bytes)
+        if o.max_fragments is not None:
+            return ReadMaxFiles(o.max_fragments)
+        return ReadAllAvailable()
+
+    def reportLatestOffset(self):
+        return {"offset": self._reader().manifest().next_offset}
+
+    def latestOffset(self, start: dict, limit) -> dict:
+        reader = self._reader()
+        manifest = reader.manifest()
+        begin = int(start["offset"])
+        tail = manifest.next_offset
+        if self.available_now_limit is not None:
+            tail = min(tail, self.available_now_limit)
+        oldest = manifest.oldest_offset
+        if begin < oldest:
+            if self.options.fail_on_data_loss:
+                raise DataLost(self.options.url, begin, oldest)
+            log.warning("%s: offsets [%d, %d) were garbage-collected; skipping to %d",
+                        self.options.url, begin, oldest, oldest)
+            begin = oldest
+        if begin >= tail:
+            return {"offset": max(int(start["offset"]), min(begin, tail))}
+        if isinstance(limit, ReadAllAvailable):
+            return {"offset": tail}
+        o = self.options
+        max_records = o.max_records
+        max_bytes = o.max_bytes
+        max_fragments = o.max_fragments
+        if isinstance(limit, ReadMaxRows):
+            max_records = limit.max_rows if max_records is None else min(max_records, limit.max_rows)
+        elif isinstance(limit, ReadMaxBytes):
+            max_bytes = limit.max_bytes if max_bytes is None else min(max_bytes, limit.max_bytes)
+        elif isinstance(limit, ReadMaxFiles):
+            max_fragments = limit.max_files if max_fragments is None else min(max_fragments, limit.max_files)
+        if max_bytes is None and max_fragments is None:
+            return {"offset": tail if max_records is None else min(tail, begin + max_records)}
+        from wal3_spark.reader import iter_fragments, ReadRange
+
+        def ranges():
+            for ref in iter_fragments(self.store, manifest, begin, tail):
+                yield ReadRange(ref, max(ref.start, begin), min(ref.limit, tail))
+
+        end = admit(ranges(), begin, tail, max_records=max_records, max_bytes=max_bytes,
+                    max_fragments=max_fragments)
+        return {"offset": end}
+
+    def partitions(self, start: dict, end: dict):
+        from wal3_spark.spark.tasks import pack
+
+        begin, finish = int(start["offset"]), int(end["offset"])
+        if begin >= finish:
+            return []
+        reader = self._reader()
+        manifest = reader.manifest()
+        ranges = reader.plan(begin, finish, manifest=manifest,
+                             fail_on_data_loss=self.options.fail_on_data_loss)
+        payload = manifest.arrow_schema()
+        parts = pack(ranges, self.options.max_partition_bytes, self.options.min_partitions)
+        return [Wal3Partition(i, p, payload) for i, p in enumerate(parts)]
+
+    def commit(self, end: dict) -> None:
+        if self.options.cursor is None:
+            return
+        from wal3_spark.cursors import CursorStore
+
+        CursorStore(self.store, writer="wal3-spark stream").advance(
+            self.options.cursor, int(end["offset"])
+        )
+
+    def stop(self) -> None:
+        if self._store is not None:
+            try:
+                self._store.close()
+            except Exception:
+                pass
+            self._store = None
+
+    # -- executors ------------------------------------------------------------------------
+
+    def read(self, partition: Wal3Partition):
+        from wal3_spark.spark.tasks import read_partition
+
+        yield from read_partition(
+            self.options.open_store(), partition.part, partition.payload, self.target,
+            verify=self.options.verify_on_read,
+        )
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_store"] = None
+        return state

@@ -1,0 +1,197 @@
+"""The real work of the wal3 data source, as plain functions (the Spark classes stay thin).
+
+Writing: `write_partition` streams a task's Arrow batches into fragments of about
+`fragment_bytes`, each written straight to the store as soon as it is full, so that a task holds
+at most one fragment (about twice `fragment_bytes` while encoding) whatever its partition size.
+`commit_files` places every task's fragments in one manifest compare-and-swap; `delete_files`
+cleans up after aborts, never deleting a fragment that some manifest references.
+
+Reading: `pack` bin-packs fragment ranges into input partitions; `read_partition` yields each
+range's records as Arrow batches in exactly the schema Spark declared.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from wal3_spark.errors import CommitFailed, LogSealed, SchemaMismatch, Wal3Error
+from wal3_spark.schema import RAW_SCHEMA, conform
+
+log = logging.getLogger(__name__)
+
+#: rows per Arrow batch handed back to Spark by read()
+READ_BATCH_ROWS = 1 << 16
+#: Spark's spark.sql.files.openCostInBytes: the smallest partition worth a task
+OPEN_COST_BYTES = 4 << 20
+
+
+# ------------------------------------------------------------------------------ writing
+
+
+def write_partition(
+    store,
+    batches: Iterable[pa.RecordBatch],
+    target: pa.Schema | None,
+    fragment_bytes: int,
+) -> list:
+    """Write a task's batches as fragments; on failure delete what this attempt wrote."""
+    from wal3_spark.committer import now_us
+    from wal3_spark.fragment import FragmentBuilder, write_fragment
+
+    schema = RAW_SCHEMA if target is None else target
+    files: list = []
+    builder = None
+    try:
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            batch = conform(batch, schema)
+            if builder is None:
+                builder = FragmentBuilder(target, now_us())
+            builder.add(batch)
+            if builder.bytes_buffered >= fragment_bytes:
+                encoded = builder.finish()
+                builder = None
+                files.append(write_fragment(store, encoded))
+        if builder is not None:
+            files.append(write_fragment(store, builder.finish()))
+    except BaseException:
+        _delete_quietly(store, [f.path for f in files])
+        raise
+    return files
+
+
+def _delete_quietly(store, paths: Sequence[str]) -> None:
+    for path in paths:
+        try:
+            store.delete(path)
+        except Exception as exc:  # garbage collection removes what is left
+            log.warning("could not delete unreferenced fragment %s: %s", path, exc)
+
+
+def referenced(store, paths: set[str], since: int) -> set[str]:
+    """Which of `paths` the current manifest references at or after offset `since`."""
+    from wal3_spark.reader import LogReader, iter_fragments
+
+    if not paths:
+        return set()
+    try:
+        manifest = LogReader(store).manifest()
+    except Wal3Error:
+        return set()
+    return {ref.path for ref in iter_fragments(store, manifest, since)} & paths
+
+
+def delete_files(store, files: Sequence, since: int) -> None:
+    """Delete an aborted job's fragments, except any that a manifest references (a commit whose
+    outcome was ambiguous may have landed: then they are data, not garbage)."""
+    paths = {f.path for f in files}
+    keep = referenced(store, paths, since)
+    if keep:
+        log.warning("%d fragment(s) of an aborted job are referenced by the log; kept", len(keep))
+    _delete_quietly(store, sorted(paths - keep))
+
+
+def commit_files(
+    store,
+    files: Sequence,
+    *,
+    target: pa.Schema | None,
+    merge_schema: bool,
+    writer: str,
+    since: int,
+    app_id: str | None = None,
+    version: int | None = None,
+):
+    """One manifest CAS for all of `files` (in order). Definite failures delete the files."""
+    from wal3_spark.committer import Committer
+
+    committer = Committer(store, writer=writer)
+    try:
+        result = committer.commit(
+            list(files), schema=target, merge_schema=merge_schema, app_id=app_id, version=version
+        )
+    except (CommitFailed, LogSealed, SchemaMismatch):
+        delete_files(store, files, since)
+        raise
+    if result.duplicate:
+        # an exactly-once writer re-ran a batch that is already in the log: drop the copy
+        delete_files(store, files, since)
+    return result
+
+
+# ------------------------------------------------------------------------------ reading
+
+
+@dataclass(frozen=True)
+class Part:
+    """One input partition's work: contiguous fragment ranges (never re-planned on executors)."""
+
+    ranges: tuple  # of wal3_spark.reader.ReadRange
+
+    @property
+    def records(self) -> int:
+        return sum(r.records for r in self.ranges)
+
+
+def range_bytes(r) -> int:
+    """The bytes a range costs to read (the whole fragment is fetched)."""
+    return max(1, r.ref.num_bytes)
+
+
+def pack(ranges: Sequence, max_partition_bytes: int, min_partitions: int | None = None) -> list[Part]:
+    """Bin-pack consecutive ranges into partitions of about `max_partition_bytes` (less when the
+    read is small, so that it still spreads over `min_partitions` tasks, Spark's file-split
+    rule); a fragment is never split, so each is fetched once."""
+    if not ranges:
+        return []
+    total = sum(range_bytes(r) for r in ranges)
+    cores = min_partitions or os.cpu_count() or 1
+    target = min(max_partition_bytes, max(OPEN_COST_BYTES, math.ceil(total / cores)))
+    parts: list[Part] = []
+    current: list = []
+    size = 0
+    for r in ranges:
+        b = range_bytes(r)
+        if current and size + b > target:
+            parts.append(Part(tuple(current)))
+            current, size = [], 0
+        current.append(r)
+        size += b
+    if current:
+        parts.append(Part(tuple(current)))
+    return parts
+
+
+def rebuild(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
+    """`batch` with exactly the declared schema (types cast only where they differ)."""
+    columns = []
+    for column, f in zip(batch.columns, target):
+        if not column.type.equals(f.type):
+            column = column.cast(f.type)
+        columns.append(column)
+    return pa.RecordBatch.from_arrays(columns, schema=target)
+
+
+def read_partition(
+    store,
+    part: Part,
+    payload: pa.Schema | None,
+    target: pa.Schema,
+    *,
+    verify: bool,
+    batch_rows: int = READ_BATCH_ROWS,
+) -> Iterator[pa.RecordBatch]:
+    """The records of `part` in offset order, as batches of the declared Arrow schema."""
+    from wal3_spark.reader import read_range
+
+    for r in part.ranges:
+        batch = rebuild(read_range(store, r, payload, verify=verify), target)
+        for lo in range(0, batch.num_rows, batch_rows):
+            yield batch.slice(lo, batch_rows)
