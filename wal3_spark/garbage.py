@@ -1,0 +1,439 @@
+"""The garbage record (`gc/GARBAGE`) and garbage collection's decisions as pure functions.
+
+`compute_garbage` decides, from a manifest value and a cutoff, what garbage collection removes;
+`apply_garbage` turns a manifest into the one without that garbage. Neither does I/O except
+through the snapshot loader it is given, so both are tested on plain values (FORMAT.md section 8,
+seed 001 "Garbage Collection Dance"). `wal3_spark.gc` holds the I/O.
+
+The JSON is Chroma's `Garbage` (field names, order and meaning), with one wal3-spark extension:
+`applied_epoch_us`, written after the manifest no longer references the garbage. Phase 3 waits a
+grace interval counted from that moment (Chroma's serde ignores the unknown field).
+
+Decisions (where Chroma's code differs, ours is stricter or collects more, never less safely):
+- everything is decided against the requested cutoff: whole snapshots and whole fragments whose
+  `limit <= cutoff` are dropped; a fragment holding any offset >= cutoff is kept whole;
+- at most one top-level snapshot straddles the cutoff; its kept part is rebuilt (recursively,
+  one new snapshot per level of the straddling chain, `snapshots_to_make`) and the rebuilt root
+  replaces it at the same place (`snapshot_for_root`), so pointer depths stay ordered;
+- `first_to_keep` is the start of the first record kept (the limit of the last dropped fragment),
+  which becomes the manifest's `initial_offset`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from wal3_spark.errors import CorruptLog, Wal3Error
+from wal3_spark.format import (
+    FIRST_OFFSET,
+    GARBAGE_KEY,
+    FragmentRef,
+    SnapshotPointer,
+    _offset,
+    _setsum,
+    dumps,
+    loads,
+    position,
+    snapshot_key,
+)
+from wal3_spark.manifest import Manifest, Snapshot
+from wal3_spark.setsum import Setsum
+
+GC_WRITER = "garbage collection"
+
+SnapshotLoader = Callable[[SnapshotPointer], Snapshot]
+
+
+class GarbageError(Wal3Error):
+    """The garbage record is malformed or cannot be computed."""
+
+
+class GarbageStale(GarbageError):
+    """The garbage no longer applies to the manifest (a writer rolled the fragments it names
+    into a snapshot in the meantime): reset it and compute it again."""
+
+
+def seq_no_fragment_path(seq_no: int) -> str:
+    """Chroma's S3 fragment path for a sequence number (FORMAT.md section 1)."""
+    bucket = seq_no - seq_no % 4096
+    return f"log/Bucket={bucket:016x}/FragmentSeqNo={seq_no:016x}.parquet"
+
+
+def parse_fragment_uuid(key: str) -> uuid.UUID | None:
+    """The UUID of a `log/Uuid=<uuid>.parquet` key, or None for any other key."""
+    base = key.rsplit("/", 1)[-1]
+    if not (base.startswith("Uuid=") and base.endswith(".parquet")):
+        return None
+    try:
+        return uuid.UUID(base[len("Uuid=") : -len(".parquet")])
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class Garbage:
+    """What one garbage collection removes; Chroma's `Garbage` JSON."""
+
+    snapshots_to_drop: tuple[SnapshotPointer, ...] = ()
+    snapshots_to_make: tuple[Snapshot, ...] = ()
+    snapshot_for_root: SnapshotPointer | None = None
+    fragments_to_drop_start: int = 0
+    fragments_to_drop_limit: int = 0
+    fragments_to_drop_uuid_limit: str | None = None
+    fragments_are_uuids: bool = False
+    setsum_to_discard: Setsum = field(default_factory=Setsum)
+    first_to_keep: int = FIRST_OFFSET
+    #: wal3-spark extension: when the manifest was seen without this garbage (µs since epoch)
+    applied_epoch_us: int | None = None
+
+    # -- values -------------------------------------------------------------------------
+
+    @classmethod
+    def empty(cls) -> Garbage:
+        return cls()
+
+    def is_empty(self) -> bool:
+        return replace(self, applied_epoch_us=None) == Garbage()
+
+    @property
+    def seq_nos(self) -> range:
+        return range(self.fragments_to_drop_start, self.fragments_to_drop_limit)
+
+    def fragment_paths(self) -> list[str]:
+        """Paths of the sequence-numbered fragments to delete (UUID fragments are found by
+        listing: every unreferenced one older than the grace interval goes)."""
+        return [seq_no_fragment_path(s) for s in self.seq_nos]
+
+    def snapshot_paths(self) -> list[str]:
+        return [p.path_to_snapshot for p in self.snapshots_to_drop]
+
+    # -- JSON ---------------------------------------------------------------------------
+
+    def to_json(self) -> bytes:
+        doc: dict[str, Any] = {
+            "snapshots_to_drop": [p.to_json() for p in self.snapshots_to_drop],
+            "snapshots_to_make": [_snapshot_doc(s) for s in self.snapshots_to_make],
+            "snapshot_for_root": self.snapshot_for_root.to_json() if self.snapshot_for_root else None,
+            "fragments_to_drop_start": self.fragments_to_drop_start,
+            "fragments_to_drop_limit": self.fragments_to_drop_limit,
+        }
+        if self.fragments_to_drop_uuid_limit is not None:
+            doc["fragments_to_drop_uuid_limit"] = self.fragments_to_drop_uuid_limit
+        doc["fragments_are_uuids"] = self.fragments_are_uuids
+        doc["setsum_to_discard"] = self.setsum_to_discard.hexdigest()
+        doc["first_to_keep"] = position(self.first_to_keep)
+        if self.applied_epoch_us is not None:
+            doc["applied_epoch_us"] = self.applied_epoch_us
+        return dumps(doc)
+
+    @classmethod
+    def from_json(cls, data: bytes, obj: str = GARBAGE_KEY) -> Garbage:
+        if not data.strip():
+            return cls.empty()  # a zero-byte file is the empty garbage too
+        doc = loads(data, obj)
+        if not isinstance(doc, dict):
+            raise CorruptLog("garbage is a JSON object", obj, repr(doc)[:80])
+        try:
+            root = doc.get("snapshot_for_root")
+            uuid_limit = doc.get("fragments_to_drop_uuid_limit")
+            if uuid_limit is not None:
+                uuid_limit = str(uuid.UUID(str(uuid_limit)))
+            applied = doc.get("applied_epoch_us")
+            if applied is not None and (not isinstance(applied, int) or isinstance(applied, bool)):
+                raise CorruptLog("field type", obj, f"'applied_epoch_us' is {applied!r}")
+            return cls(
+                snapshots_to_drop=tuple(
+                    SnapshotPointer.from_json(p, obj) for p in doc.get("snapshots_to_drop", [])
+                ),
+                snapshots_to_make=tuple(
+                    Snapshot.from_json(s, obj) for s in doc.get("snapshots_to_make", [])
+                ),
+                snapshot_for_root=SnapshotPointer.from_json(root, obj) if root else None,
+                fragments_to_drop_start=int(doc.get("fragments_to_drop_start", 0)),
+                fragments_to_drop_limit=int(doc.get("fragments_to_drop_limit", 0)),
+                fragments_to_drop_uuid_limit=uuid_limit,
+                fragments_are_uuids=bool(doc.get("fragments_are_uuids", False)),
+                setsum_to_discard=_setsum(
+                    doc.get("setsum_to_discard", Setsum().hexdigest()), obj, "setsum_to_discard"
+                ),
+                first_to_keep=_offset(doc.get("first_to_keep", position(FIRST_OFFSET)), obj, "first_to_keep"),
+                applied_epoch_us=applied,
+            )
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise CorruptLog("well-formed garbage", obj, str(exc)) from None
+
+    # -- summary ------------------------------------------------------------------------
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "first_to_keep": self.first_to_keep,
+            "snapshots_to_drop": len(self.snapshots_to_drop),
+            "snapshots_to_make": len(self.snapshots_to_make),
+            "fragments_to_drop_seq_nos": len(self.seq_nos),
+            "fragments_to_drop_uuid_limit": self.fragments_to_drop_uuid_limit,
+            "setsum_to_discard": self.setsum_to_discard.hexdigest(),
+            "applied_epoch_us": self.applied_epoch_us,
+        }
+
+
+def _snapshot_doc(snapshot: Snapshot) -> dict[str, Any]:
+    return loads(snapshot.to_json(), snapshot.path)
+
+
+# ------------------------------------------------------------------------------ computing
+
+
+@dataclass
+class _Acc:
+    load: SnapshotLoader
+    cutoff: int
+    snapshots_to_drop: list[SnapshotPointer] = field(default_factory=list)
+    snapshots_to_make: list[Snapshot] = field(default_factory=list)
+    fragments: list[FragmentRef] = field(default_factory=list)
+
+    def drop_fragment(self, frag: FragmentRef) -> Setsum:
+        self.fragments.append(frag)
+        return frag.setsum
+
+    def drop_snapshot(self, pointer: SnapshotPointer) -> Setsum:
+        """Drop a whole snapshot (and, recursively, everything under it)."""
+        snapshot = self.load(pointer)
+        acc = Setsum()
+        for child in snapshot.snapshots:
+            acc += self.drop_snapshot(child)
+        for frag in snapshot.fragments:
+            acc += self.drop_fragment(frag)
+        if acc != snapshot.setsum or snapshot.setsum != pointer.setsum:
+            raise CorruptLog(
+                "a dropped snapshot's setsum equals the sum of what it holds",
+                pointer.path_to_snapshot,
+                f"pointer {pointer.setsum.hexdigest()}, children {acc.hexdigest()}",
+            )
+        self.snapshots_to_drop.append(pointer)
+        return acc
+
+    def straddle(self, pointer: SnapshotPointer) -> tuple[Setsum, list[SnapshotPointer], list[FragmentRef]]:
+        """Walk a snapshot straddling the cutoff: drop what lies wholly below it and return
+        (dropped setsum, whole pointers kept, fragments kept from the deepest straddled level),
+        in offset order. The snapshot itself and the straddled ones under it become garbage."""
+        snapshot = self.load(pointer)
+        dropped = Setsum()
+        kept_pointers: list[SnapshotPointer] = []
+        kept_fragments: list[FragmentRef] = []
+        remainder: list[FragmentRef] = []
+        for child in snapshot.snapshots:
+            if child.limit <= self.cutoff:
+                dropped += self.drop_snapshot(child)
+            elif child.start < self.cutoff and not remainder and self._drops_inside(child):
+                delta, pointers, remainder = self.straddle(child)
+                dropped += delta
+                kept_pointers.extend(pointers)
+            else:
+                kept_pointers.append(child)
+        for frag in snapshot.fragments:
+            if frag.limit <= self.cutoff:
+                dropped += self.drop_fragment(frag)
+            else:
+                kept_fragments.append(frag)
+        self.snapshots_to_drop.append(pointer)
+        return dropped, kept_pointers, remainder + kept_fragments
+
+    def _drops_inside(self, pointer: SnapshotPointer) -> bool:
+        """Whether anything under a straddling snapshot lies wholly below the cutoff."""
+        snapshot = self.load(pointer)
+        if snapshot.fragments:
+            return snapshot.fragments[0].limit <= self.cutoff
+        first = snapshot.snapshots[0]
+        return first.limit <= self.cutoff or self._drops_inside(first)
+
+    def replace_snapshot(self, pointer: SnapshotPointer) -> tuple[Setsum, SnapshotPointer] | None:
+        """Rebuild a top-level snapshot straddling the cutoff without what lies wholly below it,
+        as one new snapshot of the same depth (so the manifest's pointers stay in depth order);
+        None when that is impossible (the kept part is a single fragment under a deeper tree)
+        or when nothing under it lies below the cutoff: then it is kept whole."""
+        if not self._drops_inside(pointer):
+            return None
+        mark = (len(self.snapshots_to_drop), len(self.fragments))
+        dropped, pointers, fragments = self.straddle(pointer)
+        made: list[Snapshot] = []
+        if pointer.depth == 1:
+            root = Snapshot.of_fragments(fragments, GC_WRITER)
+        else:
+            # A one-child snapshot would share its child's setsum, hence its path: open up a
+            # lone kept pointer into its children, split lone fragments in two.
+            while len(pointers) + (1 if fragments else 0) < 2:
+                if pointers:
+                    lone = pointers.pop()
+                    inner = self.load(lone)
+                    self.snapshots_to_drop.append(lone)
+                    pointers, fragments = list(inner.snapshots), list(inner.fragments)
+                elif len(fragments) >= 2:
+                    break
+                else:
+                    del self.snapshots_to_drop[mark[0]:]
+                    del self.fragments[mark[1]:]
+                    return None
+            half = len(fragments) // 2
+            parts = [fragments] if pointers else [fragments[:half], fragments[half:]]
+            made = [Snapshot.of_fragments(p, GC_WRITER) for p in parts if p]
+            children = sorted([s.pointer() for s in made] + pointers, key=lambda c: c.start)
+            setsum = Setsum.sum(c.setsum for c in children)
+            root = Snapshot(
+                snapshot_key(setsum), pointer.depth, setsum, GC_WRITER, tuple(children), ()
+            )
+        root.scrub()
+        if root.setsum + dropped != pointer.setsum:
+            raise CorruptLog(
+                "a rebuilt snapshot plus what it drops equals the original",
+                pointer.path_to_snapshot,
+                "setsums do not balance",
+            )
+        self.snapshots_to_make.extend(made + [root])
+        return dropped, root.pointer()
+
+
+def compute_garbage(manifest: Manifest, cutoff: int, load: SnapshotLoader) -> Garbage | None:
+    """The garbage below `cutoff` (the first offset that must stay readable), or None.
+
+    `load` returns the snapshot a pointer names (e.g. `wal3_spark.reader.load_snapshot`
+    bound to a store). Fragments are never split: one holding any offset >= cutoff is kept.
+    """
+    if cutoff <= manifest.oldest_offset:
+        return None
+    acc = _Acc(load, cutoff)
+    discard = Setsum()
+    root: SnapshotPointer | None = None
+    straddled = False
+    for pointer in manifest.snapshots:
+        if pointer.limit <= cutoff:
+            discard += acc.drop_snapshot(pointer)
+        elif pointer.start < cutoff:
+            replaced = acc.replace_snapshot(pointer)
+            if replaced is not None:
+                discard += replaced[0]
+                root = replaced[1]
+            straddled = True
+            break
+        else:
+            straddled = True
+            break
+    if not straddled:
+        for frag in manifest.fragments:
+            if frag.limit > cutoff:
+                break
+            discard += acc.drop_fragment(frag)
+    if not acc.fragments:
+        return None
+    if Setsum.sum(f.setsum for f in acc.fragments) != discard:
+        raise GarbageError("garbage setsums do not balance (internal error)")
+    first_to_keep = max(f.limit for f in acc.fragments)
+    seq_nos = [f.seq_no for f in acc.fragments if isinstance(f.seq_no, int)]
+    uuids = [uuid.UUID(f.seq_no) for f in acc.fragments if isinstance(f.seq_no, str)]
+    are_uuids = not seq_nos and not manifest.uses_seq_nos
+    start = limit = 0
+    if seq_nos:
+        if uuids:
+            raise CorruptLog(
+                "fragment identifiers are all sequence numbers or all UUIDs",
+                GARBAGE_KEY,
+                "mixed identifiers below the cutoff",
+            )
+        for lhs, rhs in zip(seq_nos, seq_nos[1:]):
+            if rhs != lhs + 1:
+                raise CorruptLog(
+                    "dropped sequence numbers are contiguous", GARBAGE_KEY, f"{lhs} then {rhs}"
+                )
+        start, limit = seq_nos[0], seq_nos[-1] + 1
+    uuid_limit = None
+    if are_uuids and uuids:
+        remaining = [
+            uuid.UUID(f.seq_no)
+            for f in manifest.fragments
+            if f.limit > first_to_keep and isinstance(f.seq_no, str)
+        ]
+        if remaining:
+            uuid_limit = str(min(remaining))
+        else:
+            uuid_limit = str(uuid.UUID(int=min(max(uuids).int + 1, (1 << 128) - 1)))
+    return Garbage(
+        snapshots_to_drop=tuple(acc.snapshots_to_drop),
+        snapshots_to_make=tuple(acc.snapshots_to_make),
+        snapshot_for_root=root,
+        fragments_to_drop_start=start,
+        fragments_to_drop_limit=limit,
+        fragments_to_drop_uuid_limit=uuid_limit,
+        fragments_are_uuids=are_uuids,
+        setsum_to_discard=discard,
+        first_to_keep=first_to_keep,
+    )
+
+
+# ------------------------------------------------------------------------------- applying
+
+
+def garbage_applied(manifest: Manifest, garbage: Garbage) -> bool:
+    """True when the manifest no longer references anything the garbage drops."""
+    return manifest.oldest_offset >= garbage.first_to_keep
+
+
+def apply_garbage(manifest: Manifest, garbage: Garbage, writer: str = GC_WRITER) -> Manifest | None:
+    """The manifest without the garbage (phase 2), or None when it is already applied.
+
+    The setsum is unchanged and `collected` grows by exactly `setsum_to_discard`. Raises
+    GarbageStale when the manifest changed so that the garbage no longer applies exactly.
+    """
+    if garbage.is_empty():
+        raise GarbageError("cannot apply empty garbage")
+    if garbage_applied(manifest, garbage):
+        return None
+    removed = Setsum()
+    snapshots = []
+    for pointer in manifest.snapshots:
+        if pointer in garbage.snapshots_to_drop:
+            removed += pointer.setsum
+        else:
+            snapshots.append(pointer)
+    fragments = []
+    seq_nos = garbage.seq_nos
+    for frag in manifest.fragments:
+        if isinstance(frag.seq_no, int):
+            drop = frag.seq_no in seq_nos
+        else:
+            drop = garbage.fragments_are_uuids and frag.limit <= garbage.first_to_keep
+        if drop:
+            removed += frag.setsum
+        else:
+            fragments.append(frag)
+    root = garbage.snapshot_for_root
+    if root is not None and root not in snapshots:
+        snapshots.insert(0, root)
+        removed -= root.setsum
+    if removed != garbage.setsum_to_discard:
+        raise GarbageStale(
+            f"the garbage no longer applies: the manifest would discard {removed.hexdigest()}, "
+            f"the garbage says {garbage.setsum_to_discard.hexdigest()}"
+        )
+    new = replace(
+        manifest,
+        writer=writer,
+        snapshots=tuple(snapshots),
+        fragments=tuple(fragments),
+        collected=manifest.collected + garbage.setsum_to_discard,
+        initial_offset=garbage.first_to_keep,
+        initial_seq_no=(
+            garbage.fragments_to_drop_limit if seq_nos else manifest.initial_seq_no
+        ),
+    )
+    try:
+        new.scrub()
+    except CorruptLog as exc:
+        raise GarbageStale(f"the garbage no longer applies: {exc}") from None
+    if new.oldest_offset != garbage.first_to_keep:
+        raise GarbageStale(
+            f"the garbage no longer applies: oldest offset would be {new.oldest_offset}, "
+            f"not {garbage.first_to_keep}"
+        )
+    return new
