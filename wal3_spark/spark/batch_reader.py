@@ -164,6 +164,8 @@ class Wal3BatchReader(DataSourceReader):
     def read(self, partition: Wal3Partition):
         from wal3_spark.spark.tasks import read_partition
 
+        if not hasattr(partition, "part"):  # Spark's stand-in when partitions() found nothing
+            return
         yield from read_partition(
             self.options.open_store(), partition.part, partition.payload, self.target,
             verify=self.options.verify_on_read,

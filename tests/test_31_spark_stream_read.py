@@ -1,0 +1,128 @@
+"""Streaming source on local[2,4]: admission control, AvailableNow, restarts, cursor, errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.test_30_spark_batch import append, corrupt_fragment, gc_first_fragment, sample
+from wal3_spark.cursors import CursorStore
+from wal3_spark.reader import LogReader
+from wal3_spark.storage import open_store
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def stream(spark, url: str, **options):
+    return spark.readStream.format("wal3").options(**options).load(url)
+
+
+def run_available_now(spark, url, ckpt, sink, **options):
+    """Run one AvailableNow query into a Parquet sink; return its progress list."""
+    q = (
+        stream(spark, url, **options).writeStream.format("parquet")
+        .option("checkpointLocation", str(ckpt)).option("path", str(sink))
+        .trigger(availableNow=True).start()
+    )
+    q.awaitTermination(240)
+    assert not q.isActive
+    if q.exception():
+        raise q.exception()
+    return q.recentProgress
+
+
+def sink_rows(spark, sink):
+    return spark.read.parquet(str(sink)).collect()
+
+
+def test_max_records_per_trigger_bounds_batches_and_available_now_stops(spark, log_url, tmp_path):
+    append(sample(spark, 1000, parts=2), log_url)
+    progress = run_available_now(spark, log_url, tmp_path / "ckpt", tmp_path / "out",
+                                 maxRecordsPerTrigger="300")
+    sizes = [p["numInputRows"] for p in progress if p["numInputRows"]]
+    assert sizes == [300, 300, 300, 100]
+    rows = sink_rows(spark, tmp_path / "out")
+    assert sorted(r._offset for r in rows) == list(range(1, 1001))
+    assert sorted(r.id for r in rows) == list(range(1000))
+
+
+def test_max_fragments_and_bytes_per_trigger(spark, log_url, tmp_path):
+    for i in range(5):
+        append(sample(spark, 100, start=100 * i, parts=1), log_url)
+    progress = run_available_now(spark, log_url, tmp_path / "c1", tmp_path / "o1",
+                                 maxFragmentsPerTrigger="2")
+    assert [p["numInputRows"] for p in progress if p["numInputRows"]] == [200, 200, 100]
+    progress = run_available_now(spark, log_url, tmp_path / "c2", tmp_path / "o2",
+                                 maxBytesPerTrigger="1")  # always at least one fragment
+    assert [p["numInputRows"] for p in progress if p["numInputRows"]] == [100] * 5
+    assert len(sink_rows(spark, tmp_path / "o2")) == 500
+
+
+def test_restart_from_checkpoint_delivers_every_record_once(spark, log_url, tmp_path):
+    ckpt, out = tmp_path / "ckpt", tmp_path / "out"
+    append(sample(spark, 500), log_url)
+
+    def start():
+        return (
+            stream(spark, log_url, maxRecordsPerTrigger="200", cursor="consumer")
+            .writeStream.format("parquet").option("checkpointLocation", str(ckpt))
+            .option("path", str(out)).start()
+        )
+
+    q = start()
+    q.processAllAvailable()
+    q.stop()
+    append(sample(spark, 300, start=500), log_url)
+    q = start()  # a fresh query on the same checkpoint
+    q.processAllAvailable()
+    append(sample(spark, 200, start=800), log_url)
+    q.processAllAvailable()
+    q.stop()
+    rows = sink_rows(spark, out)
+    assert sorted(r.id for r in rows) == list(range(1000))
+    assert sorted(r._offset for r in rows) == list(range(1, 1001))
+    # the cursor trails the checkpoint by at most one batch, and pins what is unread
+    cursor = CursorStore(open_store(log_url)).get("consumer")
+    assert cursor is not None and 801 <= cursor.cursor.offset <= 1001
+
+
+def test_starting_offsets_latest_and_offset(spark, log_url, tmp_path):
+    append(sample(spark, 100), log_url)
+    run_available_now(spark, log_url, tmp_path / "c1", tmp_path / "o1", startingOffsets="latest")
+    assert not (tmp_path / "o1").exists() or len(sink_rows(spark, tmp_path / "o1")) == 0
+    run_available_now(spark, log_url, tmp_path / "c2", tmp_path / "o2", startingOffsets="91")
+    assert sorted(r._offset for r in sink_rows(spark, tmp_path / "o2")) == list(range(91, 101))
+
+
+def test_garbage_collected_start_fails_or_skips(spark, log_url, tmp_path):
+    append(sample(spark, 10, parts=1), log_url)
+    append(sample(spark, 10, start=10, parts=1), log_url)
+    start, limit = gc_first_fragment(log_url)
+    with pytest.raises(Exception) as info:
+        run_available_now(spark, log_url, tmp_path / "c1", tmp_path / "o1", startingOffsets="1")
+    assert f"offsets [1, {limit})" in str(info.value)
+    run_available_now(spark, log_url, tmp_path / "c2", tmp_path / "o2", startingOffsets="1",
+                      failOnDataLoss="false")
+    assert sorted(r._offset for r in sink_rows(spark, tmp_path / "o2")) == list(range(limit, 21))
+
+
+def test_corrupted_fragment_fails_the_stream_naming_it(spark, log_url, tmp_path):
+    append(sample(spark, 50, parts=1), log_url)
+    store = open_store(log_url)
+    ref = LogReader(store).manifest().fragments[0]
+    corrupt_fragment(store, ref.path)
+    with pytest.raises(Exception) as info:
+        run_available_now(spark, log_url, tmp_path / "c", tmp_path / "o")
+    assert ref.path in str(info.value) and "setsum" in str(info.value)
+
+
+def test_missing_log_fails_the_stream(spark, log_url):
+    with pytest.raises(Exception, match="no wal3 log at"):
+        stream(spark, log_url).writeStream.format("console").start().stop()
+
+
+def test_stream_unknown_option(spark, log_url):
+    append(sample(spark, 5), log_url)
+    with pytest.raises(Exception, match="maxRecordsPerTrigger"):
+        q = stream(spark, log_url, maxRowsPerTrigger="5").writeStream.format("noop").start()
+        q.processAllAvailable()
+        q.stop()
