@@ -158,8 +158,9 @@ def test_05_garbage_json_round_trips_with_chroma_field_names():
     assert list(doc) == [
         "snapshots_to_drop", "snapshots_to_make", "snapshot_for_root", "fragments_to_drop_start",
         "fragments_to_drop_limit", "fragments_to_drop_uuid_limit", "fragments_are_uuids",
-        "setsum_to_discard", "first_to_keep",
+        "setsum_to_discard", "first_to_keep", "fragment_paths_to_drop",
     ]
+    assert doc["fragment_paths_to_drop"] == [f.path for f in all_fragments(m, snaps) if f.limit <= 123]
     assert Garbage.from_json(g.to_json()) == g
     assert Garbage.from_json(Garbage.empty().to_json()).is_empty()
     assert Garbage.from_json(b"").is_empty()

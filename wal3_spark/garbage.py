@@ -5,9 +5,11 @@
 through the snapshot loader it is given, so both are tested on plain values (FORMAT.md section 8,
 seed 001 "Garbage Collection Dance"). `wal3_spark.gc` holds the I/O.
 
-The JSON is Chroma's `Garbage` (field names, order and meaning), with one wal3-spark extension:
-`applied_epoch_us`, written after the manifest no longer references the garbage. Phase 3 waits a
-grace interval counted from that moment (Chroma's serde ignores the unknown field).
+The JSON is Chroma's `Garbage` (field names, order and meaning), with two wal3-spark extensions
+that Chroma's serde ignores: `fragment_paths_to_drop` (the UUID fragments dropped, which phase 3
+deletes affirmatively; Chroma keeps that set in memory between its phases) and
+`applied_epoch_us`, written once the manifest no longer references the garbage: phase 3 waits a
+grace interval counted from that moment.
 
 Decisions (where Chroma's code differs, ours is stricter or collects more, never less safely):
 - everything is decided against the requested cutoff: whole snapshots and whole fragments whose
@@ -86,6 +88,9 @@ class Garbage:
     fragments_are_uuids: bool = False
     setsum_to_discard: Setsum = field(default_factory=Setsum)
     first_to_keep: int = FIRST_OFFSET
+    #: wal3-spark extension: the paths of the UUID fragments dropped, so that phase 3 deletes
+    #: them affirmatively (Chroma keeps this set in memory between its phases)
+    fragment_paths_to_drop: tuple[str, ...] = ()
     #: wal3-spark extension: when the manifest was seen without this garbage (µs since epoch)
     applied_epoch_us: int | None = None
 
@@ -103,9 +108,9 @@ class Garbage:
         return range(self.fragments_to_drop_start, self.fragments_to_drop_limit)
 
     def fragment_paths(self) -> list[str]:
-        """Paths of the sequence-numbered fragments to delete (UUID fragments are found by
-        listing: every unreferenced one older than the grace interval goes)."""
-        return [seq_no_fragment_path(s) for s in self.seq_nos]
+        """Paths of the fragments to delete: sequence-numbered ones from their range, UUID
+        ones as listed (orphans are found by listing, see `wal3_spark.gc`)."""
+        return [seq_no_fragment_path(s) for s in self.seq_nos] + list(self.fragment_paths_to_drop)
 
     def snapshot_paths(self) -> list[str]:
         return [p.path_to_snapshot for p in self.snapshots_to_drop]
@@ -125,6 +130,8 @@ class Garbage:
         doc["fragments_are_uuids"] = self.fragments_are_uuids
         doc["setsum_to_discard"] = self.setsum_to_discard.hexdigest()
         doc["first_to_keep"] = position(self.first_to_keep)
+        if self.fragment_paths_to_drop:
+            doc["fragment_paths_to_drop"] = list(self.fragment_paths_to_drop)
         if self.applied_epoch_us is not None:
             doc["applied_epoch_us"] = self.applied_epoch_us
         return dumps(doc)
@@ -160,6 +167,7 @@ class Garbage:
                     doc.get("setsum_to_discard", Setsum().hexdigest()), obj, "setsum_to_discard"
                 ),
                 first_to_keep=_offset(doc.get("first_to_keep", position(FIRST_OFFSET)), obj, "first_to_keep"),
+                fragment_paths_to_drop=tuple(str(p) for p in doc.get("fragment_paths_to_drop", [])),
                 applied_epoch_us=applied,
             )
         except (TypeError, ValueError, AttributeError) as exc:
@@ -175,6 +183,7 @@ class Garbage:
             "fragments_to_drop_seq_nos": len(self.seq_nos),
             "fragments_to_drop_uuid_limit": self.fragments_to_drop_uuid_limit,
             "setsum_to_discard": self.setsum_to_discard.hexdigest(),
+            "fragments_to_drop": len(self.seq_nos) + len(self.fragment_paths_to_drop),
             "applied_epoch_us": self.applied_epoch_us,
         }
 
@@ -368,6 +377,7 @@ def compute_garbage(manifest: Manifest, cutoff: int, load: SnapshotLoader) -> Ga
         fragments_are_uuids=are_uuids,
         setsum_to_discard=discard,
         first_to_keep=first_to_keep,
+        fragment_paths_to_drop=tuple(f.path for f in acc.fragments if isinstance(f.seq_no, str)),
     )
 
 

@@ -1,0 +1,295 @@
+"""Garbage collection on real stores (local filesystem and SeaweedFS S3): phases, crashes,
+orphans, concurrent writers, safety checks."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from wal3_spark.cursors import CursorStore
+from wal3_spark.format import FRAGMENT_PREFIX, GARBAGE_KEY, SNAPSHOT_PREFIX
+from wal3_spark.fragment import encode_raw, write_fragment
+from wal3_spark.garbage import Garbage, compute_garbage
+from wal3_spark.gc import PHASES, GarbageCollector, GCRefused, GCStopped, load_garbage, referenced
+from wal3_spark.manifest import Manifest, Snapshot, SnapshotOptions
+from wal3_spark.reader import LogReader, iter_fragments, load_snapshot
+from wal3_spark.setsum import Setsum
+from wal3_spark.storage import open_store
+from wal3_spark.verify import verify
+from wal3_spark.writer import LogWriter
+
+TESTDATA = Path(__file__).resolve().parents[2] / "shared" / "testdata" / "chroma"
+
+
+def body(i: int) -> bytes:
+    return b"record-%06d" % i
+
+
+def fill(store, appends: int = 10, per: int = 5, **kw) -> LogWriter:
+    writer = LogWriter(store, **kw)
+    n = 0
+    for _ in range(appends):
+        writer.append([body(n + j) for j in range(per)])
+        n += per
+    return writer
+
+
+def keys(store, prefix: str) -> set[str]:
+    return {m.key for m in store.list(prefix)}
+
+
+def offsets_and_bodies(store, start: int) -> list[tuple[int, bytes]]:
+    table = LogReader(store).read_table(start)
+    return list(zip(table.column("_offset").to_pylist(), table.column("body").to_pylist()))
+
+
+def clean(store) -> None:
+    report = verify(store)
+    assert report.ok, report.problems
+    assert report.problems == [], report.problems  # not even unreferenced objects
+
+
+@pytest.fixture
+def store(store_url, store_options):
+    return open_store(store_url, store_options)
+
+
+def test_00_three_cursors_collect_exactly_the_fragments_below_the_lowest(store):
+    fill(store)  # 10 fragments of 5 records: [1,6) [6,11) ... [46,51)
+    cursors = CursorStore(store)
+    cursors.create("fast", 44)
+    cursors.create("slow", 23)
+    cursors.create("mid", 31)
+    before = Committer_manifest(store)
+    expected_dropped = [f for f in before.fragments if f.limit <= 23]
+    expected_kept = [f for f in before.fragments if f.limit > 23]
+    assert len(expected_dropped) == 4
+
+    report = GarbageCollector(store, grace_s=0).run()
+
+    after = Committer_manifest(store)
+    assert report.cutoff == 23 and report.first_to_keep == 21
+    assert report.steps == ["compute", "apply", "mark", "delete", "reset"]
+    assert list(after.fragments) == expected_kept
+    assert after.setsum == before.setsum
+    assert after.collected == before.collected + Setsum.sum(f.setsum for f in expected_dropped)
+    assert after.initial_offset == 21 == after.oldest_offset
+    assert keys(store, FRAGMENT_PREFIX) == {f.path for f in expected_kept}
+    assert load_garbage(store)[0].is_empty() and store.exists(GARBAGE_KEY)
+    clean(store)
+    # a reader positioned at the cursor continues without loss
+    assert offsets_and_bodies(store, 23) == [(o, body(o - 1)) for o in range(23, 51)]
+    # and the next append goes on at the tail
+    LogWriter(store).append([b"after-gc"])
+    assert offsets_and_bodies(store, 50)[-1] == (51, b"after-gc")
+    # a second run has nothing to do
+    again = GarbageCollector(store, grace_s=0).run()
+    assert again.steps == [] and again.deleted == [] and again.orphans_deleted == []
+
+
+def Committer_manifest(store) -> Manifest:
+    return LogReader(store).manifest()
+
+
+@pytest.mark.parametrize("phase", PHASES)
+def test_01_a_crash_after_any_phase_is_finished_by_the_next_run(store, phase):
+    fill(store, appends=8)
+    CursorStore(store).create("c", 27)
+    before = Committer_manifest(store)
+    kept = [f for f in before.fragments if f.limit > 27]
+    dropped = [f for f in before.fragments if f.limit <= 27]
+
+    with pytest.raises(GCStopped):
+        GarbageCollector(store, grace_s=0, stop_after=phase).run()
+    # readers keep working from the cursor whatever the step the crash came after
+    assert offsets_and_bodies(store, 27)[0] == (27, body(26))
+    report = GarbageCollector(store, grace_s=0).run()
+    # the rerun does the remaining steps (deleting again is harmless: deletes are idempotent)
+    remaining = list(PHASES[PHASES.index(phase) + 1 :])
+    assert report.steps == (["delete", "reset"] if phase == "delete" else remaining)
+
+    # the same end state as an uninterrupted run (test_00)
+    after = Committer_manifest(store)
+    assert list(after.fragments) == kept
+    assert after.collected == Setsum.sum(f.setsum for f in dropped)
+    assert after.setsum == before.setsum
+    assert keys(store, FRAGMENT_PREFIX) == {f.path for f in kept}
+    assert load_garbage(store)[0].is_empty()
+    clean(store)
+
+
+def test_02_phase_3_waits_for_the_grace_interval(store):
+    fill(store, appends=6)
+    CursorStore(store).create("c", 20)
+    t0 = time.time()
+    clock = [t0]
+    gc = GarbageCollector(store, grace_s=3600, now=lambda: clock[0])
+    first = gc.run()
+    assert first.steps == ["compute", "apply", "mark"]
+    assert first.delete_after == pytest.approx(t0 + 3600, abs=1)
+    pending, _ = load_garbage(store)
+    assert not pending.is_empty() and pending.applied_epoch_us == int(t0 * 1e6)
+    # applied: the manifest no longer references them, but the files stay for readers
+    assert len(keys(store, FRAGMENT_PREFIX)) == 6
+    assert len(Committer_manifest(store).fragments) == 3
+    assert verify(store).ok
+    clock[0] = t0 + 3599
+    assert gc.run().steps == []
+    assert len(keys(store, FRAGMENT_PREFIX)) == 6
+    clock[0] = t0 + 3601
+    assert gc.run().steps == ["delete", "reset"]
+    assert len(keys(store, FRAGMENT_PREFIX)) == 3
+    clean(store)
+
+
+def test_03_orphans_of_aborted_appends_go_only_after_the_grace_interval(store):
+    fill(store, appends=3)
+    # an aborted append: the fragment was written, the commit never happened
+    orphan = write_fragment(store, encode_raw([b"lost"], int(time.time() * 1e6)))
+    assert orphan.path in keys(store, FRAGMENT_PREFIX)
+    t0 = time.time()
+    report = GarbageCollector(store, grace_s=3600, now=lambda: t0).run()
+    assert report.orphans_deleted == [] and orphan.path in keys(store, FRAGMENT_PREFIX)
+    dry = GarbageCollector(store, grace_s=3600, now=lambda: t0 + 3601).run(dry_run=True)
+    assert dry.orphans_deleted == [orphan.path] and orphan.path in keys(store, FRAGMENT_PREFIX)
+    late = GarbageCollector(store, grace_s=3600, now=lambda: t0 + 3601).run()
+    assert late.orphans_deleted == [orphan.path]
+    assert orphan.path not in keys(store, FRAGMENT_PREFIX)
+    # referenced fragments are never orphans, however old
+    assert len(keys(store, FRAGMENT_PREFIX)) == 3
+    much_later = GarbageCollector(store, grace_s=0, now=lambda: t0 + 10**6).run()
+    assert much_later.orphans_deleted == []
+    clean(store)
+    assert len(offsets_and_bodies(store, 1)) == 15
+
+
+def test_04_a_writer_appending_throughout_gc_loses_nothing(store):
+    writer = LogWriter(store)
+    appended: list[tuple[int, int]] = []
+    started = threading.Event()
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def append_forever() -> None:
+        n = 0
+        try:
+            while not stop.is_set():
+                result = writer.append([body(n + j) for j in range(3)])
+                appended.append((result.start, n))
+                n += 3
+                if len(appended) >= 5:
+                    started.set()
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+            started.set()
+
+    thread = threading.Thread(target=append_forever)
+    thread.start()
+    try:
+        assert started.wait(60)
+        cursors = CursorStore(store)
+        cutoffs, deleted = [], 0
+        for round_ in range(4):
+            tail = Committer_manifest(store).next_offset
+            cutoffs.append(tail - 4)
+            cursors.advance("reader", tail - 4)
+            # readers need no grace here; writers do: their fragments are not orphans
+            report = GarbageCollector(store, grace_s=0, orphan_grace_s=3600, force=True).run()
+            assert report.orphans_deleted == []
+            deleted += len(report.deleted)
+    finally:
+        stop.set()
+        thread.join(60)
+    assert not errors, errors
+    assert deleted > 0 and len(appended) > 5
+    cutoff = cutoffs[-1]
+    got = offsets_and_bodies(store, cutoff)
+    offsets = [o for o, _ in got]
+    assert offsets == list(range(cutoff, Committer_manifest(store).next_offset))  # exactly once
+    expected = {}
+    for start, n in appended:
+        for j in range(3):
+            expected[start + j] = body(n + j)
+    assert {o: b for o, b in got} == {o: b for o, b in expected.items() if o >= cutoff}
+    assert max(expected) == offsets[-1]
+    clean(store)
+
+
+def test_05_refuses_to_drop_too_much_without_force(store):
+    fill(store, appends=10)
+    CursorStore(store).create("c", 51)  # at the tail: everything would go
+    with pytest.raises(GCRefused, match="force"):
+        GarbageCollector(store, grace_s=0).run()
+    assert load_garbage(store)[0].is_empty() and len(Committer_manifest(store).fragments) == 10
+    report = GarbageCollector(store, grace_s=0, force=True).run()
+    assert report.first_to_keep == 51
+    m = Committer_manifest(store)
+    assert m.fragments == () and m.oldest_offset == m.next_offset == 51
+    clean(store)
+    LogWriter(store).append([b"x"])
+    assert offsets_and_bodies(store, 51) == [(51, b"x")]
+
+
+def test_06_keep_from_only_lowers_and_no_cursor_means_no_collection(store):
+    fill(store, appends=6)
+    assert GarbageCollector(store, grace_s=0).run(keep_from=20).steps == []  # no cursors
+    CursorStore(store).create("c", 21)
+    dry = GarbageCollector(store, grace_s=0).run(keep_from=100, dry_run=True)
+    assert dry.cutoff == 21 and dry.first_to_keep == 21 and dry.steps == []
+    assert load_garbage(store)[0].is_empty() and len(Committer_manifest(store).fragments) == 6
+    report = GarbageCollector(store, grace_s=0).run(keep_from=11)
+    assert report.cutoff == 11 and Committer_manifest(store).oldest_offset == 11
+    clean(store)
+
+
+def test_07_stale_garbage_after_writers_rolled_snapshots_is_recomputed(tmp_path):
+    store = open_store(str(tmp_path / "log"))
+    options = SnapshotOptions(2, 2)
+    fill(store, appends=3)
+    CursorStore(store).create("c", 11)
+    with pytest.raises(GCStopped):
+        GarbageCollector(store, grace_s=0, stop_after="compute").run()
+    # writers roll the garbage's fragments into snapshots before phase 2 runs
+    fill(store, appends=3, snapshot_options=options)
+    assert Committer_manifest(store).snapshots
+    report = GarbageCollector(store, grace_s=0).run()
+    assert any("stale" in n for n in report.notes)
+    assert Committer_manifest(store).oldest_offset <= 11
+    assert verify(store).ok
+    assert offsets_and_bodies(store, 11)[0][0] == 11
+
+
+@pytest.mark.parametrize("cutoff", [9, 33, 57, 118, 151])
+def test_08_snapshot_trees_collect_and_stay_readable(tmp_path, cutoff):
+    store = open_store(str(tmp_path / "log"))
+    fill(store, appends=40, per=4, snapshot_options=SnapshotOptions(3, 3))  # offsets 1..160
+    before = Committer_manifest(store)
+    assert max(p.depth for p in before.snapshots) >= 2
+    CursorStore(store).create("c", cutoff)
+    GarbageCollector(store, grace_s=0, force=True).run()
+    after = Committer_manifest(store)
+    assert after.setsum == before.setsum and after.oldest_offset <= cutoff
+    assert offsets_and_bodies(store, cutoff) == [(o, body(o - 1)) for o in range(cutoff, 161)]
+    refs = referenced(store, after)
+    assert keys(store, SNAPSHOT_PREFIX) == set(refs.snapshots)
+    assert keys(store, FRAGMENT_PREFIX) == set(refs.fragments)
+    clean(store)
+    # writers keep rolling snapshots on the collected manifest
+    fill(store, appends=20, per=1, snapshot_options=SnapshotOptions(3, 3))
+    assert verify(store).ok
+
+
+def test_09_chroma_bad_manifest1_from_a_memory_store():
+    store = open_store("memory://gc-bad-manifest1")
+    for doc in json.loads((TESTDATA / "bad_snapshots1.json").read_bytes()):
+        store.put_if_absent(doc["path"], Snapshot.from_json(doc, doc["path"]).to_json())
+    manifest = Manifest.from_json((TESTDATA / "bad_manifest1.json").read_bytes())
+    garbage = compute_garbage(manifest, 9340, lambda p: load_snapshot(store, p))
+    assert garbage is not None and garbage.first_to_keep <= 9340
+    kept = list(iter_fragments(store, manifest, garbage.first_to_keep))
+    assert kept[0].start == garbage.first_to_keep and kept[-1].limit == manifest.next_offset
+    assert Garbage.from_json(garbage.to_json()) == garbage

@@ -1,0 +1,385 @@
+"""Garbage collection of one log: the I/O around `wal3_spark.garbage`'s pure decisions.
+
+FORMAT.md section 8 and seed 001 ("Garbage Collection Dance"); one run does whatever is due:
+
+1. *compute*: when `gc/GARBAGE` is empty, the cutoff is the lowest cursor (an explicit
+   `keep_from` may only lower it); the snapshots rebuilt for a straddling snapshot are written,
+   then the garbage is written to `gc/GARBAGE` (create, or CAS from the empty value), which is
+   what makes one GC at a time;
+2. *apply*: the manifest is compare-and-swapped without the garbage (`collected` grows by the
+   discarded setsum, `initial_offset` moves; appends racing with it are rebased, never blocked);
+   then the moment is recorded in the garbage (`applied_epoch_us`);
+3. *delete*: once the grace interval has passed since then (readers that loaded an older
+   manifest are done), the dropped snapshots and fragments are deleted and `gc/GARBAGE` is reset
+   to empty.
+
+Every run also deletes orphans: UUID fragments the manifest does not reference that are older
+than the orphan grace interval (failed or aborted appends; writers finish within it). The
+manifest is read after the listing, so a fragment committed before the listing is never one.
+
+Each step is idempotent and recognisable from storage, so a run that crashes after any step is
+finished by the next one. Nothing the current manifest references is ever deleted.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+
+from wal3_spark.committer import Committer, write_snapshot
+from wal3_spark.cursors import CursorStore
+from wal3_spark.errors import (
+    AmbiguousWrite,
+    ObjectNotFound,
+    PreconditionFailed,
+    Wal3Error,
+)
+from wal3_spark.format import FRAGMENT_PREFIX, GARBAGE_KEY, SnapshotPointer
+from wal3_spark.garbage import (
+    Garbage,
+    GarbageStale,
+    apply_garbage,
+    compute_garbage,
+    garbage_applied,
+    parse_fragment_uuid,
+)
+from wal3_spark.manifest import Manifest
+from wal3_spark.reader import load_snapshot
+from wal3_spark.storage.base import ObjectMeta, ObjectStore
+from wal3_spark.uuid7 import uuid7_timestamp_us
+
+log = logging.getLogger(__name__)
+
+DEFAULT_GRACE_S = 3600.0
+#: refuse (without force) to drop more than this share of the records in the log
+DEFAULT_MAX_DROP_SHARE = 0.9
+PHASES = ("compute", "apply", "mark", "delete", "reset")
+
+
+class GCRefused(Wal3Error):
+    """A safety check refused to collect (too much of the log would go); `force` overrides."""
+
+
+class GCStopped(Exception):
+    """Raised after the phase named by `stop_after` (crash injection for tests)."""
+
+
+@dataclass
+class GCReport:
+    url: str
+    dry_run: bool = False
+    cursors: dict[str, int] = field(default_factory=dict)
+    cutoff: int | None = None
+    oldest_offset: int = 0
+    next_offset: int = 0
+    #: the steps this run performed, in order ("compute", "apply", "mark", "delete", "reset")
+    steps: list[str] = field(default_factory=list)
+    first_to_keep: int | None = None
+    records_dropped: int = 0
+    fragments_dropped: int = 0
+    snapshots_dropped: int = 0
+    deleted: list[str] = field(default_factory=list)
+    orphans_deleted: list[str] = field(default_factory=list)
+    #: the garbage still pending at the end of the run (empty when none)
+    pending: dict | None = None
+    #: seconds since the epoch after which the pending garbage may be deleted
+    delete_after: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class _Referenced:
+    fragments: frozenset[str]
+    snapshots: frozenset[str]
+
+
+def load_garbage(store: ObjectStore) -> tuple[Garbage, str | None]:
+    """The current garbage and its ETag (None when `gc/GARBAGE` does not exist)."""
+    try:
+        blob = store.get(GARBAGE_KEY)
+    except ObjectNotFound:
+        return Garbage.empty(), None
+    return Garbage.from_json(blob.data), blob.etag
+
+
+def referenced(store: ObjectStore, manifest: Manifest) -> _Referenced:
+    """Every fragment and snapshot path the manifest's tree references."""
+    fragments = {f.path for f in manifest.fragments}
+    snapshots: set[str] = set()
+
+    def walk(pointer: SnapshotPointer) -> None:
+        snapshots.add(pointer.path_to_snapshot)
+        snapshot = load_snapshot(store, pointer)
+        for child in snapshot.snapshots:
+            walk(child)
+        fragments.update(f.path for f in snapshot.fragments)
+
+    for pointer in manifest.snapshots:
+        walk(pointer)
+    return _Referenced(frozenset(fragments), frozenset(snapshots))
+
+
+def fragment_created_s(meta: ObjectMeta) -> float:
+    """When a fragment object was created: from its UUIDv7 path, else its last_modified."""
+    parsed = parse_fragment_uuid(meta.key)
+    if parsed is not None:
+        ts = uuid7_timestamp_us(parsed)
+        if ts is not None:
+            return ts / 1e6
+    return meta.last_modified
+
+
+class GarbageCollector:
+    """Collects garbage of one log. `now` (seconds since the epoch) and `grace_s` are injectable
+    so that tests never wait for time to pass."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        *,
+        grace_s: float = DEFAULT_GRACE_S,
+        orphan_grace_s: float | None = None,
+        max_drop_share: float = DEFAULT_MAX_DROP_SHARE,
+        force: bool = False,
+        now: Callable[[], float] = time.time,
+        writer: str = "wal3-spark gc",
+        stop_after: str | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> None:
+        if stop_after is not None and stop_after not in PHASES:
+            raise ValueError(f"stop_after must be one of {PHASES}")
+        if grace_s < 0:
+            raise ValueError("grace_s must be >= 0")
+        self.store = store
+        self.grace_s = grace_s
+        #: how old an unreferenced fragment must be to be an orphan (writers finish within it)
+        self.orphan_grace_s = grace_s if orphan_grace_s is None else orphan_grace_s
+        self.max_drop_share = max_drop_share
+        self.force = force
+        self.now = now
+        self.writer = writer
+        self.stop_after = stop_after
+        self.progress = progress
+        self.committer = Committer(store, writer=writer)
+        self.cursors = CursorStore(store, writer=writer)
+
+    @property
+    def url(self) -> str:
+        return self.store.url
+
+    # -- the run ------------------------------------------------------------------------
+
+    def run(self, *, keep_from: int | None = None, dry_run: bool = False) -> GCReport:
+        """Do every step that is due; see the module docstring."""
+        report = GCReport(self.url, dry_run=dry_run)
+        manifest = self.committer.manifest()  # LogNotFound for a missing log
+        report.cursors = {c.name: c.cursor.offset for c in self.cursors.list()}
+        report.cutoff = self._cutoff(report.cursors, keep_from)
+        computed = False
+        for _ in range(8):
+            garbage, etag = load_garbage(self.store)
+            if garbage.is_empty():
+                if computed or report.cutoff is None:
+                    break
+                computed = True
+                if not self._compute(garbage, etag, report, dry_run):
+                    break
+                continue
+            manifest = self.committer.manifest()
+            if not garbage_applied(manifest, garbage):
+                if dry_run:
+                    report.notes.append("pending garbage is not yet applied to the manifest")
+                    break
+                try:
+                    self.committer.update(lambda m: apply_garbage(m, garbage, self.writer))
+                except GarbageStale as exc:
+                    log.warning("%s: %s; computing it again", self.url, exc)
+                    report.notes.append(f"stale garbage reset: {exc}")
+                    self._write_garbage(Garbage.empty(), etag)
+                    computed = False
+                    continue
+                self._step(report, "apply")
+            if garbage.applied_epoch_us is None:
+                if dry_run:
+                    break
+                garbage = replace(garbage, applied_epoch_us=int(self.now() * 1e6))
+                try:
+                    etag = self._write_garbage(garbage, etag)
+                except PreconditionFailed:
+                    continue  # another collector moved it on: look again
+                self._step(report, "mark")
+            delete_after = garbage.applied_epoch_us / 1e6 + self.grace_s
+            if self.now() < delete_after:
+                report.pending, report.delete_after = garbage.summary(), delete_after
+                report.notes.append(
+                    f"garbage below offset {garbage.first_to_keep} is applied; its files are "
+                    f"deleted by a run after {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(delete_after))}"
+                )
+                break
+            if dry_run:
+                report.pending = garbage.summary()
+                report.deleted.extend(self._deletable(garbage))
+                break
+            self._delete(garbage, report)
+            self._step(report, "delete")
+            try:
+                self._write_garbage(Garbage.empty(), etag)
+            except PreconditionFailed:
+                pass  # another collector reset it
+            self._step(report, "reset")
+        report.orphans_deleted = self._sweep_orphans(dry_run=dry_run)
+        final = self.committer.manifest()
+        report.oldest_offset, report.next_offset = final.oldest_offset, final.next_offset
+        return report
+
+    def _step(self, report: GCReport, name: str) -> None:
+        report.steps.append(name)
+        log.info("%s: gc %s done", self.url, name)
+        if self.stop_after == name:
+            raise GCStopped(name)
+
+    def _cutoff(self, cursors: dict[str, int], keep_from: int | None) -> int | None:
+        if not cursors:
+            return None  # nothing pins the log, so nothing is known to be consumed
+        cutoff = min(cursors.values())
+        if keep_from is not None:
+            cutoff = min(cutoff, keep_from)
+        return cutoff
+
+    # -- phase 1 ------------------------------------------------------------------------
+
+    def _compute(self, empty: Garbage, etag: str | None, report: GCReport, dry_run: bool) -> bool:
+        manifest = self.committer.manifest()
+        cutoff = report.cutoff
+        assert cutoff is not None
+        garbage = compute_garbage(manifest, cutoff, lambda p: load_snapshot(self.store, p))
+        if garbage is None:
+            return False
+        total = manifest.next_offset - manifest.oldest_offset
+        dropped = garbage.first_to_keep - manifest.oldest_offset
+        report.first_to_keep = garbage.first_to_keep
+        report.records_dropped = dropped
+        report.snapshots_dropped = len(garbage.snapshots_to_drop)
+        report.fragments_dropped = self._count_dropped_fragments(manifest, garbage)
+        share = dropped / total if total else 0.0
+        if share > self.max_drop_share and not self.force:
+            raise GCRefused(
+                f"{self.url}: collecting below offset {garbage.first_to_keep} would drop "
+                f"{dropped} of the {total} records in the log ({share:.0%} > the "
+                f"{self.max_drop_share:.0%} allowed); check the cursors ({report.cursors}), "
+                "then pass --force (force=True) or raise --max-drop-share"
+            )
+        if dry_run:
+            report.pending = garbage.summary()
+            return False
+        for snapshot in garbage.snapshots_to_make:
+            write_snapshot(self.store, snapshot)
+        try:
+            self._write_garbage(garbage, etag)
+        except PreconditionFailed:
+            report.notes.append("another garbage collection started at the same time")
+            return True  # look again: finish whatever the other one wrote
+        self._step(report, "compute")
+        return True
+
+    def _count_dropped_fragments(self, manifest: Manifest, garbage: Garbage) -> int:
+        from wal3_spark.reader import iter_fragments
+
+        return sum(
+            1 for f in iter_fragments(self.store, manifest, 0, garbage.first_to_keep)
+            if f.limit <= garbage.first_to_keep
+        )
+
+    # -- the garbage file ---------------------------------------------------------------
+
+    def _write_garbage(self, garbage: Garbage, etag: str | None) -> str:
+        data = garbage.to_json()
+        try:
+            if etag is None:
+                return self.store.put_if_absent(GARBAGE_KEY, data)
+            return self.store.put_if_match(GARBAGE_KEY, data, etag)
+        except AmbiguousWrite:
+            try:
+                blob = self.store.get(GARBAGE_KEY)
+            except ObjectNotFound:
+                raise PreconditionFailed(GARBAGE_KEY, "the write did not land") from None
+            if blob.data == data:
+                return blob.etag
+            raise PreconditionFailed(GARBAGE_KEY, "the write did not land") from None
+
+    # -- phase 3 ------------------------------------------------------------------------
+
+    def _deletable(self, garbage: Garbage) -> list[str]:
+        refs = referenced(self.store, self.committer.manifest())
+        paths = [p for p in garbage.snapshot_paths() if p not in refs.snapshots]
+        paths += [p for p in garbage.fragment_paths() if p not in refs.fragments]
+        return paths
+
+    def _delete(self, garbage: Garbage, report: GCReport) -> None:
+        manifest = self.committer.manifest()
+        if not garbage_applied(manifest, garbage):
+            raise Wal3Error(f"{self.url}: refusing to delete garbage the manifest still holds")
+        refs = referenced(self.store, manifest)
+        candidates = garbage.snapshot_paths() + garbage.fragment_paths()
+        unsafe = [p for p in candidates if p in refs.snapshots or p in refs.fragments]
+        # A rebuilt snapshot made by this garbage can share a path with nothing it drops, but
+        # the safety rule is absolute: never delete what the current manifest references.
+        if unsafe:
+            log.error("%s: garbage lists referenced objects %s; keeping them", self.url, unsafe)
+            report.notes.append(f"kept {len(unsafe)} referenced object(s) the garbage listed")
+        paths = [p for p in candidates if p not in unsafe]
+        for done, path in enumerate(paths, 1):
+            self.store.delete(path)
+            report.deleted.append(path)
+            if self.progress:
+                self.progress(done, len(paths))
+
+    def _sweep_orphans(self, *, dry_run: bool) -> list[str]:
+        """Delete UUID fragments nobody references that are older than the grace interval."""
+        listed = [m for m in self.store.list(FRAGMENT_PREFIX) if parse_fragment_uuid(m.key) is not None]
+        if not listed:
+            return []
+        # The manifest is read after listing: a fragment committed before the listing is seen.
+        refs = referenced(self.store, self.committer.manifest())
+        horizon = self.now() - self.orphan_grace_s
+        deleted = []
+        for meta in listed:
+            if meta.key in refs.fragments or fragment_created_s(meta) > horizon:
+                continue
+            if not dry_run:
+                self.store.delete(meta.key)
+            deleted.append(meta.key)
+        return deleted
+
+
+def collect_garbage(
+    target: str | ObjectStore,
+    *,
+    options: dict[str, str] | None = None,
+    keep_from: int | None = None,
+    dry_run: bool = False,
+    **kwargs,
+) -> GCReport:
+    """Run garbage collection on the log at `target` (a URL or an ObjectStore)."""
+    from wal3_spark.storage import open_store
+
+    store = target if isinstance(target, ObjectStore) else open_store(target, options)
+    return GarbageCollector(store, **kwargs).run(keep_from=keep_from, dry_run=dry_run)
+
+
+__all__ = [
+    "DEFAULT_GRACE_S",
+    "DEFAULT_MAX_DROP_SHARE",
+    "GCRefused",
+    "GCReport",
+    "GCStopped",
+    "GarbageCollector",
+    "collect_garbage",
+    "load_garbage",
+    "referenced",
+]
