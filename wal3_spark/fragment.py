@@ -1,0 +1,518 @@
+"""Fragments: the immutable Parquet files that hold a log's records (FORMAT.md section 3).
+
+Writers stream record batches into a `FragmentBuilder`, which writes Parquet row groups into an
+in-memory buffer and folds each row group into the fragment's setsum as it goes, so memory stays
+bounded by the compressed fragment plus one row group of input. `write_fragment` uploads the
+result with create-if-absent at a fresh UUIDv7 path; the `FragmentFile` it returns is all the
+committer needs and is small enough to travel from a Spark executor to the driver.
+
+Readers `decode_fragment` the bytes, `recompute_setsum` to verify them against the manifest, and
+`project_payload` onto the log's current schema (fragments written before a schema evolution
+lack the newer nullable columns).
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import re
+import uuid
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from wal3_spark.chunk_encoding import CHUNK_ROWS, raw_setsum, structured_setsum
+from wal3_spark.errors import (
+    AmbiguousWrite,
+    CorruptLog,
+    ObjectNotFound,
+    PreconditionFailed,
+    SchemaMismatch,
+    StorageError,
+)
+from wal3_spark.schema import RAW_SCHEMA
+from wal3_spark.setsum import Setsum
+from wal3_spark.storage.base import ObjectStore
+from wal3_spark.uuid7 import new_uuid7
+
+logger = logging.getLogger(__name__)
+
+RELATIVE_OFFSET = "relative_offset"
+ABSOLUTE_OFFSET = "offset"  # Chroma's S3 backend
+TIMESTAMP = "timestamp_us"
+BODY = "body"
+
+SETSUM_KEY = "wal3.setsum"
+RECORDS_KEY = "wal3.records"
+
+DEFAULT_ROW_GROUP_ROWS = 8 * CHUNK_ROWS
+"""65536 rows: large enough for good Parquet compression and scans, small enough that the input
+buffered for one row group stays modest; a multiple of CHUNK_ROWS so that every row group but
+the last is a whole number of setsum chunks."""
+
+# Parquet writer settings, measured on 64Ki-row groups: a column whose dictionary outgrows this
+# falls back to plain encoding early (a full-size dictionary of unique values costs 2x the write
+# time and makes the file larger); low-cardinality columns stay dictionary-encoded.
+_DICTIONARY_PAGE_BYTES = 64 << 10
+# Each builder waits for its row group before writing the next, so writes stay in order.
+_WRITE_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="wal3-parquet")
+
+_HEADER_FIELDS = [
+    pa.field(RELATIVE_OFFSET, pa.uint64(), nullable=False),
+    pa.field(TIMESTAMP, pa.uint64(), nullable=False),
+]
+_OUR_PATH = re.compile(r"^log/Uuid=([0-9a-fA-F-]{36})\.parquet$")
+_CHROMA_S3_PATH = re.compile(
+    r"^log/Bucket=[0-9a-fA-F]{16}/FragmentSeqNo=([0-9a-fA-F]{16})\.parquet$"
+)
+
+# ------------------------------------------------------------------------------------ paths
+
+
+def fragment_path(fragment_uuid: uuid.UUID | str) -> str:
+    """`log/Uuid=<uuid>.parquet`, relative to the log root."""
+    return f"log/Uuid={uuid.UUID(str(fragment_uuid))}.parquet"
+
+
+def parse_fragment_path(path: str) -> uuid.UUID | int:
+    """The UUID of one of our fragment paths, or the sequence number of a Chroma S3 one."""
+    if match := _OUR_PATH.match(path):
+        return uuid.UUID(match.group(1))
+    if match := _CHROMA_S3_PATH.match(path):
+        return int(match.group(1), 16)
+    raise ValueError(f"{path!r} is not a wal3 fragment path")
+
+
+# ---------------------------------------------------------------------------------- writing
+
+
+@dataclass(frozen=True)
+class EncodedFragment:
+    """A fragment's bytes, not yet uploaded."""
+
+    data: bytes
+    records: int
+    setsum: Setsum
+    timestamp_us: int
+
+
+@dataclass(frozen=True)
+class FragmentFile:
+    """An uploaded fragment: what the committer places in the manifest."""
+
+    path: str
+    uuid: str
+    records: int
+    num_bytes: int
+    setsum: Setsum
+    timestamp_us: int
+
+    def __reduce__(self):  # positional: no field names in every Spark commit message
+        return (
+            FragmentFile,
+            (self.path, self.uuid, self.records, self.num_bytes, self.setsum, self.timestamp_us),
+        )
+
+
+class FragmentBuilder:
+    """Streams record batches into one fragment, hashing them as they arrive.
+
+    Rows are written in row groups of exactly `row_group_rows` (the last may be shorter), so a
+    fragment's bytes depend only on its rows, never on how the caller batched them. Because
+    `row_group_rows` is a multiple of `CHUNK_ROWS`, every row group is hashed on its own.
+    """
+
+    def __init__(
+        self,
+        schema: pa.Schema | None,
+        timestamp_us: int,
+        compression: str = "snappy",
+        *,
+        row_group_rows: int = DEFAULT_ROW_GROUP_ROWS,
+    ) -> None:
+        if row_group_rows <= 0 or row_group_rows % CHUNK_ROWS:
+            raise ValueError(f"row_group_rows must be a positive multiple of {CHUNK_ROWS}")
+        if not 0 <= timestamp_us < 1 << 64:
+            raise ValueError(f"timestamp_us {timestamp_us} is not a u64")
+        self.raw = schema is None
+        self.payload_schema = RAW_SCHEMA if schema is None else schema.remove_metadata()
+        self.timestamp_us = timestamp_us
+        self._row_group_rows = row_group_rows
+        self._file_schema = pa.schema(_HEADER_FIELDS + list(self.payload_schema))
+        self._sink = pa.BufferOutputStream()
+        self._writer = pq.ParquetWriter(
+            self._sink,
+            self._file_schema,
+            compression=compression,
+            use_dictionary=[TIMESTAMP, *self.payload_schema.names],
+            dictionary_pagesize_limit=_DICTIONARY_PAGE_BYTES,
+            column_encoding={RELATIVE_OFFSET: "DELTA_BINARY_PACKED"},
+        )
+        self._pending: list[pa.RecordBatch] = []
+        self._pending_rows = 0
+        self._pending_bytes = 0
+        self._records = 0
+        self._setsum = Setsum()
+        self._finished = False
+
+    @property
+    def records(self) -> int:
+        """Rows added so far."""
+        return self._records + self._pending_rows
+
+    @property
+    def bytes_buffered(self) -> int:
+        """Compressed bytes written so far plus the in-memory size of rows not yet written.
+
+        Callers cut fragments by size by finishing the builder once this passes their target.
+        """
+        return self._sink.tell() + self._pending_bytes
+
+    def add(self, batch: pa.RecordBatch | pa.Table) -> None:
+        """Append rows: the payload columns, in the builder's schema (or castable to it).
+
+        Nothing is added when the rows do not fit the schema (SchemaMismatch). Inputs are cast
+        in slices of at most one row group, so that 32-bit binary offsets never overflow.
+        """
+        if self._finished:
+            raise RuntimeError("FragmentBuilder.add after finish")
+        step = self._row_group_rows
+        conformed = [
+            self._conform(part.slice(start, step))
+            for part in _record_batches(batch)
+            for start in range(0, part.num_rows, step)
+        ]
+        self._pending.extend(conformed)
+        self._pending_rows += sum(payload.num_rows for payload in conformed)
+        self._pending_bytes += sum(payload.nbytes for payload in conformed)
+        while self._pending_rows >= self._row_group_rows:
+            self._flush(self._row_group_rows)
+
+    def finish(self) -> EncodedFragment:
+        """Write the last row group and the footer; the builder cannot be used afterwards."""
+        if self._finished:
+            raise RuntimeError("FragmentBuilder.finish called twice")
+        if self._pending_rows:
+            self._flush(self._pending_rows)
+        self._finished = True
+        self._writer.add_key_value_metadata(
+            {SETSUM_KEY: self._setsum.hexdigest(), RECORDS_KEY: str(self._records)}
+        )
+        self._writer.close()
+        data = self._sink.getvalue().to_pybytes()
+        logger.debug("encoded a fragment of %d records in %d bytes", self._records, len(data))
+        return EncodedFragment(data, self._records, self._setsum, self.timestamp_us)
+
+    def _conform(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        if self.raw:
+            return _raw_payload(batch)
+        return _cast_payload(batch, self.payload_schema)
+
+    def _flush(self, rows: int) -> None:
+        """Write the first `rows` pending rows as one row group and add them to the setsum."""
+        table = pa.Table.from_batches(self._pending, schema=self.payload_schema)
+        rest = table.slice(rows)
+        self._pending = rest.to_batches()
+        self._pending_rows = rest.num_rows
+        self._pending_bytes = rest.nbytes
+        columns = [_single_array(column) for column in table.slice(0, rows).columns]
+        first = self._records
+        offsets = np.arange(first, first + rows, dtype=np.uint64)
+        header = [pa.array(offsets), pa.array(np.full(rows, self.timestamp_us, dtype=np.uint64))]
+        row_group = pa.Table.from_arrays(header + columns, schema=self._file_schema)
+        # Parquet encoding releases the GIL: it runs on another thread while this one hashes.
+        written = _WRITE_POOL.submit(self._writer.write_table, row_group, row_group_size=rows)
+        try:
+            if self.raw:
+                self._setsum += raw_setsum(offsets, self.timestamp_us, columns[0])
+            else:
+                self._setsum += structured_setsum(columns, rows, self.timestamp_us, first)
+        finally:
+            written.result()
+        self._records += rows
+
+
+def _record_batches(data: pa.RecordBatch | pa.Table) -> list[pa.RecordBatch]:
+    return data.to_batches() if isinstance(data, pa.Table) else [data]
+
+
+def _single_array(column: pa.ChunkedArray) -> pa.Array:
+    """One contiguous array, copying only when the column spans several input batches."""
+    if column.num_chunks == 1:
+        return column.chunk(0)
+    return column.combine_chunks()
+
+
+def _raw_payload(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """The `body` column (or the only column) of `batch`, as non-null `binary`."""
+    if BODY in batch.schema.names:
+        body = batch.column(BODY)
+    elif batch.num_columns == 1:
+        body = batch.column(0)
+    else:
+        raise SchemaMismatch(
+            f"a raw log takes one `body` column of bytes; got columns {batch.schema.names}"
+        )
+    kind = body.type
+    if not (pa.types.is_binary(kind) or pa.types.is_large_binary(kind) or pa.types.is_string(kind)
+            or pa.types.is_large_string(kind)):  # fmt: skip
+        raise SchemaMismatch(f"a raw log's body must be bytes or a string, got {kind}")
+    if body.null_count:
+        raise SchemaMismatch(f"a raw log's records cannot be null ({body.null_count} are)")
+    return pa.RecordBatch.from_arrays([body.cast(pa.binary())], schema=RAW_SCHEMA)
+
+
+def _cast_payload(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """`batch` in `schema`: the same column names in the same order, with castable types."""
+    if batch.schema.names != schema.names:
+        raise _mismatch(batch.schema, schema, "the column names or their order differ")
+    for field, column in zip(schema, batch.columns):
+        if not field.nullable and column.null_count:
+            why = f"{column.null_count} nulls in non-nullable {field.name!r}"
+            raise _mismatch(batch.schema, schema, why)
+    if batch.schema.equals(schema):
+        return batch
+    try:
+        return batch.cast(schema)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+        raise _mismatch(batch.schema, schema, str(exc)) from None
+
+
+def _mismatch(actual: pa.Schema, expected: pa.Schema, why: str) -> SchemaMismatch:
+    return SchemaMismatch(
+        f"the data's schema does not match the log's ({why}).\n"
+        f"data:\n{actual.to_string(show_schema_metadata=False)}\n"
+        f"log:\n{expected.to_string(show_schema_metadata=False)}"
+    )
+
+
+def encode_raw(bodies: Sequence[bytes] | pa.Array, timestamp_us: int) -> EncodedFragment:
+    """One raw-log fragment holding `bodies` (Chroma's record model)."""
+    array = bodies if isinstance(bodies, pa.Array) else pa.array(bodies, pa.binary())
+    builder = FragmentBuilder(None, timestamp_us)
+    builder.add(pa.RecordBatch.from_arrays([array], names=[BODY]))
+    return builder.finish()
+
+
+def encode_table(
+    table: pa.Table | pa.RecordBatch, schema: pa.Schema | None, timestamp_us: int
+) -> EncodedFragment:
+    """One fragment holding every row of `table`, in `schema` (None: a raw log)."""
+    builder = FragmentBuilder(schema, timestamp_us)
+    builder.add(table)
+    return builder.finish()
+
+
+def write_fragment(
+    store: ObjectStore, encoded: EncodedFragment, *, attempts: int = 3
+) -> FragmentFile:
+    """Upload `encoded` with create-if-absent at a fresh UUIDv7 path made from its timestamp.
+
+    The path is unique to this call, so an ambiguous write is resolved by reading the object
+    back: the same bytes mean our write landed.
+    """
+    fragment_uuid = new_uuid7(encoded.timestamp_us)
+    path = fragment_path(fragment_uuid)
+    for attempt in range(1, attempts + 1):
+        try:
+            store.put_if_absent(path, encoded.data)
+            break
+        except AmbiguousWrite as exc:
+            logger.warning("fragment upload %s was ambiguous (attempt %d): %s", path, attempt, exc)
+            if _landed(store, path, encoded.data):
+                break
+            if attempt == attempts:
+                raise
+        except PreconditionFailed:
+            # Only an earlier ambiguous attempt of ours can have created this fresh path.
+            if attempt > 1 and _landed(store, path, encoded.data):
+                break
+            raise
+    return FragmentFile(
+        path=path,
+        uuid=str(fragment_uuid),
+        records=encoded.records,
+        num_bytes=len(encoded.data),
+        setsum=encoded.setsum,
+        timestamp_us=encoded.timestamp_us,
+    )
+
+
+def _landed(store: ObjectStore, path: str, data: bytes) -> bool:
+    try:
+        stored = store.get(path).data
+    except ObjectNotFound:
+        return False
+    if stored != data:
+        raise StorageError(f"{path} holds bytes this writer did not write; refusing to use it")
+    return True
+
+
+# ---------------------------------------------------------------------------------- reading
+
+
+@dataclass(frozen=True)
+class DecodedFragment:
+    """A fragment's columns as stored."""
+
+    path: str
+    #: the offset column as stored (relative, or absolute in Chroma S3 fragments)
+    offsets: np.ndarray
+    #: True when the offsets are absolute (Chroma's `offset` column)
+    absolute: bool
+    #: the write time of every row, as stored
+    timestamp_us: np.ndarray
+    #: the payload columns only
+    payload: pa.Table
+    metadata_setsum: str | None
+    metadata_records: int | None
+
+    @property
+    def records(self) -> int:
+        return len(self.offsets)
+
+
+def decode_fragment(data: bytes, *, path: str, raw: bool) -> DecodedFragment:
+    """Parse a fragment; raise CorruptLog naming `path` if it is not a well-formed fragment."""
+    try:
+        parquet = pq.ParquetFile(pa.BufferReader(data))
+        table = _restore_arrow_types(parquet.read(), parquet.metadata.metadata or {})
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise CorruptLog("a fragment is a readable Parquet file", path, str(exc)) from None
+    names = table.schema.names
+    absolute = RELATIVE_OFFSET not in names and ABSOLUTE_OFFSET in names
+    offset_name = ABSOLUTE_OFFSET if absolute else RELATIVE_OFFSET
+    required = [offset_name, TIMESTAMP] + ([BODY] if raw else [])
+    missing = [name for name in required if name not in names]
+    if missing:
+        raise CorruptLog(
+            "a fragment has its required columns", path, f"missing {missing} in {names}"
+        )
+    metadata = {
+        key.decode(errors="replace"): value.decode(errors="replace")
+        for key, value in (parquet.metadata.metadata or {}).items()
+    }
+    return DecodedFragment(
+        path=path,
+        offsets=_u64_column(table, offset_name, path),
+        absolute=absolute,
+        timestamp_us=_u64_column(table, TIMESTAMP, path),
+        payload=table.drop_columns([offset_name, TIMESTAMP]).replace_schema_metadata(None),
+        metadata_setsum=metadata.get(SETSUM_KEY),
+        metadata_records=_metadata_records(metadata.get(RECORDS_KEY), path),
+    )
+
+
+def _restore_arrow_types(table: pa.Table, metadata: dict[bytes, bytes]) -> pa.Table:
+    """`table` in the Arrow types it was written with (the file's `ARROW:schema`).
+
+    Parquet has no date64, time32[s] or timestamp[s]: they read back as date32, time32[ms] and
+    timestamp[ms]. The setsum was computed on the written types, so they are cast back (exactly)
+    before anything is hashed.
+    """
+    stored = metadata.get(b"ARROW:schema")
+    if stored is None:
+        return table
+    written = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(stored)))
+    for index, field in enumerate(table.schema):
+        if field.name not in written.names:
+            continue
+        original = written.field(field.name).type
+        if original != field.type:
+            column = table.column(index).cast(original)
+            table = table.set_column(index, field.with_type(original), column)
+    return table
+
+
+def _u64_column(table: pa.Table, name: str, path: str) -> np.ndarray:
+    column = table.column(name)
+    if column.null_count or not pa.types.is_integer(column.type):
+        detail = f"{column.type} with {column.null_count} nulls"
+        raise CorruptLog(f"a fragment's {name} is a non-null integer", path, detail)
+    return column.to_numpy().astype(np.uint64, copy=False)
+
+
+def _metadata_records(value: str | None, path: str) -> int | None:
+    if value is None:
+        return None
+    if not value.isdigit():
+        raise CorruptLog(f"{RECORDS_KEY} metadata is a decimal count", path, repr(value))
+    return int(value)
+
+
+def recompute_setsum(decoded: DecodedFragment, raw: bool) -> Setsum:
+    """The fragment's setsum from its content alone (never from its metadata).
+
+    Raw: one item per record with the offset and timestamp as stored. Structured: one item per
+    chunk; the chunk header holds only the first row's offset and the timestamp, so the other
+    rows' values are checked here instead (0..n-1, one timestamp), else they would go unverified.
+    """
+    n = decoded.records
+    if raw:
+        body = decoded.payload.column(BODY)
+        if body.null_count:
+            detail = f"{body.null_count} null bodies"
+            raise CorruptLog("a raw fragment has no null body", decoded.path, detail)
+        return Setsum.sum(
+            raw_setsum(
+                decoded.offsets[a:b], decoded.timestamp_us[a:b], _single_array(body.slice(a, b - a))
+            )
+            for a, b in _blocks(n)
+        )
+    if decoded.absolute or not np.array_equal(decoded.offsets, np.arange(n, dtype=np.uint64)):
+        invariant = "a structured fragment's relative_offset is 0..n-1"
+        raise CorruptLog(invariant, decoded.path, "it is not")
+    if n and (decoded.timestamp_us != decoded.timestamp_us[0]).any():
+        raise CorruptLog("a fragment has one timestamp_us", decoded.path, "its rows differ")
+    timestamp_us = int(decoded.timestamp_us[0]) if n else 0
+    return Setsum.sum(
+        structured_setsum(
+            [_single_array(c) for c in decoded.payload.slice(a, b - a).columns],
+            b - a,
+            timestamp_us,
+            first_offset=a,
+        )
+        for a, b in _blocks(n)
+    )
+
+
+def _blocks(n: int) -> list[tuple[int, int]]:
+    """Row ranges of at most one default row group, aligned on chunks: bounds the copies."""
+    step = DEFAULT_ROW_GROUP_ROWS
+    return [(a, min(a + step, n)) for a in range(0, n, step)]
+
+
+def project_payload(payload: pa.Table, target_schema: pa.Schema) -> pa.Table:
+    """`payload` in `target_schema`: columns reordered and cast, missing nullable ones as nulls.
+
+    Fragments written before a schema evolution lack the columns added since; those are
+    nullable (the schema rules allow only nullable additions), so they read as nulls.
+    """
+    columns = []
+    for field in target_schema:
+        if field.name not in payload.column_names:
+            if not field.nullable:
+                raise SchemaMismatch(
+                    f"column {field.name!r} is missing from a fragment and is not nullable"
+                )
+            columns.append(pa.nulls(payload.num_rows, field.type))
+            continue
+        column = payload.column(field.name)
+        if column.type != field.type:
+            try:
+                column = column.cast(field.type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+                raise SchemaMismatch(
+                    f"column {field.name!r} of type {column.type} cannot be read as "
+                    f"{field.type}: {exc}"
+                ) from None
+        if not field.nullable and column.null_count:
+            raise SchemaMismatch(
+                f"column {field.name!r} holds nulls but the schema says non-nullable"
+            )
+        columns.append(column)
+    return pa.Table.from_arrays(columns, schema=target_schema)
