@@ -1,0 +1,191 @@
+"""Copying a log (or its suffix from an offset) to a new location, for migration.
+
+The story from seed 001 ("Sealing the Log"): seal the old log, copy it, point writers at the
+copy. The copy keeps offsets, as Chroma's `copy` does: the fragments holding offsets at or after
+`from_offset` are copied whole (so the copy may start a little before it) and the new manifest
+starts there (`initial_offset`), with `collected` empty and the setsum the sum of what it holds.
+
+Every source fragment's setsum is recomputed from its bytes before it is copied, and the copy
+is verified (`wal3_spark.verify`) before `copy_log` returns. Our UUID fragments are copied byte
+for byte, so their setsums (and the copy's setsum, when it starts at the oldest offset of a log
+never garbage-collected) equal the source's. Fragments of Chroma's S3 backend (absolute offsets,
+sequence-number paths) are rewritten as UUID fragments with relative offsets, whose setsums
+differ by construction; their records are checked one for one instead. The copy is a log
+wal3-spark can append to, never sealed; the schema and the idempotent writers' `txns` go with it
+(so exactly-once writers carry on), and so do cursors at or after the copy's start.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from wal3_spark.committer import write_snapshot
+from wal3_spark.cursors import CursorStore
+from wal3_spark.errors import (
+    AmbiguousWrite,
+    CorruptLog,
+    DataLost,
+    ObjectNotFound,
+    PreconditionFailed,
+    Wal3Error,
+)
+from wal3_spark.format import MANIFEST_KEY, FragmentRef
+from wal3_spark.fragment import decode_fragment, encode_table, fragment_path, recompute_setsum
+from wal3_spark.uuid7 import new_uuid7
+from wal3_spark.manifest import Manifest, SnapshotOptions
+from wal3_spark.reader import LogReader, iter_fragments
+from wal3_spark.setsum import Setsum
+from wal3_spark.storage.base import ObjectStore
+from wal3_spark.verify import verify
+
+log = logging.getLogger(__name__)
+
+COPY_WRITER = "wal3-spark copy"
+
+
+class CopyError(Wal3Error):
+    """The copy could not be made or did not verify."""
+
+
+@dataclass
+class CopyReport:
+    source: str
+    destination: str
+    start: int = 0
+    limit: int = 0
+    fragments: int = 0
+    records: int = 0
+    bytes: int = 0
+    setsum: str = ""
+    source_sealed: bool = False
+    rewritten: int = 0
+    cursors: dict[str, int] = field(default_factory=dict)
+    verified: bool = False
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _copy_fragment(src: ObjectStore, dst: ObjectStore, ref: FragmentRef, raw: bool) -> FragmentRef:
+    try:
+        data = src.get(ref.path).data
+    except ObjectNotFound:
+        raise CorruptLog("every referenced fragment exists", ref.path, "the object is missing") from None
+    decoded = decode_fragment(data, path=ref.path, raw=raw)
+    if len(decoded.offsets) != ref.records or recompute_setsum(decoded, raw=raw) != ref.setsum:
+        raise CorruptLog(
+            "a fragment's content matches its setsum in the manifest",
+            ref.path,
+            "refusing to copy a corrupt fragment (run `wal3 verify` on the source)",
+        )
+    if isinstance(ref.seq_no, str) and not decoded.absolute:
+        _put(dst, ref.path, data)
+        return ref
+    # A Chroma S3 fragment: rewrite it with relative offsets at a UUID path.
+    timestamps = np.asarray(decoded.timestamp_us).reshape(-1)
+    encoded = encode_table(decoded.payload, None if raw else decoded.payload.schema, int(timestamps[0]))
+    fragment_uuid = new_uuid7(encoded.timestamp_us)
+    path = fragment_path(fragment_uuid)
+    _put(dst, path, encoded.data)
+    return FragmentRef(path, str(fragment_uuid), ref.start, ref.limit, len(encoded.data), encoded.setsum)
+
+
+def _put(store: ObjectStore, key: str, data: bytes) -> None:
+    try:
+        store.put_if_absent(key, data)
+    except (PreconditionFailed, AmbiguousWrite):
+        try:
+            existing = store.get(key).data
+        except ObjectNotFound:
+            raise CopyError(f"could not write {key} to {store.url}") from None
+        if existing != data:
+            raise CopyError(f"{store.url}/{key} exists with other bytes; copy to an empty location")
+
+
+def copy_log(
+    source: ObjectStore,
+    destination: ObjectStore,
+    *,
+    from_offset: int | None = None,
+    copy_cursors: bool = True,
+    parallelism: int = 8,
+    snapshot_options: SnapshotOptions | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> CopyReport:
+    """Copy the log at `source` (from the fragment holding `from_offset`) to `destination`,
+    which must not hold a log yet; the copy is verified before this returns."""
+    if destination.exists(MANIFEST_KEY):
+        raise CopyError(
+            f"{destination.url} already holds a log; copy to a new location (nothing was written)"
+        )
+    reader = LogReader(source)
+    manifest = reader.manifest()
+    report = CopyReport(source.url, destination.url, source_sealed=manifest.sealed)
+    start = manifest.oldest_offset if from_offset is None else from_offset
+    if start < manifest.oldest_offset:
+        raise DataLost(source.url, start, manifest.oldest_offset)
+    start = min(start, manifest.next_offset)
+    refs = list(iter_fragments(source, manifest, start))
+    raw = manifest.is_raw
+
+    copied: list[FragmentRef] = []
+    with ThreadPoolExecutor(max_workers=max(1, parallelism)) as pool:
+        for done, ref in enumerate(pool.map(lambda r: _copy_fragment(source, destination, r, raw), refs), 1):
+            copied.append(ref)
+            if progress is not None:
+                progress(done, len(refs))
+    report.rewritten = sum(1 for a, b in zip(refs, copied) if a.path != b.path)
+
+    first = copied[0].start if copied else manifest.next_offset
+    setsum = Setsum.sum(f.setsum for f in copied)
+    new = Manifest(
+        setsum=setsum,
+        collected=Setsum(),
+        acc_bytes=sum(f.num_bytes for f in copied),
+        writer=COPY_WRITER,
+        snapshots=(),
+        fragments=tuple(copied),
+        initial_offset=first,
+        schema=manifest.schema,
+        txns=dict(manifest.txns),
+    )
+    options = snapshot_options or SnapshotOptions()
+    while (snapshot := new.generate_snapshot(options, COPY_WRITER)) is not None:
+        write_snapshot(destination, snapshot)
+        new = new.apply_snapshot(snapshot)
+    new.scrub()
+    try:
+        destination.put_if_absent(MANIFEST_KEY, new.to_json())
+    except PreconditionFailed:
+        raise CopyError(f"{destination.url}: another process created a log there meanwhile") from None
+    except AmbiguousWrite:
+        if destination.get(MANIFEST_KEY).data != new.to_json():
+            raise CopyError(f"{destination.url}: the manifest write failed; retry into a new location") from None
+
+    if copy_cursors:
+        src_cursors, dst_cursors = CursorStore(source), CursorStore(destination, writer=COPY_WRITER)
+        for state in src_cursors.list():
+            if state.cursor.offset >= first:
+                dst_cursors.create(state.name, state.cursor.offset)
+                report.cursors[state.name] = state.cursor.offset
+
+    check = verify(destination)
+    if not check.ok:
+        raise CopyError(
+            f"the copy at {destination.url} does not verify: "
+            + "; ".join(str(p) for p in check.problems[:5])
+        )
+    if report.rewritten == 0 and Setsum.sum(r.setsum for r in refs) != setsum:
+        raise CopyError("the copy's setsum differs from the source fragments' (internal error)")
+    if check.records != manifest.next_offset - first:
+        raise CopyError(f"the copy holds {check.records} records, expected {manifest.next_offset - first}")
+    report.start, report.limit = first, new.next_offset
+    report.fragments, report.records, report.bytes = len(copied), check.records, check.bytes
+    report.setsum = setsum.hexdigest()
+    report.verified = True
+    return report
