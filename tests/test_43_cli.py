@@ -1,0 +1,193 @@
+"""The `wal3` command line through its real entry point (`python -m wal3_spark.cli`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from wal3_spark.cursors import CursorStore
+from wal3_spark.errors import LogSealed
+from wal3_spark.fragment import encode_raw
+from wal3_spark.reader import LogReader
+from wal3_spark.storage import open_store
+from wal3_spark.writer import LogWriter
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def wal3(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, **(env or {})}
+    full_env["PYTHONPATH"] = str(ROOT) + os.pathsep + full_env.get("PYTHONPATH", "")
+    return subprocess.run(
+        [sys.executable, "-m", "wal3_spark.cli", *args],
+        cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=120,
+    )
+
+
+def ok(*args: str, **kw) -> str:
+    proc = wal3(*args, **kw)
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    return proc.stdout
+
+
+def fails(*args: str, code: int = 1, match: str = "", **kw) -> str:
+    proc = wal3(*args, **kw)
+    assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    assert match.lower() in proc.stderr.lower(), proc.stderr
+    return proc.stderr
+
+
+def lines(text: str) -> list[dict]:
+    return [json.loads(line) for line in text.splitlines()]
+
+
+@pytest.fixture
+def url(tmp_path) -> str:
+    return str(tmp_path / "log")
+
+
+def test_00_init_info_and_usage_errors(url, tmp_path):
+    assert "created raw log" in ok("init", url)
+    assert "already exists" in ok("init", url)
+    info = json.loads(ok("info", url, "--json"))
+    assert (info["oldest_offset"], info["next_offset"], info["fragments"]) == (1, 1, 0)
+    assert info["raw"] and not info["sealed"] and info["balanced"] and info["pending_garbage"] is None
+    structured = str(tmp_path / "structured")
+    ok("init", structured, "--schema", "id: int64 not null, name: string")
+    info = json.loads(ok("info", structured, "--json"))
+    assert info["schema"] == ["id: int64 not null", "name: string"]
+    fails("init", structured, "--schema", "id: int32", match="another schema")
+    fails("init", str(tmp_path / "x"), "--schema", "id: nosuchtype", match="unknown type")
+    fails("info", str(tmp_path / "missing"), match="no wal3 log")
+    fails("info", "gopher://x", match="unsupported store URL")
+    fails("frobnicate", url, code=2)
+    fails("tail", url, "-n", "many", code=2)
+    text = ok("info", url)
+    assert "offsets        [1, 1)" in text and "sealed         no" in text
+
+
+def test_01_tail_and_cat_print_json_lines(url, tmp_path):
+    writer = LogWriter(open_store(url))
+    writer.append([b"hello", "h\u00e9llo".encode(), b"\xff\xfe"])
+    writer.append([b"four", b"five"])
+    assert [r["_offset"] for r in lines(ok("tail", url, "-n", "2"))] == [4, 5]
+    assert lines(ok("tail", url, "-n", "0")) == []
+    records = lines(ok("cat", url))
+    assert [r["_offset"] for r in records] == [1, 2, 3, 4, 5]
+    assert records[0]["body"] == "hello" and records[1]["body"] == "h\u00e9llo"
+    assert records[2] == {**records[2], "body_base64": "//4="} and "body" not in records[2]
+    assert records[0]["_timestamp"].endswith("+00:00")
+    assert [r["_offset"] for r in lines(ok("cat", url, "--from", "2", "--to", "4"))] == [2, 3]
+    # structured rows through Arrow's to_pylist
+    structured = str(tmp_path / "s")
+    LogWriter(open_store(structured)).append(
+        pa.table({"id": [7, 8], "blob": [b"\x00", None], "name": ["a", "b"]})
+    )
+    rows = lines(ok("cat", structured))
+    assert rows[0]["id"] == 7 and rows[0]["blob"] == "AA==" and rows[1]["blob"] is None
+    assert rows[1]["name"] == "b" and rows[1]["_offset"] == 2
+
+
+def test_02_verify_exit_status(url, tmp_path):
+    store = open_store(url)
+    LogWriter(store).append([b"a", b"b"])
+    assert "OK" in ok("verify", url)
+    assert json.loads(ok("verify", url, "--json"))["ok"] is True
+    ref = LogReader(store).manifest().fragments[0]
+    (Path(url) / ref.path).write_bytes(encode_raw([b"a", b"c"], 1).data)
+    proc = wal3("verify", url)
+    assert proc.returncode == 1 and "FAILED" in proc.stdout and ref.path in proc.stdout
+    proc = wal3("verify", url, "--json")
+    doc = json.loads(proc.stdout)
+    assert proc.returncode == 1 and doc["ok"] is False and doc["problems"][0]["kind"] == "corrupt"
+    proc = wal3("verify", str(tmp_path / "none"))
+    assert proc.returncode == 1 and "manifest" in proc.stdout
+
+
+def test_03_cursor_commands(url):
+    ok("init", url)
+    assert ok("cursor", "list", url) == ""
+    ok("cursor", "set", url, "reader", "5")
+    ok("cursor", "set", url, "other", "9")
+    assert ok("cursor", "get", url, "reader") == "5\n"
+    assert ok("cursor", "list", url) == "other\t9\nreader\t5\n"
+    fails("cursor", "set", url, "reader", "3", match="refusing to move it back")
+    ok("cursor", "set", url, "reader", "3", "--force")
+    assert ok("cursor", "get", url, "reader") == "3\n"
+    ok("cursor", "delete", url, "reader")
+    fails("cursor", "get", url, "reader", match="no cursor")
+    fails("cursor", "delete", url, "reader", match="no cursor")
+    fails("cursor", "set", url, "bad-name!", "3", match="invalid cursor name")
+    fails("cursor", "get", url, match="needs a cursor NAME")
+    assert json.loads(ok("info", url, "--json"))["cursors"] == {"other": 9}
+
+
+def test_04_gc_dry_run_grace_and_refusal(url):
+    store = open_store(url)
+    writer = LogWriter(store)
+    for i in range(6):
+        writer.append([b"%d" % i] * 5)  # [1,6) [6,11) ... [26,31)
+    ok("cursor", "set", url, "c", "13")
+    out = ok("gc", url, "--dry-run")
+    assert "would drop 10 records" in out
+    assert json.loads(ok("info", url, "--json"))["oldest_offset"] == 1
+    # default grace: applied now, files deleted by a later run
+    report = json.loads(ok("gc", url, "--json"))
+    assert report["steps"] == ["compute", "apply", "mark"] and report["delete_after"]
+    info = json.loads(ok("info", url, "--json"))
+    assert info["oldest_offset"] == 11 and info["pending_garbage"]["first_to_keep"] == 11
+    assert "pending below offset 11 (applied)" in ok("info", url)
+    assert len(list(store.list("log/"))) == 6
+    out = ok("gc", url, "--grace", "0")
+    assert "delete, reset" in out
+    assert len(list(store.list("log/"))) == 4
+    assert json.loads(ok("info", url, "--json"))["pending_garbage"] is None
+    assert json.loads(ok("verify", url, "--json"))["problems"] == []
+    ok("cursor", "set", url, "c", "31")
+    fails("gc", url, "--grace", "0", match="--force")
+    ok("gc", url, "--grace", "0", "--force")
+    assert json.loads(ok("info", url, "--json"))["oldest_offset"] == 31
+    fails("gc", url + "-missing", match="no wal3 log")
+
+
+def test_05_seal_and_copy(url, tmp_path):
+    store = open_store(url)
+    LogWriter(store).append([b"a", b"b", b"c"])
+    CursorStore(store).create("c", 2)
+    assert "sealed at offset 4" in ok("seal", url)
+    assert json.loads(ok("info", url, "--json"))["sealed"] is True
+    with pytest.raises(LogSealed):
+        LogWriter(store).append([b"d"])
+    dst = str(tmp_path / "copy")
+    out = ok("copy", url, dst)
+    assert "copied offsets [1, 4)" in out and "verified" in out
+    assert "OK" in ok("verify", dst)
+    assert [r["body"] for r in lines(ok("cat", dst))] == ["a", "b", "c"]
+    assert ok("cursor", "get", dst, "c") == "2\n"
+    fails("copy", url, dst, match="already holds a log")
+    suffix = str(tmp_path / "suffix")
+    ok("copy", url, suffix, "--from", "3", "--no-cursors")
+    assert ok("cursor", "list", suffix) == ""
+    fails("seal", str(tmp_path / "none"), match="no wal3 log")
+
+
+def test_06_s3_through_environment_and_endpoint_flag(seaweed):
+    url = seaweed.new_url("cli")
+    env = dict(seaweed.env)
+    endpoint = env.pop("AWS_ENDPOINT_URL_S3")
+    ok("--endpoint", endpoint, "init", url, env=env)
+    ok("info", url, "--endpoint", endpoint, env=env)
+    store = open_store(url, seaweed.options)
+    LogWriter(store).append([b"x"] * 4)
+    LogWriter(store).append([b"y"] * 4)
+    ok("cursor", "set", url, "c", "6", env=seaweed.env)
+    assert "delete, reset" in ok("gc", url, "--grace", "0", env=seaweed.env)
+    assert json.loads(ok("verify", url, "--json", env=seaweed.env))["ok"] is True
+    assert [r["_offset"] for r in lines(ok("tail", url, "-n", "3", env=seaweed.env))] == [6, 7, 8]

@@ -1,0 +1,481 @@
+"""`wal3`: operate a log from the command line.
+
+    wal3 init URL [--schema "id: int64, name: string"]
+    wal3 info URL [--json]
+    wal3 tail URL [-n N]
+    wal3 cat URL [--from OFFSET] [--to OFFSET]
+    wal3 verify URL [--json] [--no-data]
+    wal3 cursor list|get|set|delete URL [NAME [OFFSET]]
+    wal3 gc URL [--dry-run] [--grace SECONDS] [--keep-from OFFSET] [--force] [--json]
+    wal3 seal URL
+    wal3 copy SOURCE DESTINATION [--from OFFSET] [--no-cursors]
+
+URLs: `s3://bucket/prefix`, `file:///path` or a plain path, `memory://name` (useless here). S3
+settings come from `--endpoint`/`--region` or the usual AWS_* environment variables.
+
+Records (`tail`, `cat`) are JSON lines: `_offset`, `_timestamp` (ISO 8601, UTC), then the
+payload. A raw log's `body` is a string when it is valid UTF-8, otherwise `body_base64` holds
+it base64-encoded; structured logs give each column (binary values base64, decimals and other
+non-JSON values as strings).
+
+Exit status: 0 on success; 1 when the operation failed for an expected reason (the message goes
+to stderr, never a traceback) or when `verify` finds a problem; 2 for usage errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import datetime as dt
+import decimal
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from wal3_spark.errors import Wal3Error
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+
+# ------------------------------------------------------------------------------ helpers
+
+
+class Progress:
+    """A one-line progress bar on stderr, shown only when stderr is a terminal."""
+
+    def __init__(self, label: str, stream=None) -> None:
+        self.label = label
+        self.stream = stream or sys.stderr
+        self.enabled = bool(getattr(self.stream, "isatty", lambda: False)())
+        self._last = 0.0
+        self._shown = False
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if done < total and now - self._last < 0.1:
+            return
+        self._last = now
+        width = 30
+        filled = int(width * done / total) if total else width
+        bar = "#" * filled + "-" * (width - filled)
+        self.stream.write(f"\r{self.label} [{bar}] {done}/{total}")
+        self._shown = True
+        if done >= total:
+            self.close()
+
+    def close(self) -> None:
+        if self._shown:
+            self.stream.write("\n")
+            self.stream.flush()
+            self._shown = False
+
+
+def _options(args: argparse.Namespace) -> dict[str, str]:
+    options = {}
+    if getattr(args, "endpoint", None):
+        options["endpoint"] = args.endpoint
+    if getattr(args, "region", None):
+        options["region"] = args.region
+    return options
+
+
+def _store(url: str, args: argparse.Namespace):
+    from wal3_spark.storage import open_store
+
+    return open_store(url, _options(args))
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return base64.b64encode(bytes(value)).decode()
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=dt.timezone.utc)
+        return value.isoformat()
+    if isinstance(value, (dt.date, dt.time, dt.timedelta, decimal.Decimal)):
+        return value.isoformat() if hasattr(value, "isoformat") else str(value)
+    if isinstance(value, dict):
+        return {k: _json_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_value(v) for v in value]
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return str(value)
+    return value
+
+
+def record_json(row: dict[str, Any], raw: bool) -> dict[str, Any]:
+    """One record as a JSON-ready dict (see the module docstring for the encoding)."""
+    out: dict[str, Any] = {"_offset": row["_offset"], "_timestamp": _json_value(row["_timestamp"])}
+    if raw:
+        body = row["body"]
+        try:
+            out["body"] = body.decode("utf-8")
+        except UnicodeDecodeError:
+            out["body_base64"] = base64.b64encode(body).decode()
+        return out
+    for name, value in row.items():
+        if name not in ("_offset", "_timestamp"):
+            out[name] = _json_value(value)
+    return out
+
+
+def _print_records(store, start: int | None, limit: int | None, out) -> int:
+    from wal3_spark.reader import LogReader
+
+    reader = LogReader(store)
+    manifest = reader.manifest()
+    raw = manifest.is_raw
+    n = 0
+    for batch in reader.read(start, limit):
+        for row in batch.to_pylist():
+            out.write(json.dumps(record_json(row, raw), ensure_ascii=False) + "\n")
+            n += 1
+    out.flush()
+    return n
+
+
+def parse_schema(text: str) -> pa.Schema:
+    """`"id: int64, name: string not null"` as an Arrow schema (Arrow type aliases)."""
+    fields = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        if ":" not in part:
+            raise Wal3Error(f"bad schema field {part!r}: write NAME: TYPE, e.g. 'id: int64'")
+        name, type_text = (s.strip() for s in part.split(":", 1))
+        nullable = True
+        if type_text.lower().endswith(" not null"):
+            type_text, nullable = type_text[: -len(" not null")].strip(), False
+        try:
+            arrow_type = pa.type_for_alias(type_text)
+        except ValueError:
+            raise Wal3Error(
+                f"unknown type {type_text!r} for {name!r}: use an Arrow type name "
+                "(int64, float64, string, binary, bool, date32, timestamp[us, tz=UTC], ...)"
+            ) from None
+        fields.append(pa.field(name, arrow_type, nullable=nullable))
+    if not fields:
+        raise Wal3Error("the schema names no fields")
+    return pa.schema(fields)
+
+
+# ----------------------------------------------------------------------------- commands
+
+
+def cmd_init(args, out) -> int:
+    from wal3_spark.committer import Committer
+
+    schema = parse_schema(args.schema) if args.schema else None
+    committer = Committer(_store(args.url, args), writer="wal3 cli")
+    existed = committer.load() is not None
+    manifest, _ = committer.create(schema)
+    if existed:
+        if schema is not None and manifest.arrow_schema() != schema:
+            raise Wal3Error(f"{args.url} already exists with another schema: {manifest.arrow_schema()}")
+        out.write(f"{args.url} already exists (next offset {manifest.next_offset})\n")
+    else:
+        out.write(f"created {'structured' if schema else 'raw'} log at {args.url}\n")
+    return EXIT_OK
+
+
+def log_info(store) -> dict[str, Any]:
+    """What `wal3 info` shows, as a dict."""
+    from wal3_spark.cursors import CursorStore
+    from wal3_spark.errors import CorruptLog
+    from wal3_spark.gc import load_garbage, referenced
+    from wal3_spark.reader import LogReader, iter_fragments
+
+    manifest = LogReader(store).manifest()
+    refs = list(iter_fragments(store, manifest, 0))
+    try:
+        manifest.scrub()
+        balance = None
+    except CorruptLog as exc:
+        balance = str(exc)
+    tree = referenced(store, manifest)
+    garbage, etag = load_garbage(store)
+    schema = manifest.arrow_schema()
+    return {
+        "url": store.url,
+        "oldest_offset": manifest.oldest_offset,
+        "next_offset": manifest.next_offset,
+        "records": manifest.next_offset - manifest.oldest_offset,
+        "fragments": len(refs),
+        "snapshots": len(tree.snapshots),
+        "bytes": sum(r.num_bytes for r in refs),
+        "acc_bytes": manifest.acc_bytes,
+        "setsum": manifest.setsum.hexdigest(),
+        "collected": manifest.collected.hexdigest(),
+        "balanced": balance is None,
+        "balance_problem": balance,
+        "schema": None if schema is None else [f"{f.name}: {f.type}{'' if f.nullable else ' not null'}" for f in schema],
+        "raw": manifest.is_raw,
+        "sealed": manifest.sealed,
+        "cursors": {c.name: c.cursor.offset for c in CursorStore(store).list()},
+        "pending_garbage": None if garbage.is_empty() else garbage.summary(),
+        "txns": {app: t.version for app, t in manifest.txns.items()},
+        "writer": manifest.writer,
+    }
+
+
+def cmd_info(args, out) -> int:
+    info = log_info(_store(args.url, args))
+    if args.json:
+        out.write(json.dumps(info, indent=2) + "\n")
+        return EXIT_OK
+    out.write(f"log            {info['url']}\n")
+    out.write(f"offsets        [{info['oldest_offset']}, {info['next_offset']})  ({info['records']} records)\n")
+    out.write(f"fragments      {info['fragments']}  snapshots {info['snapshots']}  bytes {info['bytes']}\n")
+    out.write(f"setsum         {info['setsum']}\n")
+    out.write(f"collected      {info['collected']}\n")
+    out.write(f"balanced       {'yes' if info['balanced'] else 'NO: ' + str(info['balance_problem'])}\n")
+    out.write(f"schema         {'raw (body: binary)' if info['raw'] else ', '.join(info['schema'])}\n")
+    out.write(f"sealed         {'yes' if info['sealed'] else 'no'}\n")
+    cursors = ", ".join(f"{k}={v}" for k, v in sorted(info["cursors"].items())) or "none"
+    out.write(f"cursors        {cursors}\n")
+    pending = info["pending_garbage"]
+    out.write(
+        "garbage        "
+        + ("none pending\n" if pending is None else f"pending below offset {pending['first_to_keep']}"
+           f" ({'applied' if pending['applied_epoch_us'] else 'not yet applied'})\n")
+    )
+    return EXIT_OK
+
+
+def cmd_tail(args, out) -> int:
+    from wal3_spark.reader import LogReader
+
+    if args.n < 0:
+        raise Wal3Error("-n must be >= 0")
+    store = _store(args.url, args)
+    manifest = LogReader(store).manifest()
+    start = max(manifest.oldest_offset, manifest.next_offset - args.n)
+    _print_records(store, start, manifest.next_offset, out)
+    return EXIT_OK
+
+
+def cmd_cat(args, out) -> int:
+    store = _store(args.url, args)
+    _print_records(store, args.from_, args.to, out)
+    return EXIT_OK
+
+
+def cmd_verify(args, out) -> int:
+    from wal3_spark.verify import verify
+
+    progress = Progress("verifying")
+    report = verify(_store(args.url, args), check_fragments=not args.no_data, progress=progress)
+    progress.close()
+    if args.json:
+        out.write(json.dumps(report.to_dict(), indent=2, default=str) + "\n")
+    else:
+        out.write(
+            f"{report.url}: {'OK' if report.ok else 'FAILED'}: offsets [{report.oldest_offset}, "
+            f"{report.next_offset}), {report.fragments} fragments, {report.snapshots} snapshots, "
+            f"{report.records} records, {report.bytes} bytes\n"
+        )
+        for problem in report.problems:
+            out.write(f"  {problem}\n")
+    return EXIT_OK if report.ok else EXIT_FAIL
+
+
+def cmd_cursor(args, out) -> int:
+    from wal3_spark.cursors import CursorStore
+    from wal3_spark.errors import CursorError
+
+    cursors = CursorStore(_store(args.url, args), writer="wal3 cli")
+    if args.action == "list":
+        for state in sorted(cursors.list(), key=lambda s: s.name):
+            out.write(f"{state.name}\t{state.cursor.offset}\n")
+        return EXIT_OK
+    if not args.name:
+        raise Wal3Error(f"`wal3 cursor {args.action}` needs a cursor NAME")
+    if args.action == "get":
+        state = cursors.get(args.name)
+        if state is None:
+            raise CursorError(f"no cursor named {args.name!r}")
+        out.write(f"{state.cursor.offset}\n")
+    elif args.action == "set":
+        if args.offset is None:
+            raise Wal3Error("`wal3 cursor set URL NAME OFFSET` needs an OFFSET")
+        state = cursors.move(args.name, args.offset, allow_backwards=args.force)
+        out.write(f"{state.name}\t{state.cursor.offset}\n")
+    elif args.action == "delete":
+        cursors.delete(args.name)
+    return EXIT_OK
+
+
+def cmd_gc(args, out) -> int:
+    from wal3_spark.gc import DEFAULT_GRACE_S, GarbageCollector
+
+    progress = Progress("deleting")
+    collector = GarbageCollector(
+        _store(args.url, args),
+        grace_s=DEFAULT_GRACE_S if args.grace is None else args.grace,
+        max_drop_share=args.max_drop_share,
+        force=args.force,
+        writer="wal3 gc",
+        progress=progress,
+    )
+    report = collector.run(keep_from=args.keep_from, dry_run=args.dry_run)
+    progress.close()
+    if args.json:
+        out.write(json.dumps(report.to_dict(), indent=2) + "\n")
+        return EXIT_OK
+    prefix = "dry run: would " if args.dry_run else ""
+    if report.cutoff is None:
+        out.write(f"{report.url}: no cursors: nothing is known to be consumed, nothing to collect\n")
+    elif report.first_to_keep is not None:
+        out.write(
+            f"{report.url}: cutoff {report.cutoff}: {prefix}drop {report.records_dropped} records "
+            f"({report.fragments_dropped} fragments, {report.snapshots_dropped} snapshots) below "
+            f"offset {report.first_to_keep}\n"
+        )
+    else:
+        out.write(f"{report.url}: cutoff {report.cutoff}: nothing new to collect\n")
+    if report.steps:
+        out.write(f"steps: {', '.join(report.steps)}\n")
+    if report.deleted:
+        out.write(f"{prefix}delete{'d' if not args.dry_run else ''} {len(report.deleted)} objects\n")
+    if report.orphans_deleted:
+        out.write(f"{prefix}delete{'d' if not args.dry_run else ''} {len(report.orphans_deleted)} orphan fragments\n")
+    for note in report.notes:
+        out.write(f"note: {note}\n")
+    out.write(f"log now holds offsets [{report.oldest_offset}, {report.next_offset})\n")
+    return EXIT_OK
+
+
+def cmd_seal(args, out) -> int:
+    from wal3_spark.committer import Committer
+
+    manifest = Committer(_store(args.url, args), writer="wal3 seal").seal()
+    out.write(f"{args.url} is sealed at offset {manifest.next_offset}\n")
+    return EXIT_OK
+
+
+def cmd_copy(args, out) -> int:
+    from wal3_spark.copy import copy_log
+
+    progress = Progress("copying")
+    report = copy_log(
+        _store(args.source, args),
+        _store(args.destination, args),
+        from_offset=args.from_,
+        copy_cursors=not args.no_cursors,
+        progress=progress,
+    )
+    progress.close()
+    out.write(
+        f"copied offsets [{report.start}, {report.limit}) ({report.records} records, "
+        f"{report.fragments} fragments, {report.bytes} bytes) to {report.destination}; verified\n"
+    )
+    if not report.source_sealed:
+        out.write("note: the source is not sealed: appends made after the copy began are not in it\n")
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------------------- parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    def common_options(default: Any) -> argparse.ArgumentParser:
+        # Accepted before and after the command; a subcommand's unset option must not
+        # overwrite the value given before it, hence SUPPRESS there.
+        common = argparse.ArgumentParser(add_help=False)
+        common.add_argument("--endpoint", default=default,
+                            help="S3 endpoint URL (default: AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL)")
+        common.add_argument("--region", default=default, help="S3 region (default: AWS_REGION)")
+        common.add_argument("-v", "--verbose", action="store_true", default=default or False,
+                            help="log progress to stderr")
+        return common
+
+    parser = argparse.ArgumentParser(
+        prog="wal3", description="Operate a wal3 log on object storage.", parents=[common_options(None)]
+    )
+    common = common_options(argparse.SUPPRESS)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, fn: Callable, help_: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_, description=help_, parents=[common])
+        p.set_defaults(fn=fn)
+        return p
+
+    p = add("init", cmd_init, "create a log (raw, or structured with --schema)")
+    p.add_argument("url")
+    p.add_argument("--schema", help='Arrow schema, e.g. "id: int64, name: string not null"')
+
+    p = add("info", cmd_info, "show offsets, counts, setsum balance, schema, cursors, seal, garbage")
+    p.add_argument("url")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+    p = add("tail", cmd_tail, "print the last N records as JSON lines")
+    p.add_argument("url")
+    p.add_argument("-n", type=int, default=10, help="how many records (default 10)")
+
+    p = add("cat", cmd_cat, "print records [--from, --to) as JSON lines")
+    p.add_argument("url")
+    p.add_argument("--from", dest="from_", type=int, help="first offset (default: the oldest)")
+    p.add_argument("--to", type=int, help="offset to stop before (default: the tail)")
+
+    p = add("verify", cmd_verify, "check every invariant and fragment; exit 1 on any problem")
+    p.add_argument("url")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--no-data", action="store_true", help="check metadata only, not fragment bytes")
+
+    p = add("cursor", cmd_cursor, "list, get, set or delete cursors")
+    p.add_argument("action", choices=["list", "get", "set", "delete"])
+    p.add_argument("url")
+    p.add_argument("name", nargs="?")
+    p.add_argument("offset", nargs="?", type=int)
+    p.add_argument("--force", action="store_true", help="allow moving a cursor backwards")
+
+    p = add("gc", cmd_gc, "garbage-collect below the lowest cursor")
+    p.add_argument("url")
+    p.add_argument("--dry-run", action="store_true", help="report what would be collected")
+    p.add_argument("--grace", type=float, help="grace interval in seconds (default 3600)")
+    p.add_argument("--keep-from", type=int, help="keep offsets from here (may only lower the cutoff)")
+    p.add_argument("--force", action="store_true", help="collect even beyond --max-drop-share")
+    p.add_argument("--max-drop-share", type=float, default=0.9,
+                   help="refuse to drop more than this share of the log without --force (default 0.9)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+    p = add("seal", cmd_seal, "seal the log: later appends fail, reads keep working")
+    p.add_argument("url")
+
+    p = add("copy", cmd_copy, "copy a log (or its suffix) to a new location and verify it")
+    p.add_argument("source")
+    p.add_argument("destination")
+    p.add_argument("--from", dest="from_", type=int, help="copy from the fragment holding this offset")
+    p.add_argument("--no-cursors", action="store_true", help="do not copy cursors")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.verbose:
+        import logging
+
+        logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return args.fn(args, sys.stdout)
+    except Wal3Error as exc:
+        sys.stderr.write(f"wal3 {args.command}: error: {exc}\n")
+        return EXIT_FAIL
+    except BrokenPipeError:  # `wal3 cat ... | head`
+        try:
+            sys.stdout.close()
+        except OSError:
+            pass
+        return EXIT_OK
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
