@@ -1,0 +1,705 @@
+"""The object stores: semantics and error contract on every backend, atomicity under
+multi-process contention (local filesystem and a real SeaweedFS), S3 failure classification,
+pickling, and the fault-injection wrapper."""
+
+from __future__ import annotations
+
+import hashlib
+import multiprocessing
+import os
+import pickle
+import random
+import threading
+import time
+import traceback
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from botocore.awsrequest import AWSResponse
+from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
+
+from tests.support.seaweed import SeaweedServer
+from wal3_spark.errors import (
+    AmbiguousWrite,
+    InvalidOption,
+    InvalidUrl,
+    ObjectNotFound,
+    PreconditionFailed,
+    StorageError,
+    TransientError,
+)
+from wal3_spark.storage import (
+    STORE_OPTIONS,
+    FaultyStore,
+    LocalStore,
+    MemoryStore,
+    ObjectStore,
+    S3Settings,
+    S3Store,
+    join_url,
+    open_store,
+)
+from wal3_spark.storage.retry import backoff_delays, retry
+
+
+def md5(data: bytes) -> str:
+    return hashlib.md5(data).hexdigest()
+
+
+@pytest.fixture(params=["memory", "local", "s3"])
+def store(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[ObjectStore]:
+    if request.param == "memory":
+        s: ObjectStore = open_store(f"memory://{uuid.uuid4().hex}")
+    elif request.param == "local":
+        s = open_store(str(tmp_path / "store"))
+    else:
+        seaweed: SeaweedServer = request.getfixturevalue("seaweed")
+        s = open_store(seaweed.new_url(request.node.name), seaweed.options)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def s3_store(seaweed: SeaweedServer, request: pytest.FixtureRequest) -> Iterator[S3Store]:
+    s = open_store(seaweed.new_url(request.node.name), seaweed.options)
+    assert isinstance(s, S3Store)
+    s.retry_base_s = s.retry_cap_s = 0.001  # keep retry tests fast
+    yield s
+    s.close()
+
+
+# ------------------------------------------------------------------------------ semantics
+
+
+def test_missing_objects_raise_object_not_found(store: ObjectStore) -> None:
+    for call in (store.get, store.head, lambda k: store.get_range(k, 0, 10)):
+        with pytest.raises(ObjectNotFound) as info:
+            call("no/such/key")
+        assert info.value.key == "no/such/key"
+    assert not store.exists("no/such/key")
+    store.delete("no/such/key")  # deleting a missing object is fine
+
+
+def test_put_if_absent_creates_exactly_once(store: ObjectStore) -> None:
+    etag = store.put_if_absent("a/b", b"first")
+    assert etag == md5(b"first")
+    with pytest.raises(PreconditionFailed):
+        store.put_if_absent("a/b", b"second")
+    assert store.get("a/b").data == b"first"
+    assert store.get("a/b").etag == etag
+    assert store.exists("a/b")
+
+
+def test_empty_and_large_objects_round_trip(store: ObjectStore) -> None:
+    assert store.put_if_absent("empty", b"") == md5(b"")
+    assert store.get("empty").data == b""
+    big = random.Random(7).randbytes(5 * 1024 * 1024 + 3)
+    # a single PUT: a multipart upload would have an ETag like "<md5 of md5s>-2"
+    assert store.put_if_absent("big", big) == md5(big)
+    blob = store.get("big")
+    assert blob.data == big and blob.etag == md5(big)
+
+
+def test_put_if_match_is_compare_and_swap_on_the_etag(store: ObjectStore) -> None:
+    e1 = store.put_if_absent("counter", b"1")
+    with pytest.raises(PreconditionFailed):
+        store.put_if_match("counter", b"2", md5(b"something else"))
+    assert store.get("counter").data == b"1"
+    e2 = store.put_if_match("counter", b"2", e1)
+    assert e2 == md5(b"2") == store.get("counter").etag
+    with pytest.raises(PreconditionFailed):
+        store.put_if_match("counter", b"3", e1)  # stale ETag
+    e3 = store.put_if_match("counter", b"3", f'"{e2}"')  # quoted ETags are accepted
+    assert store.get("counter").data == b"3" and e3 == md5(b"3")
+    # same content, same ETag: a CAS that writes identical bytes still succeeds
+    assert store.put_if_match("counter", b"3", e3) == e3
+
+
+def test_put_if_match_on_a_missing_object_fails(store: ObjectStore) -> None:
+    with pytest.raises(PreconditionFailed):
+        store.put_if_match("never/written", b"x", md5(b"x"))
+    etag = store.put_if_absent("gone", b"x")
+    store.delete("gone")
+    with pytest.raises(PreconditionFailed):
+        store.put_if_match("gone", b"y", etag)
+    assert not store.exists("gone")
+
+
+def test_delete_then_recreate(store: ObjectStore) -> None:
+    store.put_if_absent("k", b"1")
+    store.delete("k")
+    with pytest.raises(ObjectNotFound):
+        store.get("k")
+    store.delete("k")
+    assert store.put_if_absent("k", b"2") == md5(b"2")
+    assert store.get("k").data == b"2"
+
+
+def test_head_reports_size_etag_and_mtime(store: ObjectStore) -> None:
+    store.put_if_absent("dir/obj", b"hello")
+    meta = store.head("dir/obj")
+    assert (meta.key, meta.size, meta.etag) == ("dir/obj", 5, md5(b"hello"))
+    assert abs(meta.last_modified - time.time()) < 300
+
+
+def test_list_is_recursive_sorted_relative_and_prefix_filtered(store: ObjectStore) -> None:
+    keys = ["b", "a/c/d", "ab", "a-c", "a/b"]
+    for key in keys:
+        store.put_if_absent(key, key.encode())
+    listed = list(store.list())
+    assert [m.key for m in listed] == sorted(keys) == ["a-c", "a/b", "a/c/d", "ab", "b"]
+    assert all(m.size == len(m.key) and m.etag == md5(m.key.encode()) for m in listed)
+    assert [m.key for m in store.list("a")] == ["a-c", "a/b", "a/c/d", "ab"]
+    assert [m.key for m in store.list("a/")] == ["a/b", "a/c/d"]
+    assert [m.key for m in store.list("a/c/")] == ["a/c/d"]
+    assert list(store.list("zz")) == []
+    assert list(store.list("../")) == []
+    store.delete("ab")
+    assert "ab" not in [m.key for m in store.list()]
+
+
+def test_stores_are_isolated_by_root(store: ObjectStore) -> None:
+    sibling = open_store(store.url + "-sibling", _options_for(store))
+    child = open_store(join_url(store.url, "child"), _options_for(store))
+    sibling.put_if_absent("x", b"s")
+    child.put_if_absent("y", b"c")
+    assert [m.key for m in store.list()] == ["child/y"]
+    assert store.get("child/y").data == b"c"
+    assert [m.key for m in sibling.list()] == ["x"]
+
+
+def _options_for(store: ObjectStore) -> dict[str, str]:
+    if isinstance(store, S3Store):
+        s = store.settings
+        return {
+            "endpoint": s.endpoint or "",
+            "accessKeyId": s.access_key_id or "",
+            "secretAccessKey": s.secret_access_key or "",
+        }
+    return {}
+
+
+@pytest.mark.parametrize(
+    ("start", "length", "expected"),
+    [
+        (0, 3, b"012"),
+        (7, 10, b"789"),
+        (10, 5, b""),
+        (20, 1, b""),
+        (2, 0, b""),
+        (-3, 10, b"789"),
+        (-3, 2, b"78"),
+        (-20, 3, b"012"),
+    ],
+)
+def test_get_range(store: ObjectStore, start: int, length: int, expected: bytes) -> None:
+    store.put_if_absent("digits", b"0123456789")
+    store.put_if_absent("empty", b"")
+    assert store.get_range("digits", start, length) == expected
+    assert store.get_range("empty", start, length) == b""
+
+
+@pytest.mark.parametrize("key", ["", "/a", "a/", "a//b", "a/../b", ".hidden", "a/.tmp"])
+def test_invalid_keys_are_rejected_everywhere(store: ObjectStore, key: str) -> None:
+    for call in (
+        lambda: store.get(key),
+        lambda: store.put_if_absent(key, b"x"),
+        lambda: store.put_if_match(key, b"x", "e"),
+        lambda: store.delete(key),
+    ):
+        with pytest.raises(ValueError):
+            call()
+
+
+# ----------------------------------------------------------------------------- contention
+
+
+def _report(results: Any, work: Callable[[], Any]) -> None:
+    try:
+        results.put(("ok", work()))
+    except BaseException:
+        results.put(("error", traceback.format_exc()))
+
+
+def _increment_worker(store: ObjectStore, key: str, count: int, barrier: Any, results: Any) -> None:
+    def work() -> tuple[list[int], int]:
+        barrier.wait(60)
+        written: list[int] = []
+        conflicts = 0
+        while len(written) < count:
+            blob = store.get(key)
+            value = int(blob.data) + 1
+            try:
+                store.put_if_match(key, str(value).encode(), blob.etag)
+            except PreconditionFailed:
+                conflicts += 1
+                continue
+            written.append(value)
+        return written, conflicts
+
+    _report(results, work)
+
+
+def _create_worker(
+    store: ObjectStore, keys: list[str], worker: int, barrier: Any, results: Any
+) -> None:
+    def work() -> tuple[int, list[str]]:
+        won = []
+        for key in keys:
+            barrier.wait(60)
+            try:
+                store.put_if_absent(key, str(worker).encode())
+                won.append(key)
+            except PreconditionFailed:
+                pass
+        return worker, won
+
+    _report(results, work)
+
+
+def _run_processes(target: Callable[..., None], args: list[tuple[Any, ...]]) -> list[Any]:
+    """Run `target(*a, barrier, results)` in one spawned process per `a`; their results."""
+    ctx = multiprocessing.get_context("spawn")
+    barrier, results = ctx.Barrier(len(args)), ctx.Queue()
+    procs = [ctx.Process(target=target, args=(*a, barrier, results)) for a in args]
+    for p in procs:
+        p.start()
+    try:
+        outcomes = [results.get(timeout=120) for _ in procs]
+    finally:
+        for p in procs:
+            p.join(30)
+    errors = [detail for status, detail in outcomes if status == "error"]
+    assert not errors, "\n".join(errors)
+    return [detail for _, detail in outcomes]
+
+
+@pytest.mark.parametrize("backend", ["local", "s3"])
+def test_concurrent_cas_increments_from_processes_never_lose_an_update(
+    backend: str, request: pytest.FixtureRequest, tmp_path: Any
+) -> None:
+    processes, increments = 8, 25
+    if backend == "local":
+        store = open_store(str(tmp_path / "store"))
+    else:
+        seaweed: SeaweedServer = request.getfixturevalue("seaweed")
+        store = open_store(seaweed.new_url("cas"), seaweed.options)
+    store.put_if_absent("counter", b"0")
+    results = _run_processes(
+        _increment_worker, [(store, "counter", increments)] * processes
+    )
+    total = processes * increments
+    assert int(store.get("counter").data) == total
+    # every value was written by exactly one process: no two CAS won from the same ETag
+    assert sorted(v for written, _ in results for v in written) == list(range(1, total + 1))
+    assert sum(conflicts for _, conflicts in results) > 0, "the processes never contended"
+
+
+@pytest.mark.parametrize(("backend", "rounds"), [("local", 10), ("s3", 3)])
+def test_racing_creates_from_processes_have_exactly_one_winner(
+    backend: str, rounds: int, request: pytest.FixtureRequest, tmp_path: Any
+) -> None:
+    # SeaweedFS makes racing creates wait ~1 s for a per-key lock: few rounds there
+    processes = 8
+    if backend == "local":
+        store = open_store(str(tmp_path / "store"))
+    else:
+        seaweed: SeaweedServer = request.getfixturevalue("seaweed")
+        store = open_store(seaweed.new_url("race"), seaweed.options)
+    keys = [f"race/{i}" for i in range(rounds)]
+    results = _run_processes(_create_worker, [(store, keys, w) for w in range(processes)])
+    winners = Counter(key for _, won in results for key in won)
+    assert winners == Counter(keys), "each key must be created by exactly one process"
+    for worker, won in results:
+        for key in won:
+            assert store.get(key).data == str(worker).encode()
+
+
+def test_local_cas_from_threads_never_loses_an_update(tmp_path: Any) -> None:
+    store = LocalStore(str(tmp_path))
+    store.put_if_absent("counter", b"0")
+    threads, increments = 4, 25  # flock excludes threads too: each opens its own lock fd
+
+    def worker() -> None:
+        done = 0
+        while done < increments:
+            blob = store.get("counter")
+            try:
+                store.put_if_match("counter", str(int(blob.data) + 1).encode(), blob.etag)
+                done += 1
+            except PreconditionFailed:
+                pass
+
+    pool = [threading.Thread(target=worker) for _ in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    assert int(store.get("counter").data) == threads * increments
+
+
+# -------------------------------------------------------------------------- local backend
+
+
+def test_local_store_hides_temp_and_lock_files(tmp_path: Any) -> None:
+    store = LocalStore(str(tmp_path))
+    etag = store.put_if_absent("dir/obj", b"1")
+    with pytest.raises(PreconditionFailed):
+        store.put_if_absent("dir/obj", b"2")
+    store.put_if_match("dir/obj", b"3", etag)
+    on_disk = sorted(os.listdir(tmp_path / "dir"))
+    assert on_disk == [".obj.lock", "obj"], "temp files must be cleaned up"
+    assert [m.key for m in store.list()] == ["dir/obj"]
+
+
+def test_local_store_urls(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    store = open_store("rel/logs")
+    assert isinstance(store, LocalStore)
+    assert store.root == str(tmp_path / "rel" / "logs")
+    assert store.url == f"file://{tmp_path}/rel/logs"
+    spaced = open_store(str(tmp_path / "a b"))
+    assert spaced.url.endswith("/a%20b")
+    spaced.put_if_absent("k", b"v")
+    assert open_store(spaced.url).get("k").data == b"v"  # the URL round-trips
+    assert open_store(f"file://{tmp_path}/rel/logs").url == store.url
+    with pytest.raises(InvalidUrl):
+        open_store("file://otherhost/x")
+
+
+def test_memory_stores_share_objects_by_name() -> None:
+    name = uuid.uuid4().hex
+    a, b = open_store(f"memory://{name}"), open_store(f"memory://{name}")
+    a.put_if_absent("k", b"v")
+    assert b.get("k").data == b"v"
+    assert isinstance(a, MemoryStore)
+    assert pickle.loads(pickle.dumps(a)).get("k").data == b"v"
+    assert list(open_store(f"memory://{name}/k2").list()) == []
+
+
+# ----------------------------------------------------------------------------- URLs, options
+
+
+def test_open_store_dispatches_on_the_scheme() -> None:
+    assert isinstance(open_store("s3://bucket/a/b"), S3Store)
+    s3a = open_store("s3a://bucket/a/b/")
+    assert isinstance(s3a, S3Store) and s3a.url == "s3://bucket/a/b"
+    assert (s3a.bucket, s3a.prefix) == ("bucket", "a/b")
+    assert open_store("s3://bucket").url == "s3://bucket"
+    for bad in ("gs://bucket/x", "s3:///no-bucket", "memory://", "", "s3://b/x?y=1"):
+        with pytest.raises(InvalidUrl):
+            open_store(bad)
+
+
+def test_join_url() -> None:
+    assert join_url("s3://b/logs", "a") == "s3://b/logs/a"
+    assert join_url("s3://b/logs/", "/a/b/") == "s3://b/logs/a/b"
+    assert join_url("file:///tmp/x", "") == "file:///tmp/x"
+
+
+def test_s3_options_are_case_insensitive_and_fall_back_to_the_environment() -> None:
+    assert STORE_OPTIONS == {
+        "endpoint", "endpointurl", "region", "accesskeyid", "secretaccesskey", "sessiontoken",
+        "pathstyle",
+    }  # fmt: skip
+    env = {"AWS_ENDPOINT_URL": "http://env:1", "AWS_DEFAULT_REGION": "eu-west-3"}
+    s = S3Settings.from_options({"ENDPOINTURL": "http://opt:2", "PathStyle": "false"}, env)
+    assert (s.endpoint, s.region, s.path_style) == ("http://opt:2", "eu-west-3", False)
+    s = S3Settings.from_options({}, {**env, "AWS_ENDPOINT_URL_S3": "http://s3env:3"})
+    assert (s.endpoint, s.path_style) == ("http://s3env:3", True)
+    s = S3Settings.from_options({"endpoint": "http://x:1"}, {})
+    assert s.region == "us-east-1" and s.access_key_id is None
+    s = S3Settings.from_options({}, {})
+    assert (s.endpoint, s.region, s.path_style) == (None, None, False)
+    s = S3Settings.from_options({"accessKeyId": "AK", "secretAccessKey": "SK", "x": "y"}, {})
+    assert (s.access_key_id, s.secret_access_key) == ("AK", "SK")
+    for bad in ({"pathStyle": "maybe"}, {"endpoint": "host:9000"}, {"accessKeyId": "AK"}):
+        with pytest.raises(InvalidOption):
+            S3Settings.from_options(bad, {})
+
+
+def test_credentials_never_appear_in_repr() -> None:
+    store = open_store(
+        "s3://bucket/p",
+        {"accessKeyId": "AKIDSECRETISH", "secretAccessKey": "TOPSECRET", "sessionToken": "TOK"},
+    )
+    text = repr(store) + repr(store.settings) + str(vars(store).get("settings"))
+    for secret in ("AKIDSECRETISH", "TOPSECRET", "TOK"):
+        assert secret not in text
+
+
+# ------------------------------------------------------------------------- S3 specifics
+
+
+def test_s3_wrong_secret_is_a_storage_error_without_the_secret(seaweed: SeaweedServer) -> None:
+    wrong = "not-the-secret-9f8e7d"
+    store = open_store(seaweed.new_url("auth"), {**seaweed.options, "secretAccessKey": wrong})
+    for call in (lambda: store.get("k"), lambda: store.put_if_absent("k", b"v")):
+        with pytest.raises(StorageError) as info:
+            call()
+        assert not isinstance(info.value, (ObjectNotFound, PreconditionFailed, TransientError))
+        assert wrong not in str(info.value) and "403" in str(info.value)
+
+
+def test_s3_unreachable_endpoint_is_transient_after_retries(seaweed: SeaweedServer) -> None:
+    from tests.support.seaweed import _free_ports
+
+    port = _free_ports(1)[0]
+    store = open_store("s3://bucket/p", {**seaweed.options, "endpoint": f"http://127.0.0.1:{port}"})
+    assert isinstance(store, S3Store)
+    store.retry_attempts, store.retry_base_s = 3, 0.001
+    for call in (lambda: store.get("k"), lambda: store.put_if_absent("k", b"v")):
+        with pytest.raises(TransientError) as info:
+            call()
+        assert seaweed.secret_key not in str(info.value)
+
+
+def test_s3_missing_bucket_is_a_storage_error(seaweed: SeaweedServer) -> None:
+    store = open_store(f"s3://no-such-bucket-{uuid.uuid4().hex[:8]}/p", seaweed.options)
+    for call in (lambda: store.get("k"), lambda: list(store.list())):
+        with pytest.raises(StorageError, match="does not exist"):
+            call()
+
+
+def test_s3_list_paginates(s3_store: S3Store) -> None:
+    keys = [f"k{i}" for i in range(5)]
+    for key in reversed(keys):
+        s3_store.put_if_absent(key, b"")
+    s3_store.list_page_size = 2
+    assert [m.key for m in s3_store.list()] == keys
+
+
+class _Raw:
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+
+    def stream(self, **_: Any) -> Iterator[bytes]:
+        yield self.body
+
+
+def _http_error(status: int, code: str) -> AWSResponse:
+    body = f"<Error><Code>{code}</Code><Message>injected</Message></Error>".encode()
+    return AWSResponse("http://injected", status, {}, _Raw(body))
+
+
+def _inject(store: S3Store, operation: str, faults: list[Any]) -> list[int]:
+    """Answer the next calls of `operation` with `faults` (an exception to raise, a response
+    to return, or None to let the request through); returns a list counting every call."""
+    calls: list[int] = []
+
+    def before_send(**_: Any) -> AWSResponse | None:
+        calls.append(1)
+        fault = faults.pop(0) if faults else None
+        if isinstance(fault, Exception):
+            raise fault
+        return fault
+
+    store._s3().meta.events.register(f"before-send.s3.{operation}", before_send)
+    return calls
+
+
+def test_s3_conditional_put_is_never_retried_after_sending(s3_store: S3Store) -> None:
+    read_timeout = ReadTimeoutError(endpoint_url="http://injected")
+    calls = _inject(s3_store, "PutObject", [read_timeout, _http_error(500, "InternalError")])
+    with pytest.raises(AmbiguousWrite):
+        s3_store.put_if_absent("k", b"v")
+    with pytest.raises(AmbiguousWrite):
+        s3_store.put_if_absent("k", b"v")
+    assert len(calls) == 2  # one request each: no retry
+    assert s3_store.put_if_absent("k", b"v") == md5(b"v")
+
+
+def test_s3_conditional_put_retries_what_changed_nothing(s3_store: S3Store) -> None:
+    refused = EndpointConnectionError(endpoint_url="http://injected")
+    conflict = _http_error(409, "ConditionalRequestConflict")
+    calls = _inject(s3_store, "PutObject", [refused, conflict, _http_error(429, "SlowDown")])
+    assert s3_store.put_if_absent("k", b"v") == md5(b"v")
+    assert len(calls) == 4
+    _inject(s3_store, "PutObject", [_http_error(409, "ConditionalRequestConflict")] * 10)
+    with pytest.raises(PreconditionFailed):  # conflicts on every attempt: someone else won
+        s3_store.put_if_match("k", b"w", md5(b"v"))
+    assert s3_store.get("k").data == b"v"
+
+
+def test_s3_if_match_404_from_aws_is_a_precondition_failure(s3_store: S3Store) -> None:
+    _inject(s3_store, "PutObject", [_http_error(404, "NoSuchKey")])
+    with pytest.raises(PreconditionFailed):
+        s3_store.put_if_match("k", b"v", md5(b"x"))
+
+
+def test_s3_reads_retry_transient_failures(s3_store: S3Store) -> None:
+    s3_store.put_if_absent("k", b"v")
+    faults = [ReadTimeoutError(endpoint_url="x"), _http_error(503, "SlowDown")]
+    calls = _inject(s3_store, "GetObject", faults)
+    assert s3_store.get("k").data == b"v"
+    assert len(calls) == 3
+    _inject(s3_store, "GetObject", [_http_error(500, "InternalError")] * 10)
+    with pytest.raises(TransientError):
+        s3_store.get("k")
+
+
+def test_pickled_s3_store_resolves_credentials_from_the_environment(
+    seaweed: SeaweedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in seaweed.env.items():
+        monkeypatch.setenv(name, value)
+    store = open_store(seaweed.new_url("pickle"))
+    store.put_if_absent("k", b"v")  # creates the client, which must not be pickled
+    data = pickle.dumps(store)
+    assert len(data) < 1000
+    assert seaweed.secret_key.encode() not in data and seaweed.access_key.encode() not in data
+    copy = pickle.loads(data)
+    assert copy.get("k").data == b"v"
+    copy.put_if_absent("k2", b"w")
+    assert store.get("k2").data == b"w"
+
+
+def test_pickled_s3_store_with_explicit_credentials_works(seaweed: SeaweedServer) -> None:
+    store = open_store(seaweed.new_url("pickle"), seaweed.options)
+    store.put_if_absent("k", b"v")
+    data = pickle.dumps(store)
+    assert len(data) < 1000
+    assert pickle.loads(data).get("k").data == b"v"
+
+
+# ---------------------------------------------------------------------------------- retry
+
+
+def test_backoff_delays_are_bounded_and_jittered() -> None:
+    delays = list(backoff_delays(6, base=0.1, cap=0.5, rng=random.Random(1)))
+    ceilings = [0.1, 0.2, 0.4, 0.5, 0.5]
+    assert len(delays) == 5
+    assert all(c / 2 <= d <= c for d, c in zip(delays, ceilings))
+    full = list(backoff_delays(200, base=1, cap=1, jitter=1.0, rng=random.Random(2)))
+    assert min(full) < 0.1 and max(full) > 0.9
+    assert list(backoff_delays(1)) == []
+    with pytest.raises(ValueError):
+        list(backoff_delays(0))
+
+
+def test_retry_retries_only_what_it_is_told_to() -> None:
+    calls, slept = [], []
+
+    def flaky() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise TransientError("flaky")
+        return "done"
+
+    assert retry(flaky, attempts=5, sleep=slept.append) == "done"
+    assert len(calls) == 3 and len(slept) == 2
+    calls.clear()
+    with pytest.raises(TransientError):
+        retry(lambda: flaky() and flaky() and flaky(), attempts=2, sleep=slept.append)
+    with pytest.raises(PreconditionFailed):
+        retry(lambda: (_ for _ in ()).throw(PreconditionFailed("k")), sleep=slept.append)
+
+
+# --------------------------------------------------------------------------------- faults
+
+
+def _faulty(**probabilities: float) -> tuple[MemoryStore, FaultyStore]:
+    inner = MemoryStore(uuid.uuid4().hex)
+    return inner, FaultyStore(inner, seed=42, max_delay_s=0.0005, **probabilities)
+
+
+def test_faulty_creates_fail_as_advertised_and_never_with_a_false_412() -> None:
+    inner, store = _faulty(
+        drop=0.15, delay=0.3, error_5xx=0.15, timeout_after_write=0.15, precondition_storm=0.3
+    )
+    outcomes: Counter[str] = Counter()
+    for i in range(400):
+        key = f"k{i}"
+        try:
+            store.put_if_absent(key, b"v")
+            outcome = "ok"
+        except PreconditionFailed:
+            pytest.fail(f"false 412 on the create of a new key {key}")
+        except TransientError:
+            outcome = "transient"
+        except AmbiguousWrite as exc:
+            outcome = "landed" if "timeout" in str(exc) else "5xx"
+        outcomes[outcome] += 1
+        assert inner.exists(key) == (outcome in ("ok", "landed")), outcome
+    counts = store.counts
+    assert counts["drop"] == outcomes["transient"] > 0
+    assert counts["error_5xx"] == outcomes["5xx"] > 0
+    assert counts["timeout_after_write"] == outcomes["landed"] > 0
+    assert counts["delay"] > 0 and counts["precondition_storm"] == 0
+    existing = [m.key for m in inner.list()]
+    for key in existing:  # the storm may fire now, and no create can succeed
+        with pytest.raises((PreconditionFailed, TransientError, AmbiguousWrite)):
+            store.put_if_absent(key, b"other")
+        assert inner.get(key).data == b"v"
+    assert store.counts["precondition_storm"] > 0
+
+
+def test_faulty_cas_storm_never_writes_and_timeouts_do() -> None:
+    inner, store = _faulty(precondition_storm=0.4, timeout_after_write=0.3)
+    etag = inner.put_if_absent("c", b"0")
+    stormed = landed = 0
+    for i in range(1, 200):
+        try:
+            etag = store.put_if_match("c", str(i).encode(), etag)
+        except PreconditionFailed:
+            stormed += 1
+            assert inner.get("c").etag == etag  # spurious: nothing was written
+        except AmbiguousWrite:
+            landed += 1
+            assert inner.get("c").data == str(i).encode()
+            etag = inner.get("c").etag
+    assert store.counts["precondition_storm"] == stormed > 0
+    assert store.counts["timeout_after_write"] == landed > 0
+
+
+def test_faulty_reads_are_retried_inside_the_wrapper() -> None:
+    inner, store = _faulty(drop=0.2, error_5xx=0.1, delay=0.5)
+    inner.put_if_absent("k", b"v")
+    escaped = 0
+    for _ in range(300):
+        try:
+            assert store.get("k").data == b"v"
+            assert store.get_range("k", 0, 1) == b"v"
+            assert [m.key for m in store.list()] == ["k"]
+        except TransientError:
+            escaped += 1  # all read_attempts tries drew a fault: rare, as after real retries
+    counts = store.counts
+    assert counts["drop"] > 100 and counts["error_5xx"] > 50 and counts["delay"] > 0
+    assert escaped < 30  # about 0.3**4 of the 900 reads
+
+
+def test_faulty_store_is_thread_safe_and_picklable() -> None:
+    inner, store = _faulty(drop=0.2, error_5xx=0.2)
+    failures: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def worker(t: int) -> None:
+        for i in range(100):
+            try:
+                store.put_if_absent(f"t{t}/{i}", b"v")
+            except (TransientError, AmbiguousWrite) as exc:
+                with lock:
+                    failures[type(exc).__name__] += 1
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert store.counts["drop"] == failures["TransientError"] > 0
+    assert store.counts["error_5xx"] == failures["AmbiguousWrite"] > 0
+    assert len(list(inner.list())) == 800 - sum(failures.values())
+    copy = pickle.loads(pickle.dumps(store))
+    assert copy.counts == store.counts and copy.url == store.url
+    with pytest.raises(ValueError):
+        FaultyStore(inner, seed=1, drop=0.6, error_5xx=0.6)
+
+
+def test_store_fixtures(store_url: str, store_options: dict[str, str]) -> None:
+    store = open_store(store_url, store_options)
+    store.put_if_absent("k", b"v")
+    assert [m.key for m in store.list()] == ["k"]
+    assert store_url.startswith(("file:///", "s3://"))

@@ -1,0 +1,67 @@
+"""Syntax of store URLs and object keys, and the ETag rule, shared by every backend.
+
+Keys are checked the same way on every backend so that code tested on the in-memory store
+cannot rely on a key the local filesystem would reject (or hide: names starting with `.` are
+the local store's temp and lock files).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from urllib.parse import quote, unquote, urlsplit
+
+from wal3_spark.errors import InvalidUrl
+
+
+def check_key(key: str) -> str:
+    """Return `key` if it is a valid object key, else raise `ValueError`.
+
+    A key is `/`-separated, relative, and has no empty, `.`-prefixed or `..` segments.
+    """
+    if not isinstance(key, str) or not key:
+        raise ValueError(f"object key must be a non-empty string, got {key!r}")
+    for segment in key.split("/"):
+        if not segment or segment.startswith("."):
+            raise ValueError(
+                f"invalid object key {key!r}: segments must be non-empty and must not start with '.'"
+            )
+    return key
+
+
+def join_url(url: str, child: str) -> str:
+    """`url` with the relative path `child` appended (`join_url("s3://b/logs", "a")` is
+    `"s3://b/logs/a"`); an empty `child` returns `url` without its trailing slash."""
+    child = child.strip("/")
+    base = url.rstrip("/")
+    return f"{base}/{child}" if child else base
+
+
+def split_url(url: str) -> tuple[str, str, str]:
+    """`(scheme, authority, path)` of a store URL; a plain path has scheme `"file"`.
+
+    The path of a `file` URL is returned absolute and percent-decoded.
+    """
+    if not isinstance(url, str) or not url.strip():
+        raise InvalidUrl(f"a store URL must be a non-empty string, got {url!r}")
+    if "://" not in url and not url.startswith("file:"):
+        return "file", "", os.path.abspath(os.path.expanduser(url))
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if parts.query or parts.fragment:
+        raise InvalidUrl(f"store URL {url!r} must not have a query or fragment")
+    if scheme == "file":
+        if parts.netloc not in ("", "localhost"):
+            raise InvalidUrl(f"file URL {url!r} names host {parts.netloc!r}; use file:///abs/path")
+        return "file", "", os.path.abspath(unquote(parts.path) or "/")
+    return scheme, parts.netloc, parts.path.strip("/")
+
+
+def file_url(path: str) -> str:
+    """The `file://` URL of an absolute local path (percent-encoded, so `split_url` inverts it)."""
+    return "file://" + quote(path, safe="/")
+
+
+def md5_etag(data: bytes) -> str:
+    """The ETag S3 gives a single-PUT object: the hex MD5 of its bytes (without quotes)."""
+    return hashlib.md5(data, usedforsecurity=False).hexdigest()

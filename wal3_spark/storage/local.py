@@ -1,0 +1,206 @@
+"""Local-filesystem object store, atomic across processes on one host.
+
+The two conditional writes map onto POSIX primitives that are atomic between processes:
+- create-if-absent is `link(tmp, final)`, which fails if `final` exists (unlike `rename`);
+- compare-and-swap holds an exclusive `flock` on a per-key sidecar lock file while it compares
+  the current ETag and `rename`s the new content into place. Deletes take the same lock, so a
+  CAS never resurrects an object deleted between its check and its rename.
+Readers need no lock: `rename` swaps whole files, so a reader sees the old or the new bytes.
+
+Temp and lock files live next to the object with names starting with `.`, which object keys
+cannot (see `check_key`), so `list` skips them. Lock files are never removed: removing one
+while another process waits on it would let two writers hold "the" lock at once.
+
+ETags are hex MD5s of the content, computed on read; `head` and `list` therefore read every
+object they report, which is fine for the local, single-host use this store is meant for.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import os
+import uuid
+from collections.abc import Iterator
+
+from wal3_spark.errors import ObjectNotFound, PreconditionFailed, StorageError
+from wal3_spark.storage.base import Blob, ObjectMeta, ObjectStore
+from wal3_spark.storage.common import check_key, file_url, md5_etag
+
+_CHUNK = 1 << 20
+
+
+def _file_md5(f) -> str:  # type: ignore[no-untyped-def]
+    digest = hashlib.md5(usedforsecurity=False)
+    while chunk := f.read(_CHUNK):
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _fsync_dir(path: str) -> None:
+    """Make a rename or link in `path` durable (a file's fsync does not cover its dir entry)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class LocalStore(ObjectStore):
+    """Objects are files under `root`; keys map to relative paths."""
+
+    def __init__(self, root: str) -> None:
+        self.root = os.path.abspath(root)
+        self.url = file_url(self.root)
+
+    def _path(self, key: str) -> str:
+        return os.path.join(self.root, *check_key(key).split("/"))
+
+    @contextlib.contextmanager
+    def _os_errors(self, op: str, key: str) -> Iterator[None]:
+        """Report unexpected OS errors (permissions, full disk) as `StorageError`s."""
+        try:
+            yield
+        except OSError as exc:
+            raise StorageError(f"{op} of {key!r} under {self.url} failed: {exc}") from exc
+
+    # ------------------------------------------------------------------------------ reads
+
+    def get(self, key: str) -> Blob:
+        with self._os_errors("get", key):
+            try:
+                with open(self._path(key), "rb") as f:
+                    data = f.read()
+            except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+                raise ObjectNotFound(key, self.url) from None
+            return Blob(data, md5_etag(data))
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        with self._os_errors("get_range", key):
+            try:
+                with open(self._path(key), "rb") as f:
+                    if length <= 0:
+                        return b""
+                    size = os.fstat(f.fileno()).st_size
+                    f.seek(max(0, size + start) if start < 0 else start)
+                    return f.read(length)
+            except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+                raise ObjectNotFound(key, self.url) from None
+
+    def head(self, key: str) -> ObjectMeta:
+        with self._os_errors("head", key):
+            meta = self._meta(key, self._path(key))
+            if meta is None:
+                raise ObjectNotFound(key, self.url)
+            return meta
+
+    def _meta(self, key: str, path: str) -> ObjectMeta | None:
+        try:
+            with open(path, "rb") as f:
+                st = os.fstat(f.fileno())
+                etag = _file_md5(f)
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return None
+        return ObjectMeta(key, st.st_size, etag, st.st_mtime)
+
+    def list(self, prefix: str = "") -> Iterator[ObjectMeta]:
+        # Walk only the deepest directory the prefix pins down, then sort: the walk's order is
+        # not key order ("a/b" sorts after "a-c" as a key but is visited first).
+        directories = prefix.split("/")[:-1]
+        if any(not d or d.startswith(".") for d in directories):
+            return  # no valid key has such a prefix (and ".." must not escape the root)
+        start = os.path.join(self.root, *directories)
+        keys = []
+        for dirpath, dirnames, filenames in os.walk(start):
+            dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+            rel = os.path.relpath(dirpath, self.root)
+            base = "" if rel == "." else rel.replace(os.sep, "/") + "/"
+            keys.extend(
+                base + name
+                for name in filenames
+                if not name.startswith(".") and (base + name).startswith(prefix)
+            )
+        for key in sorted(keys):
+            meta = self._meta(key, os.path.join(self.root, key))
+            if meta is not None:  # deleted since the walk
+                yield meta
+
+    # ----------------------------------------------------------------------------- writes
+
+    def _write_temp(self, directory: str, name: str, data: bytes) -> str:
+        tmp = os.path.join(directory, f".{name}.tmp-{uuid.uuid4().hex}")
+        try:
+            with open(tmp, "xb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+        return tmp
+
+    @contextlib.contextmanager
+    def _locked(self, path: str) -> Iterator[None]:
+        directory, name = os.path.split(path)
+        fd = os.open(os.path.join(directory, f".{name}.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
+    def put_if_absent(self, key: str, data: bytes) -> str:
+        with self._os_errors("put_if_absent", key):
+            path = self._path(key)
+            directory, name = os.path.split(path)
+            os.makedirs(directory, exist_ok=True)
+            tmp = self._write_temp(directory, name, data)
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                raise PreconditionFailed(key, "the object already exists") from None
+            finally:
+                os.unlink(tmp)
+            _fsync_dir(directory)
+            return md5_etag(data)
+
+    def put_if_match(self, key: str, data: bytes, etag: str) -> str:
+        with self._os_errors("put_if_match", key):
+            path = self._path(key)
+            directory, name = os.path.split(path)
+            expected = etag.strip('"')
+            if not os.path.isdir(directory):
+                raise PreconditionFailed(key, "the object does not exist")
+            with self._locked(path):
+                try:
+                    with open(path, "rb") as f:
+                        current = _file_md5(f)
+                except (FileNotFoundError, IsADirectoryError):
+                    raise PreconditionFailed(key, "the object does not exist") from None
+                if current != expected:
+                    raise PreconditionFailed(key, f"its ETag is {current}, not {expected}")
+                tmp = self._write_temp(directory, name, data)
+                try:
+                    os.replace(tmp, path)
+                except BaseException:
+                    os.unlink(tmp)
+                    raise
+                _fsync_dir(directory)
+            return md5_etag(data)
+
+    def delete(self, key: str) -> None:
+        with self._os_errors("delete", key):
+            path = self._path(key)
+            if not os.path.isdir(os.path.dirname(path)):
+                return
+            with self._locked(path):
+                try:
+                    os.unlink(path)
+                except OSError as exc:
+                    # a missing object, or a key that names a directory (not an object)
+                    if exc.errno not in (errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EPERM):
+                        raise
+
