@@ -125,6 +125,8 @@ class Wal3BatchReader(DataSourceReader):
 
     def pushFilters(self, filters):
         filters = list(filters)
+        # Spark may reuse this reader for another query on the same DataFrame: start afresh
+        self.offsets, self.times = Bounds(), Bounds()
         narrow(filters, self.offsets, self.times)
         return filters  # all of them: Spark re-checks, we only skip what cannot match
 
