@@ -75,7 +75,12 @@ def s3_store(seaweed: SeaweedServer, request: pytest.FixtureRequest) -> Iterator
 
 
 def test_missing_objects_raise_object_not_found(store: ObjectStore) -> None:
-    for call in (store.get, store.head, lambda k: store.get_range(k, 0, 10)):
+    for call in (
+        store.get,
+        store.head,
+        lambda k: store.get_range(k, 0, 10),
+        lambda k: store.get_range(k, 0, 0),
+    ):
         with pytest.raises(ObjectNotFound) as info:
             call("no/such/key")
         assert info.value.key == "no/such/key"
@@ -416,7 +421,13 @@ def test_s3_options_are_case_insensitive_and_fall_back_to_the_environment() -> N
     assert (s.endpoint, s.region, s.path_style) == (None, None, False)
     s = S3Settings.from_options({"accessKeyId": "AK", "secretAccessKey": "SK", "x": "y"}, {})
     assert (s.access_key_id, s.secret_access_key) == ("AK", "SK")
-    for bad in ({"pathStyle": "maybe"}, {"endpoint": "host:9000"}, {"accessKeyId": "AK"}):
+    bad_options = (
+        {"pathStyle": "maybe"},
+        {"endpoint": "host:9000"},
+        {"accessKeyId": "AK"},
+        {"sessionToken": "T"},
+    )
+    for bad in bad_options:
         with pytest.raises(InvalidOption):
             S3Settings.from_options(bad, {})
 

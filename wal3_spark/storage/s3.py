@@ -139,13 +139,16 @@ class S3Settings:
                 "give both accessKeyId and secretAccessKey, or neither (to use the "
                 "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY environment variables or an AWS profile)"
             )
+        session_token = pick("sessiontoken")
+        if session_token is not None and access_key_id is None:
+            raise InvalidOption("sessionToken needs accessKeyId and secretAccessKey too")
         return cls(
             endpoint=endpoint,
             region=region,
             path_style=path_style,
             access_key_id=access_key_id,
             secret_access_key=secret,
-            session_token=pick("sessiontoken") if access_key_id else None,
+            session_token=session_token,
         )
 
 
@@ -334,7 +337,8 @@ class S3Store(ObjectStore):
 
     def get_range(self, key: str, start: int, length: int) -> bytes:
         full = self._full(key)
-        if length <= 0:
+        if length <= 0:  # no valid Range header asks for nothing; still report a missing key
+            self.head(key)
             return b""
         http_range = f"bytes={start}" if start < 0 else f"bytes={start}-{start + length - 1}"
 
