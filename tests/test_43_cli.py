@@ -64,11 +64,8 @@ def test_00_init_info_and_usage_errors(url, tmp_path):
     info = json.loads(ok("info", structured, "--json"))
     assert info["schema"] == ["id: int64 not null", "name: string"]
     fails("init", structured, "--schema", "id: int32", match="another schema")
-    fails("init", str(tmp_path / "x"), "--schema", "id: nosuchtype", match="unknown type")
     fails("info", str(tmp_path / "missing"), match="no wal3 log")
-    fails("info", "gopher://x", match="unsupported store URL")
     fails("frobnicate", url, code=2)
-    fails("tail", url, "-n", "many", code=2)
     text = ok("info", url)
     assert "offsets        [1, 1)" in text and "sealed         no" in text
 
@@ -78,7 +75,6 @@ def test_01_tail_and_cat_print_json_lines(url, tmp_path):
     writer.append([b"hello", "h\u00e9llo".encode(), b"\xff\xfe"])
     writer.append([b"four", b"five"])
     assert [r["_offset"] for r in lines(ok("tail", url, "-n", "2"))] == [4, 5]
-    assert lines(ok("tail", url, "-n", "0")) == []
     records = lines(ok("cat", url))
     assert [r["_offset"] for r in records] == [1, 2, 3, 4, 5]
     assert records[0]["body"] == "hello" and records[1]["body"] == "h\u00e9llo"
@@ -113,7 +109,6 @@ def test_02_verify_exit_status(url, tmp_path):
 
 def test_03_cursor_commands(url):
     ok("init", url)
-    assert ok("cursor", "list", url) == ""
     ok("cursor", "set", url, "reader", "5")
     ok("cursor", "set", url, "other", "9")
     assert ok("cursor", "get", url, "reader") == "5\n"
@@ -123,10 +118,8 @@ def test_03_cursor_commands(url):
     assert ok("cursor", "get", url, "reader") == "3\n"
     ok("cursor", "delete", url, "reader")
     fails("cursor", "get", url, "reader", match="no cursor")
-    fails("cursor", "delete", url, "reader", match="no cursor")
     fails("cursor", "set", url, "bad-name!", "3", match="invalid cursor name")
-    fails("cursor", "get", url, match="needs a cursor NAME")
-    assert json.loads(ok("info", url, "--json"))["cursors"] == {"other": 9}
+    assert ok("cursor", "list", url) == "other\t9\n"
 
 
 def test_04_gc_dry_run_grace_and_refusal(url):
@@ -154,7 +147,6 @@ def test_04_gc_dry_run_grace_and_refusal(url):
     fails("gc", url, "--grace", "0", match="--force")
     ok("gc", url, "--grace", "0", "--force")
     assert json.loads(ok("info", url, "--json"))["oldest_offset"] == 31
-    fails("gc", url + "-missing", match="no wal3 log")
 
 
 def test_05_seal_and_copy(url, tmp_path):
@@ -191,3 +183,25 @@ def test_06_s3_through_environment_and_endpoint_flag(seaweed):
     assert "delete, reset" in ok("gc", url, "--grace", "0", env=seaweed.env)
     assert json.loads(ok("verify", url, "--json", env=seaweed.env))["ok"] is True
     assert [r["_offset"] for r in lines(ok("tail", url, "-n", "3", env=seaweed.env))] == [6, 7, 8]
+
+
+def test_07_schema_parsing_and_record_encoding_in_process():
+    from wal3_spark.cli import parse_schema, record_json
+    from wal3_spark.errors import Wal3Error
+
+    assert parse_schema("a: int64 not null, b: timestamp[us, tz=UTC]") == pa.schema(
+        [pa.field("a", pa.int64(), nullable=False), pa.field("b", pa.timestamp("us", tz="UTC"))]
+    )
+    with pytest.raises(Wal3Error, match="unknown type"):
+        parse_schema("id: nosuchtype")
+    with pytest.raises(Wal3Error, match="NAME: TYPE"):
+        parse_schema("id")
+    import datetime as dt
+    import decimal
+
+    row = {"_offset": 3, "_timestamp": dt.datetime(2024, 1, 2, tzinfo=dt.timezone.utc),
+           "d": decimal.Decimal("1.50"), "day": dt.date(2024, 1, 2), "l": [b"\x01"], "m": {"k": 1.0}}
+    assert record_json(row, raw=False) == {
+        "_offset": 3, "_timestamp": "2024-01-02T00:00:00+00:00", "d": "1.50", "day": "2024-01-02",
+        "l": ["AQ=="], "m": {"k": 1.0},
+    }

@@ -142,8 +142,17 @@ def _print_records(store, start: int | None, limit: int | None, out) -> int:
 
 def parse_schema(text: str) -> pa.Schema:
     """`"id: int64, name: string not null"` as an Arrow schema (Arrow type aliases)."""
+    parts, depth, current = [], 0, ""
+    for ch in text:  # commas inside brackets belong to a type: timestamp[us, tz=UTC]
+        depth += (ch in "[(<") - (ch in "])>")
+        if ch == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += ch
+    parts.append(current)
     fields = []
-    for part in filter(None, (p.strip() for p in text.split(","))):
+    for part in filter(None, (p.strip() for p in parts)):
         if ":" not in part:
             raise Wal3Error(f"bad schema field {part!r}: write NAME: TYPE, e.g. 'id: int64'")
         name, type_text = (s.strip() for s in part.split(":", 1))
@@ -151,8 +160,8 @@ def parse_schema(text: str) -> pa.Schema:
         if type_text.lower().endswith(" not null"):
             type_text, nullable = type_text[: -len(" not null")].strip(), False
         try:
-            arrow_type = pa.type_for_alias(type_text)
-        except ValueError:
+            arrow_type = _arrow_type(type_text)
+        except (ValueError, TypeError):
             raise Wal3Error(
                 f"unknown type {type_text!r} for {name!r}: use an Arrow type name "
                 "(int64, float64, string, binary, bool, date32, timestamp[us, tz=UTC], ...)"
@@ -161,6 +170,15 @@ def parse_schema(text: str) -> pa.Schema:
     if not fields:
         raise Wal3Error("the schema names no fields")
     return pa.schema(fields)
+
+
+def _arrow_type(text: str) -> pa.DataType:
+    import re
+
+    match = re.fullmatch(r"timestamp\[(s|ms|us|ns)(?:,\s*tz=([^\]]+))?\]", text)
+    if match:
+        return pa.timestamp(match.group(1), tz=match.group(2))
+    return pa.type_for_alias(text)
 
 
 # ----------------------------------------------------------------------------- commands
