@@ -1,0 +1,63 @@
+"""jobs/gc.py: garbage collection of every log under a prefix (driver-only and spark-submit)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.support.spark import run_spark_script
+from wal3_spark.cursors import CursorStore
+from wal3_spark.reader import LogReader
+from wal3_spark.storage import open_store
+from wal3_spark.writer import LogWriter
+
+ROOT = Path(__file__).resolve().parents[1]
+JOB = ROOT / "jobs" / "gc.py"
+
+
+def make_logs(prefix: Path) -> None:
+    for name, cursor in (("a", 8), ("nested/b", 6), ("c", 11)):
+        store = open_store(str(prefix / name))
+        writer = LogWriter(store)
+        for i in range(2):
+            writer.append([b"%s-%d" % (name.encode(), i)] * 5)  # [1,6) [6,11)
+        CursorStore(store).create("reader", cursor)
+    (prefix / "not-a-log").mkdir()
+    (prefix / "not-a-log" / "file.txt").write_text("x")
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(JOB), *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_00_help_and_driver_only_run(tmp_path):
+    proc = run("--help")
+    assert proc.returncode == 0 and "--prefix" in proc.stdout and "--grace" in proc.stdout
+    make_logs(tmp_path)
+    proc = run("--prefix", str(tmp_path), "--driver-only", "--grace", "0")
+    results = {Path(json.loads(line)["url"].removeprefix("file://")).relative_to(tmp_path).as_posix():
+               json.loads(line) for line in proc.stdout.splitlines()}
+    assert set(results) == {"a", "nested/b", "c"}
+    assert results["a"]["ok"] and results["a"]["oldest_offset"] == 6
+    assert results["nested/b"]["ok"] and results["nested/b"]["oldest_offset"] == 6
+    # c's cursor is at the tail: everything would go, refused without --force
+    assert not results["c"]["ok"] and "--force" in results["c"]["error"]
+    assert proc.returncode == 1
+    assert LogReader(open_store(str(tmp_path / "a"))).manifest().oldest_offset == 6
+    proc = run("--prefix", str(tmp_path), "--driver-only", "--grace", "0", "--force")
+    assert proc.returncode == 0, proc.stderr
+    assert LogReader(open_store(str(tmp_path / "c"))).manifest().oldest_offset == 11
+    assert run("--prefix", "gopher://x", "--driver-only").returncode == 1
+
+
+def test_01_spark_submit_one_log_per_task(tmp_path):
+    make_logs(tmp_path)
+    proc = run_spark_script([str(JOB), "--prefix", str(tmp_path), "--grace", "0", "--force"],
+                            master="local[2]")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert len(results) == 3 and all(r["ok"] for r in results)
+    assert sorted(r["oldest_offset"] for r in results) == [6, 6, 11]
