@@ -58,7 +58,19 @@ def store_option_names() -> tuple[str, ...]:
     except ImportError:  # pragma: no cover - storage not installed
         return ()
     names = STORE_OPTIONS.keys() if isinstance(STORE_OPTIONS, Mapping) else STORE_OPTIONS
-    return tuple(names)
+    return tuple(sorted(_DISPLAY.get(n.lower(), n) for n in names))
+
+
+#: how the store's (lower-case) option names are spelled in docs and messages
+_DISPLAY = {
+    "endpoint": "endpoint",
+    "endpointurl": "endpointUrl",
+    "region": "region",
+    "accesskeyid": "accessKeyId",
+    "secretaccesskey": "secretAccessKey",
+    "sessiontoken": "sessionToken",
+    "pathstyle": "pathStyle",
+}
 
 
 _SECRET_WORDS = ("secret", "password", "token", "session", "credential", "key")
