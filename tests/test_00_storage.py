@@ -11,7 +11,6 @@ import pickle
 import random
 import threading
 import time
-import traceback
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -221,82 +220,83 @@ def test_invalid_keys_are_rejected_everywhere(store: ObjectStore, key: str) -> N
 
 # ----------------------------------------------------------------------------- contention
 
-
-def _report(results: Any, work: Callable[[], Any]) -> None:
-    try:
-        results.put(("ok", work()))
-    except BaseException:
-        results.put(("error", traceback.format_exc()))
+PROCESSES = 8
+_barrier: Any = None  # set in each pool process: lines the workers up before every race
 
 
-def _increment_worker(store: ObjectStore, key: str, count: int, barrier: Any, results: Any) -> None:
-    def work() -> tuple[list[int], int]:
-        barrier.wait(60)
-        written: list[int] = []
-        conflicts = 0
-        while len(written) < count:
-            blob = store.get(key)
-            value = int(blob.data) + 1
-            try:
-                store.put_if_match(key, str(value).encode(), blob.etag)
-            except PreconditionFailed:
-                conflicts += 1
-                continue
-            written.append(value)
-        return written, conflicts
-
-    _report(results, work)
+def _init_worker(barrier: Any) -> None:
+    global _barrier
+    _barrier = barrier
 
 
-def _create_worker(
-    store: ObjectStore, keys: list[str], worker: int, barrier: Any, results: Any
-) -> None:
-    def work() -> tuple[int, list[str]]:
-        won = []
-        for key in keys:
-            barrier.wait(60)
-            try:
-                store.put_if_absent(key, str(worker).encode())
-                won.append(key)
-            except PreconditionFailed:
-                pass
-        return worker, won
+def _increment_worker(args: tuple[ObjectStore, str, int]) -> tuple[list[int], int]:
+    """Read-CAS-retry `count` increments of the counter at `key`; the values written and the
+    number of lost CAS."""
+    store, key, count = args
+    _barrier.wait(60)
+    written: list[int] = []
+    conflicts = 0
+    while len(written) < count:
+        blob = store.get(key)
+        value = int(blob.data) + 1
+        try:
+            store.put_if_match(key, str(value).encode(), blob.etag)
+        except PreconditionFailed:
+            conflicts += 1
+            continue
+        written.append(value)
+    return written, conflicts
 
-    _report(results, work)
+
+def _create_worker(args: tuple[ObjectStore, list[str], int]) -> tuple[int, list[str]]:
+    """Race the other workers to create each of `keys`; the keys this worker created."""
+    store, keys, worker = args
+    won = []
+    for key in keys:
+        _barrier.wait(60)
+        try:
+            store.put_if_absent(key, str(worker).encode())
+            won.append(key)
+        except PreconditionFailed:
+            pass
+    return worker, won
 
 
-def _run_processes(target: Callable[..., None], args: list[tuple[Any, ...]]) -> list[Any]:
-    """Run `target(*a, barrier, results)` in one spawned process per `a`; their results."""
+@pytest.fixture(scope="module")
+def race(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., list[Any]]]:
+    """`race(fn, args)`: `fn(a)` for each of the PROCESSES `args`, one per spawned process.
+
+    One pool serves every contention test (spawning is the slow part). Each task waits at the
+    shared barrier, so no process can take two tasks: all PROCESSES run at once.
+    """
     ctx = multiprocessing.get_context("spawn")
-    barrier, results = ctx.Barrier(len(args)), ctx.Queue()
-    procs = [ctx.Process(target=target, args=(*a, barrier, results)) for a in args]
-    for p in procs:
-        p.start()
-    try:
-        outcomes = [results.get(timeout=120) for _ in procs]
-    finally:
-        for p in procs:
-            p.join(30)
-    errors = [detail for status, detail in outcomes if status == "error"]
-    assert not errors, "\n".join(errors)
-    return [detail for _, detail in outcomes]
+    barrier = ctx.Barrier(PROCESSES)
+    with ctx.Pool(PROCESSES, initializer=_init_worker, initargs=(barrier,)) as pool:
+
+        def run(fn: Callable[[Any], Any], args: list[Any]) -> list[Any]:
+            assert len(args) == PROCESSES
+            barrier.reset()  # in case an earlier failure broke it
+            return pool.map_async(fn, args, chunksize=1).get(timeout=120)
+
+        yield run
+
+
+def _contention_store(backend: str, request: pytest.FixtureRequest, tmp_path: Any) -> ObjectStore:
+    if backend == "local":
+        return open_store(str(tmp_path / "store"))
+    seaweed: SeaweedServer = request.getfixturevalue("seaweed")
+    return open_store(seaweed.new_url(request.node.name), seaweed.options)
 
 
 @pytest.mark.parametrize("backend", ["local", "s3"])
 def test_concurrent_cas_increments_from_processes_never_lose_an_update(
-    backend: str, request: pytest.FixtureRequest, tmp_path: Any
+    backend: str, race: Callable[..., list[Any]], request: pytest.FixtureRequest, tmp_path: Any
 ) -> None:
-    processes, increments = 8, 25
-    if backend == "local":
-        store = open_store(str(tmp_path / "store"))
-    else:
-        seaweed: SeaweedServer = request.getfixturevalue("seaweed")
-        store = open_store(seaweed.new_url("cas"), seaweed.options)
+    increments = 25
+    store = _contention_store(backend, request, tmp_path)
     store.put_if_absent("counter", b"0")
-    results = _run_processes(
-        _increment_worker, [(store, "counter", increments)] * processes
-    )
-    total = processes * increments
+    results = race(_increment_worker, [(store, "counter", increments)] * PROCESSES)
+    total = PROCESSES * increments
     assert int(store.get("counter").data) == total
     # every value was written by exactly one process: no two CAS won from the same ETag
     assert sorted(v for written, _ in results for v in written) == list(range(1, total + 1))
@@ -305,17 +305,16 @@ def test_concurrent_cas_increments_from_processes_never_lose_an_update(
 
 @pytest.mark.parametrize(("backend", "rounds"), [("local", 10), ("s3", 3)])
 def test_racing_creates_from_processes_have_exactly_one_winner(
-    backend: str, rounds: int, request: pytest.FixtureRequest, tmp_path: Any
+    backend: str,
+    rounds: int,
+    race: Callable[..., list[Any]],
+    request: pytest.FixtureRequest,
+    tmp_path: Any,
 ) -> None:
-    # SeaweedFS makes racing creates wait ~1 s for a per-key lock: few rounds there
-    processes = 8
-    if backend == "local":
-        store = open_store(str(tmp_path / "store"))
-    else:
-        seaweed: SeaweedServer = request.getfixturevalue("seaweed")
-        store = open_store(seaweed.new_url("race"), seaweed.options)
+    # SeaweedFS makes the losers of a racing create wait 1-3 s for a per-key lock: few rounds
+    store = _contention_store(backend, request, tmp_path)
     keys = [f"race/{i}" for i in range(rounds)]
-    results = _run_processes(_create_worker, [(store, keys, w) for w in range(processes)])
+    results = race(_create_worker, [(store, keys, w) for w in range(PROCESSES)])
     winners = Counter(key for _, won in results for key in won)
     assert winners == Counter(keys), "each key must be created by exactly one process"
     for worker, won in results:
