@@ -32,6 +32,7 @@ from wal3_spark.format import MANIFEST_KEY
 from wal3_spark.manifest import Manifest, NewFragment, Snapshot, SnapshotOptions, Txn
 from wal3_spark.schema import reconcile
 from wal3_spark.storage.base import ObjectStore
+from wal3_spark.storage.retry import retry
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ class CommitResult:
 
 def backoff(attempt: int, base: float = 0.005, cap: float = 1.0) -> float:
     """Full-jitter exponential backoff, so that racing committers spread out."""
-    return random.uniform(0, min(cap, base * (2**attempt)))
+    return random.uniform(0, min(cap, base * (2 ** min(attempt, 30))))
 
 
 def now_us() -> int:
@@ -289,13 +290,18 @@ class Committer:
 def write_snapshot(store: ObjectStore, snapshot: Snapshot) -> None:
     """Snapshots are content-addressed, so one that already exists is the one we meant."""
     snapshot.scrub()
-    try:
-        store.put_if_absent(snapshot.path, snapshot.to_json())
-    except PreconditionFailed:
-        pass
-    except AmbiguousWrite:
-        if not store.exists(snapshot.path):
-            raise
+    data = snapshot.to_json()
+
+    def attempt() -> None:
+        try:
+            store.put_if_absent(snapshot.path, data)
+        except PreconditionFailed:
+            pass
+        except AmbiguousWrite as exc:
+            if not store.exists(snapshot.path):
+                raise TransientError(str(exc)) from exc
+
+    retry(attempt, what=f"write {snapshot.path}")
 
 
 def _target_schema(

@@ -82,10 +82,9 @@ def verify(
     report.oldest_offset, report.next_offset = manifest.oldest_offset, manifest.next_offset
     _check(report, "invariant", manifest.scrub)
 
-    refs: list[FragmentRef] = list(manifest.fragments)
     snapshot_paths: set[str] = set()
-    for pointer in manifest.snapshots:
-        refs.extend(_walk(store, pointer, report, snapshot_paths))
+    refs = [ref for pointer in manifest.snapshots for ref in _walk(store, pointer, report, snapshot_paths)]
+    refs.extend(manifest.fragments)
     report.snapshots = len(snapshot_paths)
     report.fragments = len(refs)
     report.records = sum(r.records for r in refs)
