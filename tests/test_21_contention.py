@@ -11,8 +11,8 @@ WRITERS = 8
 COMMITS = 25  # 200 commits, a third of them multi-fragment
 
 
-def test_00_eight_processes_append_concurrently_and_nothing_is_lost_or_duplicated(store_url):
-    url, options = store_url
+def test_00_eight_processes_append_concurrently_and_nothing_is_lost_or_duplicated(store_url, store_options):
+    url, options = store_url, store_options
     stats, _ = run_processes(url, options, WRITERS, COMMITS, thresholds=(4, 16))
     assert sum(s.commits for s in stats) == WRITERS * COMMITS
     assert sum(s.conflicts for s in stats) > 0, "no CAS conflict was observed: the test proved nothing"

@@ -69,7 +69,7 @@ def _process_main(args: tuple) -> tuple[WriterStats, dict[str, int]]:
 
         store = FaultyStore(store, seed=writer, **faults)
     stats = run_writer(store, writer, commits, snapshot_options=snapshot_options)
-    return stats, dict(store.injected) if faults else {}
+    return stats, store.counts if faults else {}
 
 
 def run_processes(
