@@ -10,9 +10,9 @@ writes is scrubbed first, so a bug here cannot publish a manifest that does not 
 from __future__ import annotations
 
 import logging
-import random
 import time
-from collections.abc import Callable, Sequence
+import itertools
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -32,7 +32,7 @@ from wal3_spark.format import MANIFEST_KEY
 from wal3_spark.manifest import Manifest, NewFragment, Snapshot, SnapshotOptions, Txn
 from wal3_spark.schema import reconcile
 from wal3_spark.storage.base import ObjectStore
-from wal3_spark.storage.retry import retry
+from wal3_spark.storage.retry import backoff_delays, retry
 
 log = logging.getLogger(__name__)
 
@@ -50,11 +50,6 @@ class CommitResult:
     conflicts: int = 0
 
 
-def backoff(attempt: int, base: float = 0.005, cap: float = 1.0) -> float:
-    """Full-jitter exponential backoff, so that racing committers spread out."""
-    return random.uniform(0, min(cap, base * (2 ** min(attempt, 30))))
-
-
 def now_us() -> int:
     return time.time_ns() // 1000
 
@@ -70,12 +65,16 @@ class Committer:
         snapshot_options: SnapshotOptions | None = None,
         max_attempts: int = 200,
         deadline_s: float = 300.0,
+        backoff_base_s: float = 0.002,
+        backoff_cap_s: float = 0.1,
     ) -> None:
         self.store = store
         self.writer = writer
         self.snapshot_options = snapshot_options or SnapshotOptions()
         self.max_attempts = max_attempts
         self.deadline_s = deadline_s
+        self.backoff_base_s = backoff_base_s
+        self.backoff_cap_s = backoff_cap_s
         #: the last manifest seen and its ETag; a fresh ETag lets a commit skip the GET
         self._cached: tuple[Manifest, str] | None = None
         self.requests = {"get": 0, "put": 0}
@@ -83,6 +82,14 @@ class Committer:
     @property
     def url(self) -> str:
         return self.store.url
+
+    def _delays(self) -> Iterator[float]:
+        """Full-jitter backoff between attempts: racing committers spread out, and a lost race
+        (cheap: the loser only re-reads) is retried quickly."""
+        return itertools.chain(
+            backoff_delays(self.max_attempts, self.backoff_base_s, self.backoff_cap_s, jitter=1.0),
+            itertools.repeat(self.backoff_cap_s),
+        )
 
     # -- reading ------------------------------------------------------------------------
 
@@ -112,7 +119,8 @@ class Committer:
         An existing log is returned as is: callers check its schema with `prepare`.
         """
         manifest = Manifest.empty(self.writer, schema)
-        for attempt in range(self.max_attempts):
+        delays = self._delays()
+        for _ in range(self.max_attempts):
             try:
                 self.requests["put"] += 1
                 etag = self.store.put_if_absent(MANIFEST_KEY, manifest.to_json())
@@ -125,7 +133,7 @@ class Committer:
                     return loaded
                 if isinstance(exc, PreconditionFailed):
                     raise CommitFailed(f"{self.url}: manifest exists but cannot be read") from exc
-                time.sleep(backoff(attempt))
+                time.sleep(next(delays))
         raise CommitFailed(f"could not create the log at {self.url}")
 
     def prepare(
@@ -223,6 +231,7 @@ class Committer:
         schema: pa.Schema | None,
     ) -> tuple[Manifest | None, int, int]:
         deadline = time.monotonic() + self.deadline_s
+        delays = self._delays()
         conflicts = 0
         current = self._cached or self.load()
         for attempt in range(1, self.max_attempts + 1):
@@ -254,7 +263,7 @@ class Committer:
                 log.warning("%s: transient error writing the manifest: %s", self.url, exc)
             if time.monotonic() > deadline:
                 break
-            time.sleep(backoff(attempt))
+            time.sleep(next(delays))
             current = self.load()
         raise CommitFailed(
             f"gave up committing to {self.url} after {attempt} attempts ({conflicts} conflicts); "
@@ -262,15 +271,14 @@ class Committer:
         )
 
     def _reload_after_ambiguity(self, deadline: float) -> tuple[Manifest, str] | None:
-        attempt = 0
+        delays = self._delays()
         while True:
             try:
                 return self.load()
             except TransientError:
-                attempt += 1
                 if time.monotonic() > deadline:
                     raise
-                time.sleep(backoff(attempt))
+                time.sleep(next(delays))
 
     def _roll_snapshots(self, manifest: Manifest) -> Manifest:
         """Write the snapshots the manifest needs before it is published (FORMAT.md section 5)."""

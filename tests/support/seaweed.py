@@ -22,6 +22,7 @@ Fixtures:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import re
@@ -216,11 +217,8 @@ def _start(weed: str, data_dir: Path) -> tuple[subprocess.Popen[bytes], SeaweedS
 
 @pytest.fixture(scope="session")
 def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedServer]:
-    proc, server = _start(find_weed(), tmp_path_factory.mktemp("seaweedfs"))
-    try:
+    with running_seaweed(tmp_path_factory.mktemp("seaweedfs")) as server:
         yield server
-    finally:
-        _stop(proc)
 
 
 @pytest.fixture
@@ -242,3 +240,13 @@ def store_options(request: pytest.FixtureRequest, store_url: str) -> dict[str, s
         server: SeaweedServer = request.getfixturevalue("seaweed")
         return server.options
     return {}
+
+
+@contextlib.contextmanager
+def running_seaweed(data_dir: Path) -> Iterator[SeaweedServer]:
+    """One SeaweedFS for the duration of a `with` block (benchmarks; tests use the fixture)."""
+    proc, server = _start(find_weed(), data_dir)
+    try:
+        yield server
+    finally:
+        _stop(proc)

@@ -8,6 +8,7 @@ final read can prove that every acknowledged record is present exactly once.
 from __future__ import annotations
 
 import multiprocessing
+import time
 from collections import Counter
 from dataclasses import dataclass
 
@@ -27,6 +28,9 @@ class WriterStats:
     records: int
     conflicts: int
     ranges: tuple[tuple[int, int], ...]
+    #: wall-clock seconds (time.time()) around the commit loop, for throughput
+    started: float
+    finished: float
 
 
 def bodies_for(writer: int, commit: int, fragment: int, n: int) -> list[bytes]:
@@ -48,6 +52,7 @@ def run_writer(
     committer = Committer(store, writer=f"test-writer-{writer}", snapshot_options=snapshot_options)
     conflicts = records = 0
     ranges = []
+    started = time.time()
     for c in range(commits):
         files = []
         for f in range(fragments_in_commit(writer, c)):
@@ -57,7 +62,7 @@ def run_writer(
         conflicts += result.conflicts
         records += result.limit - result.start
         ranges.append((result.start, result.limit))
-    return WriterStats(writer, commits, records, conflicts, tuple(ranges))
+    return WriterStats(writer, commits, records, conflicts, tuple(ranges), started, time.time())
 
 
 def _process_main(args: tuple) -> tuple[WriterStats, dict[str, int]]:

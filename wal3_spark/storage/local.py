@@ -174,21 +174,23 @@ class LocalStore(ObjectStore):
             expected = etag.strip('"')
             if not os.path.isdir(directory):
                 raise PreconditionFailed(key, "the object does not exist")
-            with self._locked(path):
-                try:
-                    with open(path, "rb") as f:
-                        current = _file_md5(f)
-                except (FileNotFoundError, IsADirectoryError):
-                    raise PreconditionFailed(key, "the object does not exist") from None
-                if current != expected:
-                    raise PreconditionFailed(key, f"its ETag is {current}, not {expected}")
-                tmp = self._write_temp(directory, name, data)
-                try:
+            # The new content is written and fsynced before taking the lock, so that racing
+            # writers hold it only to compare and rename.
+            tmp = self._write_temp(directory, name, data)
+            try:
+                with self._locked(path):
+                    try:
+                        with open(path, "rb") as f:
+                            current = _file_md5(f)
+                    except (FileNotFoundError, IsADirectoryError):
+                        raise PreconditionFailed(key, "the object does not exist") from None
+                    if current != expected:
+                        raise PreconditionFailed(key, f"its ETag is {current}, not {expected}")
                     os.replace(tmp, path)
-                except BaseException:
+                    _fsync_dir(directory)
+            finally:
+                with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp)
-                    raise
-                _fsync_dir(directory)
             return md5_etag(data)
 
     def delete(self, key: str) -> None:

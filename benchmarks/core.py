@@ -1,0 +1,224 @@
+"""Core-library benchmark: prints a table (docs/benchmarks.md records its output).
+
+    ./dev python benchmarks/core.py [--quick]
+
+1. append throughput (1 KB raw records; a 6-column table) vs `pyarrow.parquet.write_table` of the
+   same data to the same store, in the same run;
+2. object-store requests per commit (warm committer and cold committer);
+3. commits/s with 1 and 8 concurrent committer processes, local filesystem and SeaweedFS;
+4. manifest size and time to find the tail of a log with 100,000 fragments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.support.seaweed import running_seaweed  # noqa: E402
+from tests.support.workload import run_processes  # noqa: E402
+from wal3_spark.committer import Committer  # noqa: E402
+from wal3_spark.format import MANIFEST_KEY  # noqa: E402
+from wal3_spark.manifest import Manifest, SnapshotOptions  # noqa: E402
+from wal3_spark.reader import LogReader  # noqa: E402
+from wal3_spark.setsum import Setsum  # noqa: E402
+from wal3_spark.storage import open_store  # noqa: E402
+from wal3_spark.storage.base import ObjectStore  # noqa: E402
+from wal3_spark.committer import write_snapshot  # noqa: E402
+from wal3_spark.writer import LogWriter, to_batches, write_fragments  # noqa: E402
+
+ROWS: list[tuple[str, str, str]] = []
+
+
+def row(name: str, value: str, note: str = "") -> None:
+    ROWS.append((name, value, note))
+    print(f"{name:<58} {value:>16}  {note}", flush=True)
+
+
+class CountingStore(ObjectStore):
+    """Counts requests per (operation, key kind) on the way to `inner`."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        self.inner, self.url, self.counts = inner, inner.url, Counter()
+
+    def _count(self, op: str, key: str) -> None:
+        self.counts[(op, "manifest" if key == MANIFEST_KEY else key.split("/")[0])] += 1
+
+    def get(self, key):
+        self._count("get", key)
+        return self.inner.get(key)
+
+    def head(self, key):
+        self._count("head", key)
+        return self.inner.head(key)
+
+    def put_if_absent(self, key, data):
+        self._count("put", key)
+        return self.inner.put_if_absent(key, data)
+
+    def put_if_match(self, key, data, etag):
+        self._count("put", key)
+        return self.inner.put_if_match(key, data, etag)
+
+    def list(self, prefix=""):
+        self._count("list", prefix)
+        return self.inner.list(prefix)
+
+    def delete(self, key):
+        self._count("delete", key)
+        return self.inner.delete(key)
+
+
+def _best(fn, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def structured_table(rows: int) -> pa.Table:
+    rng = np.random.default_rng(7)
+    return pa.table(
+        {
+            "id": pa.array(np.arange(rows, dtype=np.int64)),
+            "amount": pa.array(rng.random(rows) * 100),
+            "customer": pa.array([f"customer-{i % 10007:05d}-{i % 7}" for i in range(rows)]),
+            "paid": pa.array(rng.random(rows) > 0.5),
+            "at": pa.array(np.arange(rows, dtype=np.int64) * 1000 + 1_700_000_000_000_000, pa.timestamp("us")),
+            "qty": pa.array(rng.integers(0, 1000, rows, dtype=np.int32)),
+        }
+    )
+
+
+def bench_append(base_url: str, quick: bool) -> None:
+    raw_n = 20_000 if quick else 100_000
+    rng = np.random.default_rng(1)
+    blob = rng.integers(0, 256, raw_n * 1024, dtype=np.uint8).tobytes()
+    bodies = [blob[i * 1024 : (i + 1) * 1024] for i in range(raw_n)]
+    chunk = 20_000
+    raw_tables = [pa.table({"body": pa.array(bodies[i : i + chunk], pa.binary())}) for i in range(0, raw_n, chunk)]
+    rows = 200_000 if quick else 1_000_000
+    table = structured_table(rows)
+    struct_chunks = [table.slice(i, 250_000) for i in range(0, rows, 250_000)]
+    counter = iter(range(10**6))
+
+    for label, chunks, mb in (
+        ("1 KB raw records", raw_tables, raw_n * 1024 / 1e6),
+        ("6-column table", struct_chunks, table.nbytes / 1e6),
+    ):
+        def ours() -> None:
+            writer = LogWriter(f"{base_url}/append-{next(counter)}")
+            for t in chunks:
+                writer.append(t)
+
+        def baseline() -> None:
+            store = open_store(f"{base_url}/baseline-{next(counter)}")
+            for i, t in enumerate(chunks):
+                buf = io.BytesIO()
+                pq.write_table(t, buf, compression="snappy")
+                store.put_if_absent(f"data/part-{i}.parquet", buf.getvalue())
+
+        t_base = _best(baseline, 3)
+        t_ours = _best(ours, 3)
+        row(f"append {label}: pyarrow write_table + PUT", f"{mb / t_base:,.0f} MB/s", f"{t_base:.3f} s")
+        row(f"append {label}: wal3 LogWriter.append", f"{mb / t_ours:,.0f} MB/s", f"{t_ours:.3f} s")
+        row(f"append {label}: ratio wal3 / pyarrow (target >= 0.8)", f"{t_base / t_ours:.2f}")
+
+
+def bench_requests(base_url: str) -> None:
+    store = CountingStore(open_store(f"{base_url}/requests"))
+    Committer(store).create()
+    warm = Committer(store)
+    warm.load()
+    files = [write_fragments(store, to_batches([b"x" * 100])[0], None, fragment_bytes=1 << 20) for _ in range(40)]
+    store.counts.clear()
+    for f in files[:20]:
+        warm.commit(f)
+    warm_gets, warm_puts = store.counts[("get", "manifest")] / 20, store.counts[("put", "manifest")] / 20
+    store.counts.clear()
+    for f in files[20:]:
+        Committer(store).commit(f)
+    cold_gets, cold_puts = store.counts[("get", "manifest")] / 20, store.counts[("put", "manifest")] / 20
+    row("requests per commit, warm committer (fresh ETag)", f"{warm_gets:.1f} GET + {warm_puts:.1f} PUT",
+        "manifest only; target 1 GET + 1 PUT")
+    row("requests per commit, cold committer", f"{cold_gets:.1f} GET + {cold_puts:.1f} PUT", "manifest only")
+
+
+def bench_commits(label: str, url_for, options, commits: int) -> None:
+    for writers in (1, 8):
+        url = url_for(f"commits-{writers}")
+        per_writer = max(1, commits // writers)
+        stats, _ = run_processes(url, options, writers, per_writer, thresholds=None)
+        elapsed = max(s.finished for s in stats) - min(s.started for s in stats)
+        done = sum(s.commits for s in stats)
+        conflicts = sum(s.conflicts for s in stats)
+        row(f"commits/s, {writers} committer process(es), {label}", f"{done / elapsed:,.0f}/s",
+            f"{done} commits of 1-3 fragments, {conflicts} CAS conflicts, 0 failed")
+
+
+def bench_long_manifest(base_url: str, fragments: int) -> None:
+    store = CountingStore(open_store(f"{base_url}/long"))
+    options = SnapshotOptions()
+    manifest = Manifest.empty("bench")
+
+    @dataclass(frozen=True)
+    class Fake:
+        path: str
+        uuid: str
+        records: int
+        num_bytes: int
+        setsum: Setsum
+
+    start = time.perf_counter()
+    for i in range(fragments):
+        u = f"01900000-0000-7000-8000-{i:012x}"
+        manifest = manifest.with_fragments([Fake(f"log/Uuid={u}.parquet", u, 10, 4096, Setsum.of(u.encode()))], "bench")
+        while (snap := manifest.generate_snapshot(options, "bench")) is not None:
+            write_snapshot(store, snap)
+            manifest = manifest.apply_snapshot(snap)
+    build = time.perf_counter() - start
+    manifest.scrub()
+    store.inner.put_if_absent(MANIFEST_KEY, manifest.to_json())
+    size = len(manifest.to_json())
+    store.counts.clear()
+    reader = LogReader(store)
+    t = _best(lambda: reader.bounds(), 5)
+    gets = store.counts[("get", "manifest")] / 5
+    row(f"manifest size, {fragments:,} fragments", f"{size / 1000:,.0f} KB",
+        f"{len(manifest.fragments)} fragments + {len(manifest.snapshots)} snapshot pointers; target <= 600 KB")
+    row(f"find the tail, {fragments:,} fragments", f"{t * 1000:.1f} ms",
+        f"{gets:.0f} GET (manifest) and nothing else; built in {build:.0f} s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="smaller data, for a smoke run")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        base = f"file://{tmp}"
+        print(f"{'measure':<58} {'value':>16}  note")
+        bench_append(base, args.quick)
+        bench_requests(base)
+        commits = 100 if args.quick else 400
+        bench_commits("local filesystem", lambda n: f"{base}/{n}", None, commits)
+        (Path(tmp) / "seaweed").mkdir()
+        with running_seaweed(Path(tmp) / "seaweed") as server:
+            bench_commits("SeaweedFS S3", server.new_url, server.options, commits // 2)
+        bench_long_manifest(base, 10_000 if args.quick else 100_000)
+
+
+if __name__ == "__main__":
+    main()
