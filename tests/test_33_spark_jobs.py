@@ -1,0 +1,69 @@
+"""The jobs under jobs/ run through spark-submit; the distributed scrub finds corruption."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support.spark import ROOT, run_spark_script
+from tests.test_30_spark_batch import append, corrupt_fragment, read, sample
+from wal3_spark.reader import LogReader
+from wal3_spark.storage import open_store
+
+pytestmark = pytest.mark.timeout(400)
+
+JOBS = ["quickstart", "ingest", "tail", "pipeline", "verify"]
+
+
+def test_every_job_has_help():
+    from concurrent.futures import ThreadPoolExecutor
+
+    def run(job):
+        return job, run_spark_script([str(ROOT / "jobs" / f"{job}.py"), "--help"], timeout=180)
+
+    with ThreadPoolExecutor(len(JOBS)) as pool:
+        for job, result in pool.map(run, JOBS):
+            assert result.returncode == 0, (job, result.stderr[-2000:])
+            assert "usage:" in result.stdout, job
+
+
+def test_quickstart_runs_with_no_arguments():
+    result = run_spark_script([str(ROOT / "jobs" / "quickstart.py")], timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    assert "result               OK" in result.stdout
+    assert "verify               ok" in result.stdout
+
+
+def test_ingest_pipeline_and_verify_jobs(spark, tmp_path):
+    src_files = tmp_path / "in"
+    sample(spark, 2000).write.parquet(str(src_files))
+    source, sink = (tmp_path / "source").as_uri(), (tmp_path / "sink").as_uri()
+    r = run_spark_script([str(ROOT / "jobs" / "ingest.py"), "--input", str(src_files),
+                          "--log", source], timeout=300)
+    assert r.returncode == 0, r.stderr[-4000:]
+    args = [str(ROOT / "jobs" / "pipeline.py"), "--source", source, "--sink", sink,
+            "--checkpoint", str(tmp_path / "ckpt"), "--where", "id % 2 = 0",
+            "--with-column", "double_id=id * 2", "--keep-source-offsets", "--available-now"]
+    r = run_spark_script(args, timeout=300)
+    assert r.returncode == 0, r.stderr[-4000:]
+    append(sample(spark, 10, start=2000), source)
+    r = run_spark_script(args, timeout=300)  # restart: only the new records flow
+    assert r.returncode == 0, r.stderr[-4000:]
+    rows = read(spark, sink).collect()
+    assert sorted(x.id for x in rows) == list(range(0, 2010, 2))
+    assert all(x.double_id == 2 * x.id for x in rows)
+    r = run_spark_script([str(ROOT / "jobs" / "verify.py"), "--log", sink], timeout=300)
+    assert r.returncode == 0 and "ok" in r.stdout, r.stdout + r.stderr[-3000:]
+
+
+def test_distributed_scrub_reports_corrupt_fragment(spark, log_url):
+    from wal3_spark.spark.scrub import scrub
+
+    append(sample(spark, 300, parts=3), log_url)
+    report = scrub(spark, log_url)
+    assert report.ok and report.records == 300 and report.fragments == 3
+    store = open_store(log_url)
+    bad = LogReader(store).manifest().fragments[1]
+    corrupt_fragment(store, bad.path)
+    report = scrub(spark, log_url)
+    assert not report.ok
+    assert any(bad.path in p and "setsum" in p for p in report.problems), report.problems
