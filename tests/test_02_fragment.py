@@ -27,6 +27,8 @@ from wal3_spark.errors import (
     ObjectNotFound,
     PreconditionFailed,
     SchemaMismatch,
+    StorageError,
+    TransientError,
 )
 from wal3_spark.fragment import (
     EncodedFragment,
@@ -56,8 +58,8 @@ TS = 1_700_000_000_123_456
 class DictStore(ObjectStore):
     """A dict-backed store whose next `put_if_absent` calls can fail ambiguously.
 
-    `faults` entries: "landed" (the object is written, then AmbiguousWrite) or "lost"
-    (AmbiguousWrite, nothing written).
+    `faults` entries: "landed" (the object is written, then AmbiguousWrite), "lost"
+    (AmbiguousWrite, nothing written) or "drop" (TransientError, nothing written).
     """
 
     url = "dict://test"
@@ -79,6 +81,8 @@ class DictStore(ObjectStore):
         fault = self.faults.pop(0) if self.faults else None
         if fault == "lost":
             raise AmbiguousWrite(key, "timeout")
+        if fault == "drop":
+            raise TransientError("connection refused")
         if key in self.objects:
             raise PreconditionFailed(key)
         self.objects[key] = bytes(data)
@@ -827,7 +831,10 @@ def test_fragment_file_pickles_small():
     assert len(blob) < 400, len(blob)
 
 
-@pytest.mark.parametrize("faults", [["landed"], ["lost"], ["lost", "landed"], ["landed", "lost"]])
+@pytest.mark.parametrize(
+    "faults",
+    [["landed"], ["lost"], ["drop"], ["lost", "landed"], ["landed", "lost"], ["drop", "lost", "landed"]],
+)
 def test_write_fragment_resolves_ambiguous_writes(faults):
     store = DictStore()
     store.faults = list(faults)
@@ -836,12 +843,25 @@ def test_write_fragment_resolves_ambiguous_writes(faults):
     assert store.objects == {file.path: encoded.data}
 
 
-def test_write_fragment_gives_up_after_its_attempts():
+@pytest.mark.parametrize("fault,error", [("lost", AmbiguousWrite), ("drop", TransientError)])
+def test_write_fragment_gives_up_after_its_attempts(fault, error):
     store = DictStore()
-    store.faults = ["lost"] * 3
-    with pytest.raises(AmbiguousWrite):
-        write_fragment(store, encode_raw([b"a"], TS))
+    store.faults = [fault] * 3
+    with pytest.raises(error):
+        write_fragment(store, encode_raw([b"a"], TS), attempts=3)
     assert store.objects == {}
+
+
+def test_write_fragment_refuses_a_path_holding_other_bytes(monkeypatch):
+    store = DictStore()
+    fixed = new_uuid7(TS)
+    monkeypatch.setattr("wal3_spark.fragment.new_uuid7", lambda _ts: fixed)
+    write_fragment(store, encode_raw([b"a"], TS))
+    with pytest.raises(PreconditionFailed):
+        write_fragment(store, encode_raw([b"b"], TS))
+    store.faults = ["lost"]
+    with pytest.raises(StorageError, match="did not write"):
+        write_fragment(store, encode_raw([b"b"], TS))
 
 
 def test_encoded_fragment_is_plain_data():
@@ -860,3 +880,17 @@ def test_a_rejected_batch_adds_nothing():
     assert builder.records == 0
     builder.add(good)
     assert builder.finish().setsum == encode_table(good, schema, TS).setsum
+
+
+def _encode_in_child(bodies: list[bytes]) -> str:
+    return encode_raw(bodies, TS).setsum.hexdigest()
+
+
+def test_builders_work_in_forked_children_after_the_parent_used_them():
+    """Spark's Python daemon and multiprocessing fork: no state inherited from the parent may
+    leave a child's builder waiting on a thread that does not exist there."""
+    import multiprocessing
+
+    expected = encode_raw([b"a", b"b"], TS).setsum.hexdigest()
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        assert pool.apply_async(_encode_in_child, ([b"a", b"b"],)).get(timeout=60) == expected

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import base64
 import logging
+import random
 import re
+import time
 import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +35,7 @@ from wal3_spark.errors import (
     PreconditionFailed,
     SchemaMismatch,
     StorageError,
+    TransientError,
 )
 from wal3_spark.schema import RAW_SCHEMA
 from wal3_spark.setsum import Setsum
@@ -58,8 +61,8 @@ the last is a whole number of setsum chunks."""
 # falls back to plain encoding early (a full-size dictionary of unique values costs 2x the write
 # time and makes the file larger); low-cardinality columns stay dictionary-encoded.
 _DICTIONARY_PAGE_BYTES = 64 << 10
-# Each builder waits for its row group before writing the next, so writes stay in order.
-_WRITE_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="wal3-parquet")
+_BACKOFF_BASE_S = 0.05
+_BACKOFF_CAP_S = 2.0
 
 _HEADER_FIELDS = [
     pa.field(RELATIVE_OFFSET, pa.uint64(), nullable=False),
@@ -158,6 +161,9 @@ class FragmentBuilder:
         self._records = 0
         self._setsum = Setsum()
         self._finished = False
+        # One writer thread per builder, never a module-level pool: a pool inherited through
+        # fork (multiprocessing, Spark's Python daemon) has no live threads and would hang.
+        self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wal3-parquet")
 
     @property
     def records(self) -> int:
@@ -199,6 +205,7 @@ class FragmentBuilder:
         if self._pending_rows:
             self._flush(self._pending_rows)
         self._finished = True
+        self._io.shutdown()
         self._writer.add_key_value_metadata(
             {SETSUM_KEY: self._setsum.hexdigest(), RECORDS_KEY: str(self._records)}
         )
@@ -225,7 +232,7 @@ class FragmentBuilder:
         header = [pa.array(offsets), pa.array(np.full(rows, self.timestamp_us, dtype=np.uint64))]
         row_group = pa.Table.from_arrays(header + columns, schema=self._file_schema)
         # Parquet encoding releases the GIL: it runs on another thread while this one hashes.
-        written = _WRITE_POOL.submit(self._writer.write_table, row_group, row_group_size=rows)
+        written = self._io.submit(self._writer.write_table, row_group, row_group_size=rows)
         try:
             if self.raw:
                 self._setsum += raw_setsum(offsets, self.timestamp_us, columns[0])
@@ -308,12 +315,13 @@ def encode_table(
 
 
 def write_fragment(
-    store: ObjectStore, encoded: EncodedFragment, *, attempts: int = 3
+    store: ObjectStore, encoded: EncodedFragment, *, attempts: int = 6
 ) -> FragmentFile:
     """Upload `encoded` with create-if-absent at a fresh UUIDv7 path made from its timestamp.
 
-    The path is unique to this call, so an ambiguous write is resolved by reading the object
-    back: the same bytes mean our write landed.
+    The path is unique to this call, so every failure is safe to retry: a transient error
+    changed nothing, and an ambiguous write is resolved by reading the object back (the same
+    bytes mean our write landed). Gives up after `attempts` tries with the last error.
     """
     fragment_uuid = new_uuid7(encoded.timestamp_us)
     path = fragment_path(fragment_uuid)
@@ -321,17 +329,18 @@ def write_fragment(
         try:
             store.put_if_absent(path, encoded.data)
             break
-        except AmbiguousWrite as exc:
-            logger.warning("fragment upload %s was ambiguous (attempt %d): %s", path, attempt, exc)
-            if _landed(store, path, encoded.data):
-                break
-            if attempt == attempts:
-                raise
         except PreconditionFailed:
             # Only an earlier ambiguous attempt of ours can have created this fresh path.
             if attempt > 1 and _landed(store, path, encoded.data):
                 break
             raise
+        except (AmbiguousWrite, TransientError) as exc:
+            logger.warning("fragment upload %s failed (attempt %d): %s", path, attempt, exc)
+            if isinstance(exc, AmbiguousWrite) and _landed(store, path, encoded.data):
+                break
+            if attempt == attempts:
+                raise
+            time.sleep(random.uniform(0.5, 1.0) * min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2**attempt))
     return FragmentFile(
         path=path,
         uuid=str(fragment_uuid),
