@@ -4,7 +4,6 @@ independence from batching, Parquet round trips, corruption, schema projection a
 from __future__ import annotations
 
 import decimal
-import hashlib
 import io
 import json
 import pickle
@@ -24,7 +23,6 @@ from wal3_spark.chunk_encoding import CHUNK_ROWS, encode_column, structured_sets
 from wal3_spark.errors import (
     AmbiguousWrite,
     CorruptLog,
-    ObjectNotFound,
     PreconditionFailed,
     SchemaMismatch,
     StorageError,
@@ -44,7 +42,7 @@ from wal3_spark.fragment import (
     write_fragment,
 )
 from wal3_spark.setsum import Setsum
-from wal3_spark.storage.base import Blob, ObjectMeta, ObjectStore
+from wal3_spark.storage import Blob, ObjectMeta, ObjectStore, open_store
 from wal3_spark.uuid7 import new_uuid7, uuid7_timestamp_us
 
 VECTORS = json.loads(Path("/work/shared/testdata/setsum_vectors.json").read_text())
@@ -55,27 +53,21 @@ TS = 1_700_000_000_123_456
 # ----------------------------------------------------------------------------- test helpers
 
 
-class DictStore(ObjectStore):
-    """A dict-backed store whose next `put_if_absent` calls can fail ambiguously.
+class ScriptedStore(ObjectStore):
+    """A fresh `memory://` store whose next `put_if_absent` calls fail as scripted.
 
     `faults` entries: "landed" (the object is written, then AmbiguousWrite), "lost"
     (AmbiguousWrite, nothing written) or "drop" (TransientError, nothing written).
     """
 
-    url = "dict://test"
-
     def __init__(self) -> None:
-        self.objects: dict[str, bytes] = {}
+        self.inner = open_store(f"memory://fragment-tests-{uuid.uuid4().hex}")
+        self.url = self.inner.url
         self.faults: list[str] = []
 
-    def get(self, key: str) -> Blob:
-        if key not in self.objects:
-            raise ObjectNotFound(key)
-        return Blob(self.objects[key], hashlib.md5(self.objects[key]).hexdigest())
-
-    def head(self, key: str) -> ObjectMeta:
-        blob = self.get(key)
-        return ObjectMeta(key, len(blob.data), blob.etag, 0.0)
+    @property
+    def objects(self) -> dict[str, bytes]:
+        return {meta.key: self.inner.get(meta.key).data for meta in self.inner.list()}
 
     def put_if_absent(self, key: str, data: bytes) -> str:
         fault = self.faults.pop(0) if self.faults else None
@@ -83,26 +75,25 @@ class DictStore(ObjectStore):
             raise AmbiguousWrite(key, "timeout")
         if fault == "drop":
             raise TransientError("connection refused")
-        if key in self.objects:
-            raise PreconditionFailed(key)
-        self.objects[key] = bytes(data)
+        etag = self.inner.put_if_absent(key, data)
         if fault == "landed":
             raise AmbiguousWrite(key, "timeout")
-        return self.get(key).etag
+        return etag
+
+    def get(self, key: str) -> Blob:
+        return self.inner.get(key)
+
+    def head(self, key: str) -> ObjectMeta:
+        return self.inner.head(key)
 
     def put_if_match(self, key: str, data: bytes, etag: str) -> str:
-        if key not in self.objects or self.get(key).etag != etag:
-            raise PreconditionFailed(key)
-        self.objects[key] = bytes(data)
-        return self.get(key).etag
+        return self.inner.put_if_match(key, data, etag)
 
     def list(self, prefix: str = "") -> Iterator[ObjectMeta]:
-        for key in sorted(self.objects):
-            if key.startswith(prefix):
-                yield self.head(key)
+        return self.inner.list(prefix)
 
     def delete(self, key: str) -> None:
-        self.objects.pop(key, None)
+        self.inner.delete(key)
 
 
 def u64_be(value: int) -> bytes:
@@ -683,6 +674,12 @@ def test_mismatched_input_names_both_schemas(table):
     assert "data:" in str(caught.value) and "log:" in str(caught.value)
 
 
+@pytest.mark.parametrize("name", ["relative_offset", "offset", "timestamp_us"])
+def test_reserved_column_names_are_rejected(name):
+    with pytest.raises(SchemaMismatch, match="reserved"):
+        FragmentBuilder(pa.schema([pa.field(name, pa.int64())]), TS)
+
+
 # -------------------------------------------------------------------------------- corruption
 
 
@@ -814,7 +811,7 @@ def test_uuid7_ordering_randomness_and_non_v7():
 
 
 def test_write_fragment():
-    store = DictStore()
+    store = ScriptedStore()
     encoded = encode_raw([b"a", b"b"], TS)
     file = write_fragment(store, encoded)
     assert store.objects[file.path] == encoded.data
@@ -825,7 +822,7 @@ def test_write_fragment():
 
 
 def test_fragment_file_pickles_small():
-    file = write_fragment(DictStore(), encode_raw([b"a"], TS))
+    file = write_fragment(ScriptedStore(), encode_raw([b"a"], TS))
     blob = pickle.dumps(file)
     assert pickle.loads(blob) == file
     assert len(blob) < 400, len(blob)
@@ -836,7 +833,7 @@ def test_fragment_file_pickles_small():
     [["landed"], ["lost"], ["drop"], ["lost", "landed"], ["landed", "lost"], ["drop", "lost", "landed"]],
 )
 def test_write_fragment_resolves_ambiguous_writes(faults):
-    store = DictStore()
+    store = ScriptedStore()
     store.faults = list(faults)
     encoded = encode_raw([b"a"], TS)
     file = write_fragment(store, encoded)
@@ -845,7 +842,7 @@ def test_write_fragment_resolves_ambiguous_writes(faults):
 
 @pytest.mark.parametrize("fault,error", [("lost", AmbiguousWrite), ("drop", TransientError)])
 def test_write_fragment_gives_up_after_its_attempts(fault, error):
-    store = DictStore()
+    store = ScriptedStore()
     store.faults = [fault] * 3
     with pytest.raises(error):
         write_fragment(store, encode_raw([b"a"], TS), attempts=3)
@@ -853,7 +850,7 @@ def test_write_fragment_gives_up_after_its_attempts(fault, error):
 
 
 def test_write_fragment_refuses_a_path_holding_other_bytes(monkeypatch):
-    store = DictStore()
+    store = ScriptedStore()
     fixed = new_uuid7(TS)
     monkeypatch.setattr("wal3_spark.fragment.new_uuid7", lambda _ts: fixed)
     write_fragment(store, encode_raw([b"a"], TS))
@@ -867,7 +864,7 @@ def test_write_fragment_refuses_a_path_holding_other_bytes(monkeypatch):
 def test_encoded_fragment_is_plain_data():
     encoded = encode_raw([b"a"], TS)
     assert isinstance(encoded, EncodedFragment) and isinstance(encoded.data, bytes)
-    assert isinstance(write_fragment(DictStore(), encoded), FragmentFile)
+    assert isinstance(write_fragment(ScriptedStore(), encoded), FragmentFile)
 
 
 def test_a_rejected_batch_adds_nothing():

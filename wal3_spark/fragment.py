@@ -143,6 +143,11 @@ class FragmentBuilder:
             raise ValueError(f"timestamp_us {timestamp_us} is not a u64")
         self.raw = schema is None
         self.payload_schema = RAW_SCHEMA if schema is None else schema.remove_metadata()
+        clashes = {RELATIVE_OFFSET, ABSOLUTE_OFFSET, TIMESTAMP} & set(self.payload_schema.names)
+        if clashes:
+            raise SchemaMismatch(
+                f"column names {sorted(clashes)} are reserved for a fragment's own columns"
+            )
         self.timestamp_us = timestamp_us
         self._row_group_rows = row_group_rows
         self._file_schema = pa.schema(_HEADER_FIELDS + list(self.payload_schema))
