@@ -1,0 +1,21 @@
+"""The README's Python example runs as written and prints what its comments say."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def test_00_readme_python_api_example_runs():
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    example = next(b for b in blocks if "LogWriter(url)" in b)
+    result = subprocess.run([sys.executable, "-c", example], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "1 4 [5, 6, 7, 8, 9]"
+    assert lines[1] == "[2, 3, 4] [2, 3, 4]"
+    assert lines[2].startswith("9 records, setsum ")
