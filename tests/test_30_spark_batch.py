@@ -314,3 +314,12 @@ def test_reused_dataframe_after_pushdown_spark_issue(spark, log_url):
     df = read(spark, log_url)
     assert df.where("_offset > 90").count() == 10
     assert df.count() == 100  # fails on 4.3: returns 10
+
+
+def test_reads_work_with_filter_pushdown_disabled(spark, log_url):
+    append(sample(spark, 100, parts=1), log_url)
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "false")
+    try:
+        assert read(spark, log_url).where("_offset > 90").count() == 10
+    finally:
+        spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")

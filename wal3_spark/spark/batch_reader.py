@@ -123,13 +123,6 @@ class Wal3BatchReader(DataSourceReader):
         self.offsets = Bounds()
         self.times = Bounds()
 
-    def pushFilters(self, filters):
-        filters = list(filters)
-        # Spark may reuse this reader for another query on the same DataFrame: start afresh
-        self.offsets, self.times = Bounds(), Bounds()
-        narrow(filters, self.offsets, self.times)
-        return filters  # all of them: Spark re-checks, we only skip what cannot match
-
     def partitions(self):
         from wal3_spark.reader import LogReader, fragment_timestamp_us
         from wal3_spark.spark.tasks import pack
@@ -172,3 +165,44 @@ class Wal3BatchReader(DataSourceReader):
             self.options.open_store(), partition.part, partition.payload, self.target,
             verify=self.options.verify_on_read,
         )
+
+
+class Wal3PushdownReader(Wal3BatchReader):
+    """The batch reader with filter pushdown on `_offset` and `_timestamp`.
+
+    PySpark refuses a reader that implements pushFilters when
+    `spark.sql.python.filterPushdown.enabled` is false, so `reader_class` picks this one only
+    when pushdown is on.
+    """
+
+    def pushFilters(self, filters):
+        filters = list(filters)
+        # Spark may reuse this reader for another query on the same DataFrame: start afresh
+        self.offsets, self.times = Bounds(), Bounds()
+        narrow(filters, self.offsets, self.times)
+        return filters  # all of them: Spark re-checks, we only skip what cannot match
+
+
+
+def pushdown_enabled() -> bool:
+    """Whether Spark planned this read with filter pushdown enabled.
+
+    PySpark (4.1-4.3) reads the flag in its planning worker into a local variable of the function
+    that calls `DataSource.reader()` and fails readers implementing pushFilters when it is false;
+    the flag is not passed to the data source. Look for it on the calling frames; when it is not
+    found (another PySpark version, or the pushdown worker itself) assume pushdown is on.
+    """
+    import sys
+
+    frame = sys._getframe(1)
+    for _ in range(8):
+        if frame is None:
+            break
+        if "enable_pushdown" in frame.f_locals:
+            return bool(frame.f_locals["enable_pushdown"])
+        frame = frame.f_back
+    return True
+
+
+def reader_class():
+    return Wal3PushdownReader if pushdown_enabled() else Wal3BatchReader

@@ -68,9 +68,9 @@ class Wal3DataSource(DataSource):
         return Wal3BatchWriter.create(self._parse(opts.WRITE), schema, overwrite)
 
     def reader(self, schema: StructType):
-        from wal3_spark.spark.batch_reader import Wal3BatchReader
+        from wal3_spark.spark.batch_reader import reader_class
 
-        return Wal3BatchReader(self._parse(opts.READ), schema)
+        return reader_class()(self._parse(opts.READ), schema)
 
     # -- streaming ----------------------------------------------------------------------
 
