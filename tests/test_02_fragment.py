@@ -558,6 +558,16 @@ def test_view_types_hash_like_their_plain_types():
     assert column_setsum(pa.array(lists.to_pylist(), pa.list_view(pa.int8()))) == column_setsum(lists)
 
 
+def test_run_end_encoded_and_extension_arrays_hash_like_their_values():
+    import pyarrow.compute as pc
+
+    plain = pa.array(["a", "a", None, "b", "b", "b"])
+    assert column_setsum(pc.run_end_encode(plain)) == column_setsum(plain)
+    assert column_setsum(pc.run_end_encode(plain).slice(1, 4)) == column_setsum(plain.slice(1, 4))
+    ids = pa.array([uuid.UUID(int=i).bytes for i in range(3)], pa.binary(16))
+    assert column_setsum(pa.ExtensionArray.from_storage(pa.uuid(), ids)) == column_setsum(ids)
+
+
 def test_list_views_with_shared_and_out_of_order_entries():
     values = pa.array([10, 20, 30, 40], pa.int32())
     bitmap = np.packbits(np.array([1, 0, 1, 1, 1], bool), bitorder="little")

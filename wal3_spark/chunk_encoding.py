@@ -9,6 +9,14 @@ costs about as much as writing the Parquet file instead of ~3 µs per row.
 under nulls are already dropped; `_Node.pieces(start, stop)` then yields, in `enc` order, the
 contiguous buffers of rows [start, stop), which are fed to one SHA3 object per chunk. Nothing is
 concatenated: a chunk costs a few `update` calls per column.
+
+Where FORMAT.md is silent, `enc` hashes the Arrow physical value:
+- every fixed-width type by its own width and unit: date64 as 8-byte ms, timestamp/time/duration
+  as the stored integer in the column's unit, float16 as 2 bytes, decimal32/64/128/256 as 4/8/16/32
+  bytes, fixed_size_binary(w) as w bytes (zeros for null, no lengths);
+- type null: validity bytes only (all 0);
+- dictionary, run-end-encoded, extension and view types: as their decoded/storage values, so an
+  encoding choice never changes the setsum; unions are refused (Parquet cannot store them).
 """
 
 from __future__ import annotations
