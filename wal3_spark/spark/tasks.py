@@ -12,9 +12,11 @@ range's records as Arrow batches in exactly the schema Spark declared.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -26,7 +28,7 @@ from wal3_spark.schema import RAW_SCHEMA, conform
 log = logging.getLogger(__name__)
 
 #: rows per Arrow batch handed back to Spark by read()
-READ_BATCH_ROWS = 1 << 16
+READ_BATCH_ROWS = int(os.environ.get("WAL3_READ_BATCH_ROWS", 1 << 16))
 #: Spark's spark.sql.files.openCostInBytes: the smallest partition worth a task
 OPEN_COST_BYTES = 4 << 20
 
@@ -113,6 +115,7 @@ def commit_files(
     from wal3_spark.committer import Committer
 
     committer = Committer(store, writer=writer)
+    t0 = time.perf_counter()
     try:
         result = committer.commit(
             list(files), schema=target, merge_schema=merge_schema, app_id=app_id, version=version
@@ -120,10 +123,27 @@ def commit_files(
     except (CommitFailed, LogSealed, SchemaMismatch):
         delete_files(store, files, since)
         raise
+    elapsed = time.perf_counter() - t0
+    log.info("committed %d fragments to offsets [%d, %d) in %.1f ms (%d attempts)",
+             len(files), result.start, result.limit, elapsed * 1000, result.attempts)
+    _record_metrics(seconds=elapsed, fragments=len(files), attempts=result.attempts,
+                    conflicts=result.conflicts, duplicate=result.duplicate)
     if result.duplicate:
         # an exactly-once writer re-ran a batch that is already in the log: drop the copy
         delete_files(store, files, since)
     return result
+
+
+def _record_metrics(**values) -> None:
+    """Append commit metrics to $WAL3_SPARK_METRICS_FILE when set (used by jobs/benchmark.py)."""
+    path = os.environ.get("WAL3_SPARK_METRICS_FILE")
+    if not path:
+        return
+    try:
+        with open(path, "a") as f:
+            f.write(json.dumps(values) + "\n")
+    except OSError as exc:
+        log.warning("could not record commit metrics in %s: %s", path, exc)
 
 
 # ------------------------------------------------------------------------------ reading
@@ -146,27 +166,26 @@ def range_bytes(r) -> int:
 
 
 def pack(ranges: Sequence, max_partition_bytes: int, min_partitions: int | None = None) -> list[Part]:
-    """Bin-pack consecutive ranges into partitions of about `max_partition_bytes` (less when the
-    read is small, so that it still spreads over `min_partitions` tasks, Spark's file-split
-    rule); a fragment is never split, so each is fetched once."""
+    """Bin-pack consecutive ranges into balanced partitions of at most about
+    `max_partition_bytes`, and into at least `min_partitions` (default: the driver's cores) when
+    the read is big enough (Spark's file-split rule, with its 4 MB open cost as the floor).
+    A fragment is never split, so each is fetched once; order is kept."""
     if not ranges:
         return []
-    total = sum(range_bytes(r) for r in ranges)
+    sizes = [range_bytes(r) for r in ranges]
+    total = sum(sizes)
     cores = min_partitions or os.cpu_count() or 1
-    target = min(max_partition_bytes, max(OPEN_COST_BYTES, math.ceil(total / cores)))
-    parts: list[Part] = []
-    current: list = []
-    size = 0
-    for r in ranges:
-        b = range_bytes(r)
-        if current and size + b > target:
-            parts.append(Part(tuple(current)))
-            current, size = [], 0
-        current.append(r)
-        size += b
-    if current:
-        parts.append(Part(tuple(current)))
-    return parts
+    wanted = max(math.ceil(total / max_partition_bytes),
+                 min(cores, max(1, total // OPEN_COST_BYTES)))
+    wanted = max(1, min(wanted, len(ranges)))
+    parts: list[list] = [[] for _ in range(wanted)]
+    seen = 0
+    for r, size in zip(ranges, sizes):
+        # the partition whose share of the bytes holds this range's midpoint: contiguous, even
+        index = min(wanted - 1, int((seen + size / 2) * wanted / total))
+        parts[index].append(r)
+        seen += size
+    return [Part(tuple(p)) for p in parts if p]
 
 
 def rebuild(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
@@ -189,9 +208,20 @@ def read_partition(
     batch_rows: int = READ_BATCH_ROWS,
 ) -> Iterator[pa.RecordBatch]:
     """The records of `part` in offset order, as batches of the declared Arrow schema."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from wal3_spark.reader import read_range
 
-    for r in part.ranges:
-        batch = rebuild(read_range(store, r, payload, verify=verify), target)
-        for lo in range(0, batch.num_rows, batch_rows):
-            yield batch.slice(lo, batch_rows)
+    def load(r):
+        return rebuild(read_range(store, r, payload, verify=verify), target)
+
+    # Fetch, decode and verify the next fragment while Spark consumes this one (Parquet decoding
+    # and SHA3 release the GIL); at most two fragments are in memory.
+    with ThreadPoolExecutor(1, thread_name_prefix="wal3-prefetch") as pool:
+        pending = pool.submit(load, part.ranges[0]) if part.ranges else None
+        for i in range(len(part.ranges)):
+            batch = pending.result()
+            pending = pool.submit(load, part.ranges[i + 1]) if i + 1 < len(part.ranges) else None
+            for lo in range(0, batch.num_rows, batch_rows):
+                yield batch.slice(lo, batch_rows)
+            del batch
