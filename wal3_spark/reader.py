@@ -218,6 +218,13 @@ def read_range(
         raise CorruptLog(
             "a fragment holds limit - start records", ref.path, f"{n} records, manifest says {ref.records}"
         )
+    first = int(decoded.offsets[0]) if n else 0
+    if first != (ref.start if decoded.absolute else 0):
+        raise CorruptLog(
+            "a fragment's stored offsets start where the manifest places it",
+            ref.path,
+            f"first stored offset {first}, manifest start {ref.start}",
+        )
     if verify:
         actual = recompute_setsum(decoded, raw=raw)
         if actual != ref.setsum:
