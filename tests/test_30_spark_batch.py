@@ -323,3 +323,27 @@ def test_reads_work_with_filter_pushdown_disabled(spark, log_url):
         assert read(spark, log_url).where("_offset > 90").count() == 10
     finally:
         spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+
+
+def test_pushdown_skips_fragments(spark, log_url):
+    """Pruning is visible in the plan: one input partition per fragment left to read."""
+    for i in range(4):
+        append(sample(spark, 100, start=100 * i, parts=1), log_url)
+    store = open_store(log_url)
+    from wal3_spark.reader import fragment_timestamp_us
+
+    frags = LogReader(store).manifest().fragments
+    assert len(frags) == 4
+
+    def parts(where):
+        df = read(spark, log_url, maxPartitionBytes="1")  # a fresh DataFrame per query
+        return df.where(where).rdd.getNumPartitions()
+
+    assert parts(F.col("_offset") >= 0) == 4
+    assert parts(F.col("_offset") >= 301) == 1
+    assert parts((F.col("_offset") > 150) & (F.col("_offset") <= 250)) == 2
+    last = fragment_timestamp_us(store, frags[-1])
+    ts = dt.datetime.fromtimestamp(last / 1e6, tz=dt.timezone.utc)
+    assert parts(F.col("_timestamp") >= F.lit(ts)) == 1
+    df = read(spark, log_url).where(F.col("_timestamp") >= F.lit(ts))
+    assert sorted(r.id for r in df.collect()) == list(range(300, 400))

@@ -30,8 +30,8 @@ from wal3_spark.spark.options import Wal3Options
 
 log = logging.getLogger(__name__)
 
-#: a fragment's UUIDv7 time and its rows' timestamp_us are taken moments apart: prune with slack
-TIMESTAMP_SLACK_US = 5_000_000
+#: a fragment's UUIDv7 path carries exactly its rows' timestamp_us (write_fragment), so no slack
+TIMESTAMP_SLACK_US = 0
 
 
 class Wal3Partition(InputPartition):
