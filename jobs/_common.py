@@ -46,13 +46,19 @@ def session(app: str, master: str | None = None, conf: dict[str, str] | None = N
     elif "spark.master" not in os.environ.get("SPARK_CONF", "") and not _submitted():
         builder = builder.master("local[*]")
     builder = builder.config("spark.sql.python.filterPushdown.enabled", "true")
+    import wal3_spark
+
+    from_checkout = str(ROOT) in str(Path(wal3_spark.__file__).resolve())
+    if from_checkout:
+        # Python workers started by the driver JVM (data source planning, streaming source
+        # runners) do not see addPyFile: give them the checkout through their environment.
+        paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        builder = builder.config("spark.executorEnv.PYTHONPATH", os.pathsep.join([str(ROOT), *paths]))
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("WAL3_LOG_LEVEL", "WARN"))
-    import wal3_spark
-
-    if str(ROOT) in str(Path(wal3_spark.__file__).resolve()):
+    if from_checkout:
         spark.sparkContext.addPyFile(_package_zip())
     register(spark)
     return spark
