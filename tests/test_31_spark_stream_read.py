@@ -126,3 +126,15 @@ def test_stream_unknown_option(spark, log_url):
         q = stream(spark, log_url, maxRowsPerTrigger="5").writeStream.format("noop").start()
         q.processAllAvailable()
         q.stop()
+
+
+def test_stream_with_cursor_on_s3(spark, request, tmp_path):
+    seaweed = request.getfixturevalue("seaweed")
+    url, options = seaweed.new_url("spark-stream"), dict(seaweed.options)
+    append(sample(spark, 400), url, **options)
+    progress = run_available_now(spark, url, tmp_path / "c", tmp_path / "o", cursor="s3_reader",
+                                 maxRecordsPerTrigger="150", **options)
+    assert [p["numInputRows"] for p in progress if p["numInputRows"]] == [150, 150, 100]
+    assert sorted(r._offset for r in sink_rows(spark, tmp_path / "o")) == list(range(1, 401))
+    cursor = CursorStore(open_store(url, options)).get("s3_reader")
+    assert cursor is not None and cursor.cursor.offset in (301, 401)
