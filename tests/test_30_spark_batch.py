@@ -347,3 +347,17 @@ def test_pushdown_skips_fragments(spark, log_url):
     assert parts(F.col("_timestamp") >= F.lit(ts)) == 1
     df = read(spark, log_url).where(F.col("_timestamp") >= F.lit(ts))
     assert sorted(r.id for r in df.collect()) == list(range(300, 400))
+
+
+def test_nested_and_typed_columns_roundtrip(spark, log_url):
+    df = spark.sql(
+        "select id, array(id, id + 1) arr, named_struct('a', id, 'b', cast(id as string)) st, "
+        "map('k', id) m, cast(id as decimal(12,2)) dec, date_add(date'2024-01-01', cast(id as int)) d, "
+        "cast(id as short) sh, cast(id as float) f, timestamp_ntz'2024-01-01 00:00:00' ntz, "
+        "case when id % 2 = 0 then null else array(cast(id as string)) end maybe_arr from range(100)"
+    )
+    append(df, log_url)
+    back = read(spark, log_url)
+    assert [f.dataType for f in back.schema.fields[:10]] == [f.dataType for f in df.schema.fields]
+    assert sorted(back.drop("_offset", "_timestamp").collect()) == sorted(df.collect())
+    check_log(log_url)
