@@ -7,6 +7,7 @@ Offsets are plain ints here; on storage they are `{"offset": N}`.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass
@@ -40,6 +41,11 @@ def cursor_key(name: str) -> str:
 def dumps(obj: Any) -> bytes:
     """Compact JSON, keys in insertion order: the byte form Chroma writes."""
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def json_text(value: Any) -> str:
+    """`value` as it appears inside `dumps` output."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 def loads(data: bytes, obj: str) -> Any:
@@ -105,6 +111,11 @@ class FragmentRef:
             "setsum": self.setsum.hexdigest(),
         }
 
+    @functools.cached_property
+    def json_text(self) -> str:
+        """Serialised once per pointer: a manifest rewrites thousands of them per commit."""
+        return json_text(self.to_json())
+
     @classmethod
     def from_json(cls, data: dict[str, Any], obj: str) -> FragmentRef:
         seq_no = _field(data, "seq_no", obj, (int, str))
@@ -138,6 +149,10 @@ class SnapshotPointer:
             "limit": position(self.limit),
             "num_bytes": self.num_bytes,
         }
+
+    @functools.cached_property
+    def json_text(self) -> str:
+        return json_text(self.to_json())
 
     @classmethod
     def from_json(cls, data: dict[str, Any], obj: str) -> SnapshotPointer:

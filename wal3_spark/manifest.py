@@ -25,6 +25,7 @@ from wal3_spark.format import (
     _offset,
     _setsum,
     dumps,
+    json_text,
     loads,
     position,
     snapshot_key,
@@ -266,27 +267,32 @@ class Manifest:
         )
 
     def to_json(self) -> bytes:
-        doc: dict[str, Any] = {
-            "setsum": self.setsum.hexdigest(),
-            "collected": self.collected.hexdigest(),
-            "acc_bytes": self.acc_bytes,
-            "writer": self.writer,
-            "snapshots": [s.to_json() for s in self.snapshots],
-            "fragments": [f.to_json() for f in self.fragments],
-        }
+        """Compact JSON in Chroma's key order; pointers reuse their cached text, so a commit
+        serialises only what it added."""
+        parts = [
+            '{"setsum":"', self.setsum.hexdigest(),
+            '","collected":"', self.collected.hexdigest(),
+            '","acc_bytes":', str(self.acc_bytes),
+            ',"writer":', json_text(self.writer),
+            ',"snapshots":[', ",".join(s.json_text for s in self.snapshots),
+            '],"fragments":[', ",".join(f.json_text for f in self.fragments), "]",
+        ]  # fmt: skip
+        extras: dict[str, Any] = {}
         if self.initial_offset is not None:
-            doc["initial_offset"] = position(self.initial_offset)
+            extras["initial_offset"] = position(self.initial_offset)
         if self.initial_seq_no is not None:
-            doc["initial_seq_no"] = self.initial_seq_no
+            extras["initial_seq_no"] = self.initial_seq_no
         if self.schema is not None:
-            doc["schema"] = self.schema
+            extras["schema"] = self.schema
         if self.sealed:
-            doc["sealed"] = True
+            extras["sealed"] = True
         if self.txns:
-            doc["txns"] = {
+            extras["txns"] = {
                 app: {"version": t.version, "epoch_us": t.epoch_us} for app, t in self.txns.items()
             }
-        return dumps(doc)
+        parts.extend(f",{json_text(key)}:{json_text(value)}" for key, value in extras.items())
+        parts.append("}")
+        return "".join(parts).encode()
 
     # -- queries ------------------------------------------------------------------------
 

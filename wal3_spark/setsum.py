@@ -42,6 +42,14 @@ class Setsum:
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("Setsum is immutable")
 
+    @classmethod
+    def _reduced(cls, lanes: tuple[int, ...]) -> Setsum:
+        """A setsum from lanes already reduced modulo their primes (the hot paths: parsing a
+        manifest builds thousands of these)."""
+        value = object.__new__(cls)
+        object.__setattr__(value, "_lanes", lanes)
+        return value
+
     # -- construction -------------------------------------------------------------------
 
     @classmethod
@@ -75,10 +83,9 @@ class Setsum:
         if len(raw) != 32:
             raise ValueError(f"a setsum hexdigest is 64 hex characters, got {text!r}")
         lanes = _LANES.unpack(raw)
-        for lane, prime in zip(lanes, PRIMES):
-            if lane >= prime:
-                raise ValueError(f"setsum {text!r} has a lane >= its prime: not a valid setsum")
-        return cls(lanes)
+        if any(lane >= prime for lane, prime in zip(lanes, PRIMES)):
+            raise ValueError(f"setsum {text!r} has a lane >= its prime: not a valid setsum")
+        return cls._reduced(lanes)
 
     # -- algebra ------------------------------------------------------------------------
 
@@ -89,10 +96,10 @@ class Setsum:
         return self - Setsum.of(item)
 
     def __add__(self, other: Setsum) -> Setsum:
-        return Setsum(a + b for a, b in zip(self._lanes, other._lanes))
+        return Setsum._reduced(tuple((a + b) % p for a, b, p in zip(self._lanes, other._lanes, PRIMES)))
 
     def __sub__(self, other: Setsum) -> Setsum:
-        return Setsum(a - b for a, b in zip(self._lanes, other._lanes))
+        return Setsum._reduced(tuple((a - b) % p for a, b, p in zip(self._lanes, other._lanes, PRIMES)))
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Setsum) and self._lanes == other._lanes
@@ -105,11 +112,8 @@ class Setsum:
 
     @staticmethod
     def sum(values: Iterable[Setsum]) -> Setsum:
-        acc = [0] * 8
-        for value in values:
-            for i, lane in enumerate(value._lanes):
-                acc[i] += lane
-        return Setsum(acc)
+        columns = list(zip(*(value._lanes for value in values)))
+        return Setsum(sum(column) for column in columns) if columns else Setsum()
 
     # -- representation -----------------------------------------------------------------
 

@@ -174,24 +174,29 @@ class LocalStore(ObjectStore):
             expected = etag.strip('"')
             if not os.path.isdir(directory):
                 raise PreconditionFailed(key, "the object does not exist")
-            # The new content is written and fsynced before taking the lock, so that racing
-            # writers hold it only to compare and rename.
+            # A stale ETag fails before any write; the new content is then written and fsynced
+            # before taking the lock, so that racing writers hold it only to compare and rename.
+            self._check_etag(key, path, expected)
             tmp = self._write_temp(directory, name, data)
             try:
                 with self._locked(path):
-                    try:
-                        with open(path, "rb") as f:
-                            current = _file_md5(f)
-                    except (FileNotFoundError, IsADirectoryError):
-                        raise PreconditionFailed(key, "the object does not exist") from None
-                    if current != expected:
-                        raise PreconditionFailed(key, f"its ETag is {current}, not {expected}")
+                    self._check_etag(key, path, expected)
                     os.replace(tmp, path)
                     _fsync_dir(directory)
             finally:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp)
             return md5_etag(data)
+
+    @staticmethod
+    def _check_etag(key: str, path: str, expected: str) -> None:
+        try:
+            with open(path, "rb") as f:
+                current = _file_md5(f)
+        except (FileNotFoundError, IsADirectoryError):
+            raise PreconditionFailed(key, "the object does not exist") from None
+        if current != expected:
+            raise PreconditionFailed(key, f"its ETag is {current}, not {expected}")
 
     def delete(self, key: str) -> None:
         with self._os_errors("delete", key):
