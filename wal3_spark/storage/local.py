@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Iterator
 
 from wal3_spark.errors import ObjectNotFound, PreconditionFailed, StorageError
-from wal3_spark.storage.base import Blob, ObjectMeta, ObjectStore
+from wal3_spark.storage.base import Blob, ContentBlob, ObjectMeta, ObjectStore
 from wal3_spark.storage.common import check_key, file_url, md5_etag
 
 _CHUNK = 1 << 20
@@ -75,7 +75,7 @@ class LocalStore(ObjectStore):
                     data = f.read()
             except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
                 raise ObjectNotFound(key, self.url) from None
-            return Blob(data, md5_etag(data))
+            return ContentBlob(data)
 
     def get_range(self, key: str, start: int, length: int) -> bytes:
         with self._os_errors("get_range", key):
