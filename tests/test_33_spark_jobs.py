@@ -66,4 +66,5 @@ def test_distributed_scrub_reports_corrupt_fragment(spark, log_url):
     corrupt_fragment(store, bad.path)
     report = scrub(spark, log_url)
     assert not report.ok
-    assert any(bad.path in p and "setsum" in p for p in report.problems), report.problems
+    assert any(p.kind == "corrupt" and p.obj == bad.path and "setsum" in p.detail
+               for p in report.problems), report.problems

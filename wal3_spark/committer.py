@@ -83,6 +83,11 @@ class Committer:
     def url(self) -> str:
         return self.store.url
 
+    @property
+    def last_seen(self) -> Manifest | None:
+        """The newest manifest this committer read or wrote (no I/O)."""
+        return self._cached[0] if self._cached else None
+
     def _delays(self) -> Iterator[float]:
         """Full-jitter backoff between attempts: racing committers spread out, and a lost race
         (cheap: the loser only re-reads) is retried quickly."""

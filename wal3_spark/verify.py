@@ -8,7 +8,7 @@ references (left by failed appends or pending garbage collection: reported, but 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
@@ -25,6 +25,10 @@ log = logging.getLogger(__name__)
 
 #: problem kinds that make a log fail verification; "extra" objects are reported only
 FAILING = frozenset({"invariant", "missing", "corrupt"})
+
+#: checks fragments somewhere (threads here, Spark executors in `wal3_spark.spark.scrub`):
+#: (store, refs, raw) -> one `check_fragment` result per ref, in any order
+FragmentChecker = Callable[[ObjectStore, list[FragmentRef], bool], Iterable["Problem | None"]]
 
 
 @dataclass(frozen=True)
@@ -66,8 +70,10 @@ def verify(
     check_fragments: bool = True,
     parallelism: int = 8,
     progress: Callable[[int, int], None] | None = None,
+    checker: FragmentChecker | None = None,
 ) -> VerifyReport:
-    """Check the log at `target`; `progress(done, total)` is called as fragments are checked."""
+    """Check the log at `target`; `progress(done, total)` is called as fragments are checked
+    by the default checker (`parallelism` threads in this process)."""
     store = target if isinstance(target, ObjectStore) else open_store(target, options)
     report = VerifyReport(store.url)
     try:
@@ -92,15 +98,21 @@ def verify(
     _check_order(report, refs, manifest)
 
     if check_fragments:
-        raw = manifest.is_raw
-        with ThreadPoolExecutor(max_workers=max(1, parallelism)) as pool:
-            for done, problem in enumerate(pool.map(lambda r: check_fragment(store, r, raw), refs), 1):
-                if problem is not None:
-                    report.problems.append(problem)
-                if progress is not None:
-                    progress(done, len(refs))
+        check = checker or _threads(parallelism, progress)
+        report.problems.extend(p for p in check(store, refs, manifest.is_raw) if p is not None)
     _report_extras(store, report, {r.path for r in refs}, snapshot_paths)
     return report
+
+
+def _threads(parallelism: int, progress: Callable[[int, int], None] | None) -> FragmentChecker:
+    def check(store: ObjectStore, refs: list[FragmentRef], raw: bool) -> Iterator[Problem | None]:
+        with ThreadPoolExecutor(max_workers=max(1, parallelism)) as pool:
+            for done, problem in enumerate(pool.map(lambda r: check_fragment(store, r, raw), refs), 1):
+                if progress is not None:
+                    progress(done, len(refs))
+                yield problem
+
+    return check
 
 
 def _check(report: VerifyReport, kind: str, fn: Callable[[], object]) -> bool:

@@ -45,8 +45,7 @@ def prepare(options: Wal3Options, schema: StructType) -> tuple[pa.Schema | None,
     store = options.open_store()
     committer = Committer(store, writer=writer_name(options))
     target = committer.prepare(appended_schema(schema), merge_schema=options.merge_schema)
-    since = committer._cached[0].next_offset if committer._cached else 0
-    return target, since
+    return target, committer.last_seen.next_offset
 
 
 def writer_name(options: Wal3Options) -> str:
@@ -65,14 +64,17 @@ def task_context() -> tuple[int, int]:
     return ctx.partitionId(), ctx.attemptNumber()
 
 
-class Wal3BatchWriter(DataSourceArrowWriter):
+class FragmentSink:
+    """What the batch and streaming sinks share: the driver-side checks before any task runs,
+    and the task side, which streams its rows into fragments and reports them."""
+
     def __init__(self, options: Wal3Options, target: pa.Schema | None, since: int) -> None:
         self.options = options
         self.target = target
         self.since = since
 
     @classmethod
-    def create(cls, options: Wal3Options, schema: StructType, overwrite: bool) -> Wal3BatchWriter:
+    def create(cls, options: Wal3Options, schema: StructType, overwrite: bool) -> FragmentSink:
         check_not_overwrite(overwrite, options.url)
         target, since = prepare(options, schema)
         return cls(options, target, since)
@@ -86,23 +88,35 @@ class Wal3BatchWriter(DataSourceArrowWriter):
         )
         return Wal3CommitMessage(tuple(files), partition, attempt)
 
-    def commit(self, messages) -> None:
+    @staticmethod
+    def files(messages) -> list:
+        """The fragments of every successful task, in partition order."""
+        return [f for m in messages if m is not None for f in m.files]
+
+    def commit_messages(self, messages, **txn) -> None:
         from wal3_spark.spark.tasks import commit_files
 
-        files = [f for m in messages if m is not None for f in m.files]
-        if not files:  # an empty DataFrame appends nothing (the log exists: prepare created it)
-            return
         commit_files(
             self.options.open_store(),
-            files,
+            self.files(messages),
             target=self.target,
             merge_schema=self.options.merge_schema,
             writer=writer_name(self.options),
             since=self.since,
+            **txn,
         )
 
-    def abort(self, messages) -> None:
+    def abort_messages(self, messages) -> None:
         from wal3_spark.spark.tasks import delete_files
 
-        files = [f for m in messages if m is not None for f in m.files]
-        delete_files(self.options.open_store(), files, self.since)
+        delete_files(self.options.open_store(), self.files(messages), self.since)
+
+
+class Wal3BatchWriter(FragmentSink, DataSourceArrowWriter):
+    def commit(self, messages) -> None:
+        if not self.files(messages):  # an empty DataFrame appends nothing (prepare created the log)
+            return
+        self.commit_messages(messages)
+
+    def abort(self, messages) -> None:
+        self.abort_messages(messages)

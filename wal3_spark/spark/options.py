@@ -29,7 +29,7 @@ _ROLE_TEXT = {
 
 MB = 1 << 20
 
-#: option name -> (roles it applies to, one-line description); docs/spark.md has the full table
+#: option name -> (roles it applies to, one-line description); README.md has the full table
 OPTIONS: dict[str, tuple[tuple[str, ...], str]] = {
     "path": (ROLES, "the log's URL (file:///..., s3://bucket/prefix, or a local path)"),
     "fragmentBytes": ((WRITE, STREAM_WRITE), "bytes per fragment before a task starts a new one"),
