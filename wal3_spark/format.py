@@ -59,7 +59,7 @@ def position(offset: int) -> dict[str, int]:
     return {"offset": offset}
 
 
-def _offset(value: Any, obj: str, field: str) -> int:
+def parse_offset(value: Any, obj: str, field: str) -> int:
     try:
         offset = value["offset"]
     except (TypeError, KeyError):
@@ -69,14 +69,14 @@ def _offset(value: Any, obj: str, field: str) -> int:
     return offset
 
 
-def _setsum(value: Any, obj: str, field: str) -> Setsum:
+def parse_setsum(value: Any, obj: str, field: str) -> Setsum:
     try:
         return Setsum.from_hexdigest(value)
     except (TypeError, ValueError) as exc:
         raise CorruptLog("well-formed setsum", obj, f"{field}: {exc}") from None
 
 
-def _field(data: dict, name: str, obj: str, kind: type | tuple[type, ...]) -> Any:
+def require_field(data: dict, name: str, obj: str, kind: type | tuple[type, ...]) -> Any:
     if not isinstance(data, dict) or name not in data:
         raise CorruptLog("required field present", obj, f"missing {name!r}")
     value = data[name]
@@ -118,14 +118,14 @@ class FragmentRef:
 
     @classmethod
     def from_json(cls, data: dict[str, Any], obj: str) -> FragmentRef:
-        seq_no = _field(data, "seq_no", obj, (int, str))
+        seq_no = require_field(data, "seq_no", obj, (int, str))
         return cls(
-            path=_field(data, "path", obj, str),
+            path=require_field(data, "path", obj, str),
             seq_no=seq_no,
-            start=_offset(data.get("start"), obj, "start"),
-            limit=_offset(data.get("limit"), obj, "limit"),
-            num_bytes=_field(data, "num_bytes", obj, int),
-            setsum=_setsum(data.get("setsum"), obj, "setsum"),
+            start=parse_offset(data.get("start"), obj, "start"),
+            limit=parse_offset(data.get("limit"), obj, "limit"),
+            num_bytes=require_field(data, "num_bytes", obj, int),
+            setsum=parse_setsum(data.get("setsum"), obj, "setsum"),
         )
 
 
@@ -157,12 +157,12 @@ class SnapshotPointer:
     @classmethod
     def from_json(cls, data: dict[str, Any], obj: str) -> SnapshotPointer:
         return cls(
-            setsum=_setsum(data.get("setsum"), obj, "setsum"),
-            path_to_snapshot=_field(data, "path_to_snapshot", obj, str),
-            depth=_field(data, "depth", obj, int),
-            start=_offset(data.get("start"), obj, "start"),
-            limit=_offset(data.get("limit"), obj, "limit"),
-            num_bytes=_field(data, "num_bytes", obj, int),
+            setsum=parse_setsum(data.get("setsum"), obj, "setsum"),
+            path_to_snapshot=require_field(data, "path_to_snapshot", obj, str),
+            depth=require_field(data, "depth", obj, int),
+            start=parse_offset(data.get("start"), obj, "start"),
+            limit=parse_offset(data.get("limit"), obj, "limit"),
+            num_bytes=require_field(data, "num_bytes", obj, int),
         )
 
 
@@ -180,7 +180,7 @@ class Cursor:
     @classmethod
     def from_json(cls, data: Any, obj: str) -> Cursor:
         return cls(
-            offset=_offset(data.get("position") if isinstance(data, dict) else None, obj, "position"),
-            epoch_us=_field(data, "epoch_us", obj, int),
-            writer=_field(data, "writer", obj, str),
+            offset=parse_offset(data.get("position") if isinstance(data, dict) else None, obj, "position"),
+            epoch_us=require_field(data, "epoch_us", obj, int),
+            writer=require_field(data, "writer", obj, str),
         )

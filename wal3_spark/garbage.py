@@ -34,10 +34,10 @@ from wal3_spark.format import (
     GARBAGE_KEY,
     FragmentRef,
     SnapshotPointer,
-    _offset,
-    _setsum,
     dumps,
     loads,
+    parse_offset,
+    parse_setsum,
     position,
     snapshot_key,
 )
@@ -163,10 +163,10 @@ class Garbage:
                 fragments_to_drop_limit=int(doc.get("fragments_to_drop_limit", 0)),
                 fragments_to_drop_uuid_limit=uuid_limit,
                 fragments_are_uuids=bool(doc.get("fragments_are_uuids", False)),
-                setsum_to_discard=_setsum(
+                setsum_to_discard=parse_setsum(
                     doc.get("setsum_to_discard", Setsum().hexdigest()), obj, "setsum_to_discard"
                 ),
-                first_to_keep=_offset(doc.get("first_to_keep", position(FIRST_OFFSET)), obj, "first_to_keep"),
+                first_to_keep=parse_offset(doc.get("first_to_keep", position(FIRST_OFFSET)), obj, "first_to_keep"),
                 fragment_paths_to_drop=tuple(str(p) for p in doc.get("fragment_paths_to_drop", [])),
                 applied_epoch_us=applied,
             )

@@ -21,13 +21,13 @@ from wal3_spark.format import (
     MANIFEST_KEY,
     FragmentRef,
     SnapshotPointer,
-    _field,
-    _offset,
-    _setsum,
     dumps,
     json_text,
     loads,
+    parse_offset,
+    parse_setsum,
     position,
+    require_field,
     snapshot_key,
 )
 from wal3_spark.setsum import Setsum
@@ -187,15 +187,15 @@ class Snapshot:
     def from_json(cls, data: bytes | dict, obj: str) -> Snapshot:
         doc = loads(data, obj) if isinstance(data, (bytes, str)) else data
         return cls(
-            path=_field(doc, "path", obj, str),
-            depth=_field(doc, "depth", obj, int),
-            setsum=_setsum(doc.get("setsum"), obj, "setsum"),
-            writer=_field(doc, "writer", obj, str),
+            path=require_field(doc, "path", obj, str),
+            depth=require_field(doc, "depth", obj, int),
+            setsum=parse_setsum(doc.get("setsum"), obj, "setsum"),
+            writer=require_field(doc, "writer", obj, str),
             snapshots=tuple(
-                SnapshotPointer.from_json(s, obj) for s in _field(doc, "snapshots", obj, list)
+                SnapshotPointer.from_json(s, obj) for s in require_field(doc, "snapshots", obj, list)
             ),
             fragments=tuple(
-                FragmentRef.from_json(f, obj) for f in _field(doc, "fragments", obj, list)
+                FragmentRef.from_json(f, obj) for f in require_field(doc, "fragments", obj, list)
             ),
         )
 
@@ -246,22 +246,22 @@ class Manifest:
         if schema is not None and not isinstance(schema, str):
             raise CorruptLog("field type", obj, f"'schema' is {schema!r}")
         return cls(
-            setsum=_setsum(_field(doc, "setsum", obj, str), obj, "setsum"),
-            collected=_setsum(collected, obj, "collected") if collected is not None else Setsum(),
-            acc_bytes=_field(doc, "acc_bytes", obj, int),
-            writer=_field(doc, "writer", obj, str),
+            setsum=parse_setsum(require_field(doc, "setsum", obj, str), obj, "setsum"),
+            collected=parse_setsum(collected, obj, "collected") if collected is not None else Setsum(),
+            acc_bytes=require_field(doc, "acc_bytes", obj, int),
+            writer=require_field(doc, "writer", obj, str),
             snapshots=tuple(
-                SnapshotPointer.from_json(s, obj) for s in _field(doc, "snapshots", obj, list)
+                SnapshotPointer.from_json(s, obj) for s in require_field(doc, "snapshots", obj, list)
             ),
             fragments=tuple(
-                FragmentRef.from_json(f, obj) for f in _field(doc, "fragments", obj, list)
+                FragmentRef.from_json(f, obj) for f in require_field(doc, "fragments", obj, list)
             ),
-            initial_offset=_offset(initial, obj, "initial_offset") if initial is not None else None,
+            initial_offset=parse_offset(initial, obj, "initial_offset") if initial is not None else None,
             initial_seq_no=doc.get("initial_seq_no"),
             schema=schema,
             sealed=sealed,
             txns={
-                app: Txn(_field(t, "version", obj, int), _field(t, "epoch_us", obj, int))
+                app: Txn(require_field(t, "version", obj, int), require_field(t, "epoch_us", obj, int))
                 for app, t in txns.items()
             },
         )
