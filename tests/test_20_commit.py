@@ -208,3 +208,26 @@ def test_13_reading_below_the_oldest_offset_is_data_loss(store):
         list(LogReader(store).read(1))
     table = pa.Table.from_batches(list(LogReader(store).read(1, fail_on_data_loss=False)))
     assert table.column("body").to_pylist() == [b"c"]
+
+
+def test_14_batched_submits_flush_by_size_without_being_asked(store):
+    with LogWriter(store, batch_interval_s=3600, batch_bytes=1000) as writer:
+        small = [writer.submit(b"x" * 100) for _ in range(3)]
+        big = writer.submit(b"y" * 2000)  # pushes the waiting bytes past batch_bytes
+        assert big.result(timeout=60).limit == 5
+        assert [f.result(timeout=60).start for f in small] == [1, 2, 3]
+
+
+def test_15_batched_submits_flush_by_interval_without_being_asked(store):
+    with LogWriter(store, batch_interval_s=0.05, batch_bytes=1 << 30) as writer:
+        assert writer.submit(b"alone").result(timeout=60).start == 1
+        assert writer.submit(b"later").result(timeout=60).start == 2
+
+
+def test_16_a_failed_batch_fails_its_futures_and_the_writer_keeps_serving(store):
+    LogWriter(store).append(b"raw")
+    with LogWriter(store, batch_interval_s=0.01) as writer:
+        bad = writer.submit(pa.table({"x": [1]}))
+        with pytest.raises(SchemaMismatch):
+            bad.result(timeout=60)
+        assert writer.submit(b"fine").result(timeout=60).start == 2
