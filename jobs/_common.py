@@ -8,7 +8,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 import zipfile
@@ -24,8 +26,10 @@ except ImportError:
 
 
 def _package_zip() -> str:
-    """wal3_spark and pyspark_wal3 as a zip for --py-files style shipping."""
-    out = Path(tempfile.mkdtemp(prefix="wal3-pyfiles-")) / "wal3_spark.zip"
+    """wal3_spark and pyspark_wal3 as a zip for --py-files style shipping (removed at exit)."""
+    folder = tempfile.mkdtemp(prefix="wal3-pyfiles-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    out = Path(folder) / "wal3_spark.zip"
     with zipfile.ZipFile(out, "w") as zf:
         for path in (ROOT / "wal3_spark").rglob("*.py"):
             zf.write(path, path.relative_to(ROOT))
