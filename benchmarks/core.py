@@ -18,7 +18,6 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +26,7 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from tests.support.fakes import FakeFragment  # noqa: E402
 from tests.support.seaweed import running_seaweed  # noqa: E402
 from wal3_spark.committer import Committer  # noqa: E402
 from wal3_spark.format import MANIFEST_KEY  # noqa: E402
@@ -192,18 +192,10 @@ def bench_long_manifest(base_url: str, fragments: int) -> None:
     options = SnapshotOptions()
     manifest = Manifest.empty("bench")
 
-    @dataclass(frozen=True)
-    class Fake:
-        path: str
-        uuid: str
-        records: int
-        num_bytes: int
-        setsum: Setsum
-
     start = time.perf_counter()
     for i in range(fragments):
         u = f"01900000-0000-7000-8000-{i:012x}"
-        manifest = manifest.with_fragments([Fake(f"log/Uuid={u}.parquet", u, 10, 4096, Setsum.of(u.encode()))], "bench")
+        manifest = manifest.with_fragments([FakeFragment(f"log/Uuid={u}.parquet", u, 10, 4096, Setsum.of(u.encode()))], "bench")
         while (snap := manifest.generate_snapshot(options, "bench")) is not None:
             write_snapshot(store, snap)
             manifest = manifest.apply_snapshot(snap)

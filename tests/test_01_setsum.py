@@ -6,15 +6,15 @@ from __future__ import annotations
 import itertools
 import json
 import pickle
-from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.support.fakes import shared_testdata
 from wal3_spark.setsum import PRIMES, Setsum
 
-VECTORS = json.loads(Path("/work/shared/testdata/setsum_vectors.json").read_text())
+VECTORS = json.loads(shared_testdata("setsum_vectors.json").read_text())
 SEVEN = [s.encode() for s in VECTORS["seven_values"]["items_utf8"]]
 
 

@@ -10,7 +10,6 @@ import pickle
 import struct
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -19,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.support.fakes import shared_testdata
 from wal3_spark.chunk_encoding import CHUNK_ROWS, encode_column, structured_setsum
 from wal3_spark.errors import (
     AmbiguousWrite,
@@ -45,7 +45,7 @@ from wal3_spark.setsum import Setsum
 from wal3_spark.storage import Blob, ObjectMeta, ObjectStore, open_store
 from wal3_spark.uuid7 import new_uuid7, uuid7_timestamp_us
 
-VECTORS = json.loads(Path("/work/shared/testdata/setsum_vectors.json").read_text())
+VECTORS = json.loads(shared_testdata("setsum_vectors.json").read_text())
 RAW_VECTORS = VECTORS["wal3_fragments"]
 STRUCTURED_VECTORS = VECTORS["structured_chunks"]
 TS = 1_700_000_000_123_456

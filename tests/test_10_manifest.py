@@ -3,43 +3,25 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.support.fakes import FakeFragment as Frag
+from tests.support.fakes import chroma_testdata
 from wal3_spark.errors import CorruptLog
 from wal3_spark.format import FragmentRef
 from wal3_spark.manifest import Manifest, Snapshot, SnapshotOptions, Txn
 from wal3_spark.setsum import Setsum
-
-TESTDATA = Path(__file__).resolve().parents[2] / "shared" / "testdata" / "chroma"
-
-
-def _testdata(name: str) -> Path:
-    path = TESTDATA / name
-    if not path.exists():  # CI lays shared/ beside the clone; a developer checkout too
-        pytest.fail(f"{path} is missing: shared/testdata must sit beside the repository")
-    return path
-
-
-@dataclass(frozen=True)
-class Frag:
-    path: str
-    uuid: str
-    records: int
-    num_bytes: int
-    setsum: Setsum
-
 
 def frag(i: int, records: int = 3) -> Frag:
     return Frag(f"log/Uuid={i:032x}.parquet", f"{i:032x}", records, 100 + i, Setsum.of(str(i).encode()))
 
 
 def test_00_production_manifest_round_trips_byte_for_byte_and_balances():
-    raw = _testdata("production_MANIFEST.json").read_bytes()
+    raw = chroma_testdata("production_MANIFEST.json").read_bytes()
     manifest = Manifest.from_json(raw)
     manifest.scrub()
     assert manifest.to_json() == raw.strip()
@@ -49,7 +31,7 @@ def test_00_production_manifest_round_trips_byte_for_byte_and_balances():
 
 
 def test_01_production_manifest_with_one_edited_setsum_names_the_invariant():
-    doc = json.loads(_testdata("production_MANIFEST.json").read_bytes())
+    doc = json.loads(chroma_testdata("production_MANIFEST.json").read_bytes())
     doc["fragments"][5]["setsum"] = Setsum.of(b"tampered").hexdigest()
     with pytest.raises(CorruptLog) as err:
         Manifest.from_json(json.dumps(doc).encode()).scrub()
@@ -59,11 +41,11 @@ def test_01_production_manifest_with_one_edited_setsum_names_the_invariant():
 def test_02_chroma_gc_fixture_is_a_consistent_tree():
     """bad_manifest1/bad_snapshots1 are Chroma's GC regression fixture (garbage at offset 9340
     once failed); every invariant holds, and the pointers match the snapshots they name."""
-    manifest = Manifest.from_json(_testdata("bad_manifest1.json").read_bytes())
+    manifest = Manifest.from_json(chroma_testdata("bad_manifest1.json").read_bytes())
     manifest.scrub()
     snapshots = {
         doc["path"]: Snapshot.from_json(doc, doc["path"])
-        for doc in json.loads(_testdata("bad_snapshots1.json").read_bytes())
+        for doc in json.loads(chroma_testdata("bad_snapshots1.json").read_bytes())
     }
     for snapshot in snapshots.values():
         snapshot.scrub()
@@ -90,7 +72,7 @@ def test_02_chroma_gc_fixture_is_a_consistent_tree():
     ],
 )
 def test_03_broken_manifests_name_the_broken_invariant(edit, invariant):
-    doc = json.loads(_testdata("bad_manifest1.json").read_bytes())
+    doc = json.loads(chroma_testdata("bad_manifest1.json").read_bytes())
     edit(doc)
     with pytest.raises(CorruptLog) as err:
         Manifest.from_json(json.dumps(doc).encode()).scrub()
@@ -109,7 +91,7 @@ def test_03_broken_manifests_name_the_broken_invariant(edit, invariant):
     ],
 )
 def test_04_broken_snapshots_name_the_broken_invariant(edit, invariant):
-    docs = json.loads(_testdata("bad_snapshots1.json").read_bytes())
+    docs = json.loads(chroma_testdata("bad_snapshots1.json").read_bytes())
     doc = next(d for d in docs if d["depth"] == 2)
     edit(doc)
     with pytest.raises(CorruptLog) as err:

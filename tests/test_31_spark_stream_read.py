@@ -30,6 +30,14 @@ def run_available_now(spark, url, ckpt, sink, **options):
     return q.recentProgress
 
 
+def start_to_parquet(spark, url, ckpt, out, **options):
+    """A continuous query from the log into Parquet files (restartable on its checkpoint)."""
+    return (
+        stream(spark, url, **options).writeStream.format("parquet")
+        .option("checkpointLocation", str(ckpt)).option("path", str(out)).start()
+    )
+
+
 def sink_rows(spark, sink):
     return spark.read.parquet(str(sink)).collect()
 
@@ -62,11 +70,7 @@ def test_restart_from_checkpoint_delivers_every_record_once(spark, log_url, tmp_
     append(sample(spark, 500), log_url)
 
     def start():
-        return (
-            stream(spark, log_url, maxRecordsPerTrigger="200", cursor="consumer")
-            .writeStream.format("parquet").option("checkpointLocation", str(ckpt))
-            .option("path", str(out)).start()
-        )
+        return start_to_parquet(spark, log_url, ckpt, out, maxRecordsPerTrigger="200", cursor="consumer")
 
     q = start()
     q.processAllAvailable()
@@ -150,11 +154,7 @@ def test_gc_below_the_cursor_then_the_stream_continues_without_loss(spark, log_u
         append(sample(spark, 100, start=100 * i, parts=1), log_url)
 
     def start():
-        return (
-            stream(spark, log_url, maxRecordsPerTrigger="100", cursor="billing")
-            .writeStream.format("parquet").option("checkpointLocation", str(ckpt))
-            .option("path", str(out)).start()
-        )
+        return start_to_parquet(spark, log_url, ckpt, out, maxRecordsPerTrigger="100", cursor="billing")
 
     q = start()
     q.processAllAvailable()

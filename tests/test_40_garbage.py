@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
+from tests.support.fakes import FakeFragment as Frag
+from tests.support.fakes import chroma_testdata
 from wal3_spark.errors import CorruptLog
 from wal3_spark.garbage import (
     Garbage,
@@ -19,18 +19,6 @@ from wal3_spark.garbage import (
 )
 from wal3_spark.manifest import Manifest, Snapshot, SnapshotOptions
 from wal3_spark.setsum import Setsum
-
-TESTDATA = Path(__file__).resolve().parents[2] / "shared" / "testdata" / "chroma"
-
-
-@dataclass(frozen=True)
-class Frag:
-    path: str
-    uuid: str
-    records: int
-    num_bytes: int
-    setsum: Setsum
-
 
 def frag(i: int, records: int = 10) -> Frag:
     u = str(uuid.UUID(int=(0x0190_0000_0000 + i) << 80 | 0x7 << 76 | 0b10 << 62 | i))
@@ -212,9 +200,9 @@ def test_08_concurrent_appends_between_phase_1_and_2_are_kept():
 def test_09_chroma_regression_bad_manifest1_at_9340():
     """Chroma's `s3_bad_manifest1` case: computing garbage at 9340 must succeed (a sequence-
     numbered log with a depth-3/2/2 snapshot tree straddled near its end)."""
-    manifest = Manifest.from_json((TESTDATA / "bad_manifest1.json").read_bytes())
+    manifest = Manifest.from_json(chroma_testdata("bad_manifest1.json").read_bytes())
     snaps = Snapshots()
-    for doc in json.loads((TESTDATA / "bad_snapshots1.json").read_bytes()):
+    for doc in json.loads(chroma_testdata("bad_snapshots1.json").read_bytes()):
         s = Snapshot.from_json(doc, doc["path"])
         snaps[s.path] = s
     before = all_fragments(manifest, snaps)

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
+from tests.support.fakes import chroma_testdata
 from wal3_spark.cursors import CursorStore
 from wal3_spark.format import FRAGMENT_PREFIX, GARBAGE_KEY, SNAPSHOT_PREFIX
 from wal3_spark.fragment import encode_raw, write_fragment
@@ -22,7 +22,6 @@ from wal3_spark.storage import open_store
 from wal3_spark.verify import verify
 from wal3_spark.writer import LogWriter
 
-TESTDATA = Path(__file__).resolve().parents[2] / "shared" / "testdata" / "chroma"
 
 
 def body(i: int) -> bytes:
@@ -285,9 +284,9 @@ def test_08_snapshot_trees_collect_and_stay_readable(tmp_path, cutoff):
 
 def test_09_chroma_bad_manifest1_from_a_memory_store():
     store = open_store("memory://gc-bad-manifest1")
-    for doc in json.loads((TESTDATA / "bad_snapshots1.json").read_bytes()):
+    for doc in json.loads(chroma_testdata("bad_snapshots1.json").read_bytes()):
         store.put_if_absent(doc["path"], Snapshot.from_json(doc, doc["path"]).to_json())
-    manifest = Manifest.from_json((TESTDATA / "bad_manifest1.json").read_bytes())
+    manifest = Manifest.from_json(chroma_testdata("bad_manifest1.json").read_bytes())
     garbage = compute_garbage(manifest, 9340, lambda p: load_snapshot(store, p))
     assert garbage is not None and garbage.first_to_keep <= 9340
     kept = list(iter_fragments(store, manifest, garbage.first_to_keep))

