@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from wal3_spark.errors import CommitFailed, LogSealed, SchemaMismatch, Wal3Error
+from wal3_spark.errors import CommitFailed, LogNotFound, LogSealed, SchemaMismatch, Wal3Error
 from wal3_spark.schema import RAW_SCHEMA, conform
 
 log = logging.getLogger(__name__)
@@ -85,9 +85,13 @@ def referenced(store, paths: set[str], since: int) -> set[str]:
         return set()
     try:
         manifest = LogReader(store).manifest()
-    except Wal3Error:
+        return {ref.path for ref in iter_fragments(store, manifest, since)} & paths
+    except LogNotFound:
         return set()
-    return {ref.path for ref in iter_fragments(store, manifest, since)} & paths
+    except Wal3Error as exc:
+        # Cannot tell what is data: keep everything, garbage collection sorts it out later.
+        log.warning("cannot read the manifest to check fragments before deleting them: %s", exc)
+        return set(paths)
 
 
 def delete_files(store, files: Sequence, since: int) -> None:
