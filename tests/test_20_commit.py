@@ -13,6 +13,7 @@ from wal3_spark.committer import Committer
 from wal3_spark.cursors import CursorStore
 from wal3_spark.errors import (
     AmbiguousWrite,
+    CommitFailed,
     CursorError,
     DataLost,
     LogNotFound,
@@ -231,3 +232,13 @@ def test_16_a_failed_batch_fails_its_futures_and_the_writer_keeps_serving(store)
         with pytest.raises(SchemaMismatch):
             bad.result(timeout=60)
         assert writer.submit(b"fine").result(timeout=60).start == 2
+
+
+def test_17_fragments_collected_as_orphans_before_the_commit_fail_it_loudly(store):
+    Committer(store).create()
+    files = raw_files(store, [b"slow job"])
+    store.delete(files[0].path)  # what GC's orphan sweep does once the grace interval passed
+    committer = Committer(store, check_fragments_older_than_s=0)
+    with pytest.raises(CommitFailed, match="no longer exist"):
+        committer.commit(files)
+    assert LogReader(store).bounds() == (1, 1)

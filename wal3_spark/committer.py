@@ -33,6 +33,7 @@ from wal3_spark.manifest import Manifest, NewFragment, Snapshot, SnapshotOptions
 from wal3_spark.schema import reconcile
 from wal3_spark.storage.base import ObjectStore
 from wal3_spark.storage.retry import backoff_delays, retry
+from wal3_spark.uuid7 import uuid7_timestamp_us
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,7 @@ class Committer:
         deadline_s: float = 300.0,
         backoff_base_s: float = 0.002,
         backoff_cap_s: float = 0.1,
+        check_fragments_older_than_s: float = 300.0,
     ) -> None:
         self.store = store
         self.writer = writer
@@ -75,6 +77,7 @@ class Committer:
         self.deadline_s = deadline_s
         self.backoff_base_s = backoff_base_s
         self.backoff_cap_s = backoff_cap_s
+        self.check_fragments_older_than_s = check_fragments_older_than_s
         #: the last manifest seen and its ETag; a fresh ETag lets a commit skip the GET
         self._cached: tuple[Manifest, str] | None = None
         self.requests = {"get": 0, "put": 0}
@@ -178,6 +181,7 @@ class Committer:
         """
         if (app_id is None) != (version is None):
             raise ValueError("app_id and version go together")
+        self._check_old_fragments_exist(fragments)
         paths = {f.path for f in fragments}
         placed: dict[str, int] = {}
 
@@ -215,6 +219,24 @@ class Committer:
         # landed returns without deciding again).
         start = placed["start"]
         return CommitResult(start, start + records, result, attempts=attempts, conflicts=conflicts)
+
+    def _check_old_fragments_exist(self, fragments: Sequence[NewFragment]) -> None:
+        """Refuse to reference fragments that garbage collection may already have deleted.
+
+        GC deletes unreferenced fragments older than its grace interval (an hour by default),
+        so a commit of fragments written long ago (a long Spark job) first checks that they are
+        still there: failing loudly beats publishing a manifest that points at nothing.
+        """
+        horizon_us = now_us() - int(self.check_fragments_older_than_s * 1e6)
+        old = [f for f in fragments if (uuid7_timestamp_us(f.uuid) or 0) < horizon_us]
+        missing = [f.path for f in old if not self.store.exists(f.path)]
+        if missing:
+            raise CommitFailed(
+                f"{len(missing)} of this commit's fragments no longer exist (e.g. {missing[0]}): "
+                "they were written before the garbage-collection grace interval and collected as "
+                "orphans. Nothing was committed; rerun the append, and give `wal3 gc --grace` more "
+                "time than your longest append job"
+            )
 
     def update(self, decide: Callable[[Manifest], Manifest | None]) -> Manifest | None:
         """Apply `decide` to the current manifest with compare-and-swap (seal, GC, txn pruning).
