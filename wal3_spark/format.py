@@ -118,6 +118,22 @@ class FragmentRef:
 
     @classmethod
     def from_json(cls, data: dict[str, Any], obj: str) -> FragmentRef:
+        """Parse one pointer, reusing the identical one parsed before if there is one.
+
+        Re-reading a manifest (every lost commit race) parses thousands of pointers that this
+        process has already seen; reusing them also reuses their serialised text.
+        """
+        known = _known_refs.get(data.get("path")) if isinstance(data, dict) else None
+        if known is not None and known.to_json() == data:
+            return known
+        ref = cls._parse(data, obj)
+        if len(_known_refs) >= _KNOWN_REFS_LIMIT:
+            _known_refs.clear()
+        _known_refs[ref.path] = ref
+        return ref
+
+    @classmethod
+    def _parse(cls, data: dict[str, Any], obj: str) -> FragmentRef:
         seq_no = require_field(data, "seq_no", obj, (int, str))
         return cls(
             path=require_field(data, "path", obj, str),
@@ -127,6 +143,11 @@ class FragmentRef:
             num_bytes=require_field(data, "num_bytes", obj, int),
             setsum=parse_setsum(data.get("setsum"), obj, "setsum"),
         )
+
+
+#: pointers parsed in this process, by path (immutable values, so sharing them is safe)
+_known_refs: dict[str, FragmentRef] = {}
+_KNOWN_REFS_LIMIT = 1 << 17
 
 
 @dataclass(frozen=True)
