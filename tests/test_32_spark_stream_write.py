@@ -85,3 +85,17 @@ def test_complete_mode_is_refused(spark, log_url, tmp_path):
         q.awaitTermination(240)
         if q.exception():
             raise q.exception()
+
+
+def test_a_sealed_sink_log_fails_the_stream_and_keeps_its_records(spark, log_url, tmp_path):
+    from wal3_spark.committer import Committer
+
+    source, sink = log_url, log_url + "-sealed"
+    append(sample(spark, 100), source)
+    pipe(spark, source, sink, tmp_path / "ckpt")
+    Committer(open_store(sink)).seal()
+    append(sample(spark, 50, start=100), source)
+    with pytest.raises(Exception, match="is sealed"):
+        pipe(spark, source, sink, tmp_path / "ckpt")
+    assert read(spark, sink).count() == 100
+    check_log(sink)
