@@ -115,3 +115,26 @@ def test_write_task_memory_is_bounded_by_fragment_bytes(tmp_path):
     assert sum(f.records for f in files) == 48 * 20_000
     assert len(files) >= 3
     assert peak - base < 2.5 * fragment_bytes, (peak - base) / fragment_bytes
+
+
+def test_a_read_keeps_the_query_schema_when_the_log_gained_a_column():
+    """A stream fixes its schema when it starts; a later mergeSchema append adds a column.
+    Batches must still come out in the query's schema, columns taken by name."""
+    from wal3_spark.reader import LogReader, output_schema
+    from wal3_spark.spark.tasks import Part, read_partition
+    from wal3_spark.writer import LogWriter
+
+    store = open_store("memory://units-evolving-schema")
+    LogWriter(store).append(pa.table({"id": pa.array([1, 2], pa.int64()), "name": ["a", "b"]}))
+    query_schema = output_schema(LogReader(store).manifest().arrow_schema())
+    LogWriter(store, merge_schema=True).append(
+        pa.table({"id": pa.array([3], pa.int64()), "score": [0.5], "name": ["c"]}))
+    reader = LogReader(store)
+    manifest = reader.manifest()
+    batches = list(read_partition(store, Part(tuple(reader.plan())), manifest.arrow_schema(),
+                                  query_schema, verify=True))
+    table = pa.Table.from_batches(batches)
+    assert table.schema == query_schema
+    assert table.column("id").to_pylist() == [1, 2, 3]
+    assert table.column("name").to_pylist() == ["a", "b", "c"]
+    assert table.column("_offset").to_pylist() == [1, 2, 3]

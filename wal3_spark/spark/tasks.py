@@ -193,9 +193,14 @@ def pack(ranges: Sequence, max_partition_bytes: int, min_partitions: int | None 
 
 
 def rebuild(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
-    """`batch` with exactly the declared schema (types cast only where they differ)."""
+    """`batch` with exactly the declared schema (types cast only where they differ).
+
+    Columns are taken by name: a log may have gained columns (mergeSchema) since the query fixed
+    its schema, and those are left out.
+    """
     columns = []
-    for column, f in zip(batch.columns, target):
+    for f in target:
+        column = batch.column(f.name)
         if not column.type.equals(f.type):
             column = column.cast(f.type)
         columns.append(column)
