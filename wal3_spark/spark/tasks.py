@@ -200,7 +200,13 @@ def rebuild(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
     """
     columns = []
     for f in target:
-        column = batch.column(f.name)
+        idx = batch.schema.get_field_index(f.name)
+        if idx < 0:
+            raise SchemaMismatch(
+                f"column {f.name!r} of this query is no longer in the log (its schema is now "
+                f"{batch.schema}); restart the query to read with the log's current schema"
+            )
+        column = batch.column(idx)
         if not column.type.equals(f.type):
             column = column.cast(f.type)
         columns.append(column)
