@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from wal3_spark.errors import CorruptLog, DataLost, LogNotFound, ObjectNotFound
 from wal3_spark.format import MANIFEST_KEY, FragmentRef, SnapshotPointer
-from wal3_spark.fragment import decode_fragment, project_payload, recompute_setsum
+from wal3_spark.fragment import DecodedFragment, decode_fragment, project_payload, recompute_setsum
 from wal3_spark.manifest import Manifest, Snapshot
 from wal3_spark.schema import OFFSET_COLUMN, RAW_SCHEMA, TIMESTAMP_COLUMN
 from wal3_spark.storage.base import ObjectStore
@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 
 OFFSET_FIELD = pa.field(OFFSET_COLUMN, pa.int64(), nullable=False)
 TIMESTAMP_FIELD = pa.field(TIMESTAMP_COLUMN, pa.timestamp("us", tz="UTC"), nullable=False)
+
+#: the invariant a fragment the manifest references but the store lacks breaks
+MISSING_FRAGMENT = "every referenced fragment exists"
 
 _CACHE_LIMIT = 4096
 _cache: OrderedDict[tuple[str, str, str], Snapshot] = OrderedDict()
@@ -63,14 +66,15 @@ def load_snapshot(store: ObjectStore, pointer: SnapshotPointer) -> Snapshot:
     return snapshot
 
 
-def _walk(
-    store: ObjectStore, pointer: SnapshotPointer, start: int, limit: int | None
+def _fragments_within(
+    store: ObjectStore, node: Manifest | Snapshot, start: int, limit: int | None
 ) -> Iterator[FragmentRef]:
-    snapshot = load_snapshot(store, pointer)
-    for child in snapshot.snapshots:
-        if _overlaps(child.start, child.limit, start, limit):
-            yield from _walk(store, child, start, limit)
-    for frag in snapshot.fragments:
+    """A manifest or snapshot's fragments overlapping [start, limit), loading only the
+    snapshots that overlap too (both node kinds hold `snapshots` then `fragments`)."""
+    for pointer in node.snapshots:
+        if _overlaps(pointer.start, pointer.limit, start, limit):
+            yield from _fragments_within(store, load_snapshot(store, pointer), start, limit)
+    for frag in node.fragments:
         if _overlaps(frag.start, frag.limit, start, limit):
             yield frag
 
@@ -83,12 +87,7 @@ def iter_fragments(
     store: ObjectStore, manifest: Manifest, start: int = 0, limit: int | None = None
 ) -> Iterator[FragmentRef]:
     """Fragments overlapping [start, limit), in offset order, loading only the snapshots needed."""
-    for pointer in manifest.snapshots:
-        if _overlaps(pointer.start, pointer.limit, start, limit):
-            yield from _walk(store, pointer, start, limit)
-    for frag in manifest.fragments:
-        if _overlaps(frag.start, frag.limit, start, limit):
-            yield frag
+    return _fragments_within(store, manifest, start, limit)
 
 
 def output_schema(payload: pa.Schema | None) -> pa.Schema:
@@ -198,20 +197,14 @@ def fragment_timestamp_us(store: ObjectStore, ref: FragmentRef) -> int:
     return int(np.asarray(decoded.timestamp_us).reshape(-1)[0])
 
 
-def read_range(
-    store: ObjectStore, part: ReadRange, payload: pa.Schema | None, *, verify: bool = True
-) -> pa.RecordBatch:
-    """The records of one fragment in [part.start, part.limit), as the read schema says.
-
-    With `verify`, the fragment's setsum is recomputed from its bytes and must equal the
-    manifest's, as a Kafka consumer checks CRCs: a mismatch fails, never skips.
-    """
-    ref = part.ref
-    raw = payload is None
+def load_fragment(store: ObjectStore, ref: FragmentRef, raw: bool, *, verify: bool = True) -> DecodedFragment:
+    """A referenced fragment, decoded and checked against the manifest's pointer: its record
+    count, where its stored offsets start and (with `verify`) its recomputed setsum, as a Kafka
+    consumer checks CRCs. Any mismatch raises CorruptLog naming the fragment, never skips."""
     try:
         data = store.get(ref.path).data
     except ObjectNotFound:
-        raise CorruptLog("every referenced fragment exists", ref.path, "the object is missing") from None
+        raise CorruptLog(MISSING_FRAGMENT, ref.path, "the object is missing") from None
     decoded = decode_fragment(data, path=ref.path, raw=raw)
     n = len(decoded.offsets)
     if n != ref.records:
@@ -234,6 +227,17 @@ def read_range(
                 f"recomputed {actual.hexdigest()} != manifest {ref.setsum.hexdigest()}; the file "
                 "is corrupt: restore it from a copy or run `wal3 verify` for the full report",
             )
+    return decoded
+
+
+def read_range(
+    store: ObjectStore, part: ReadRange, payload: pa.Schema | None, *, verify: bool = True
+) -> pa.RecordBatch:
+    """The records of one fragment in [part.start, part.limit), as the read schema says."""
+    ref = part.ref
+    raw = payload is None
+    decoded = load_fragment(store, ref, raw, verify=verify)
+    n = len(decoded.offsets)
     table = project_payload(decoded.payload, RAW_SCHEMA if raw else payload)
     lo, hi = part.start - ref.start, part.limit - ref.start
     table = table.slice(lo, hi - lo)
