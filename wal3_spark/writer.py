@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -65,7 +65,20 @@ def write_fragments(
     timestamp_us: int | None = None,
 ) -> list[FragmentFile]:
     """Write `batches` (already in `schema`) as fragments of about `fragment_bytes` each."""
-    files: list[FragmentFile] = []
+    return list(iter_write_fragments(store, batches, schema, fragment_bytes=fragment_bytes,
+                                     timestamp_us=timestamp_us))
+
+
+def iter_write_fragments(
+    store: ObjectStore,
+    batches: Iterable[pa.RecordBatch],
+    schema: pa.Schema | None,
+    *,
+    fragment_bytes: int,
+    timestamp_us: int | None = None,
+) -> Iterator[FragmentFile]:
+    """Each fragment as soon as it is uploaded, so that a caller holds at most one fragment in
+    memory and knows what to clean up if a later one fails."""
     builder: FragmentBuilder | None = None
     for batch in batches:
         if batch.num_rows == 0:
@@ -74,11 +87,10 @@ def write_fragments(
             builder = FragmentBuilder(schema, timestamp_us or now_us())
         builder.add(batch)
         if builder.bytes_buffered >= fragment_bytes:
-            files.append(write_fragment(store, builder.finish()))
-            builder = None
+            encoded, builder = builder.finish(), None
+            yield write_fragment(store, encoded)
     if builder is not None:
-        files.append(write_fragment(store, builder.finish()))
-    return files
+        yield write_fragment(store, builder.finish())
 
 
 class LogWriter:

@@ -43,26 +43,14 @@ def write_partition(
     fragment_bytes: int,
 ) -> list:
     """Write a task's batches as fragments; on failure delete what this attempt wrote."""
-    from wal3_spark.committer import now_us
-    from wal3_spark.fragment import FragmentBuilder, write_fragment
+    from wal3_spark.writer import iter_write_fragments
 
     schema = RAW_SCHEMA if target is None else target
+    conformed = (conform(batch, schema) for batch in batches if batch.num_rows)
     files: list = []
-    builder = None
     try:
-        for batch in batches:
-            if batch.num_rows == 0:
-                continue
-            batch = conform(batch, schema)
-            if builder is None:
-                builder = FragmentBuilder(target, now_us())
-            builder.add(batch)
-            if builder.bytes_buffered >= fragment_bytes:
-                encoded = builder.finish()
-                builder = None
-                files.append(write_fragment(store, encoded))
-        if builder is not None:
-            files.append(write_fragment(store, builder.finish()))
+        for written in iter_write_fragments(store, conformed, target, fragment_bytes=fragment_bytes):
+            files.append(written)
     except BaseException:
         _delete_quietly(store, [f.path for f in files])
         raise
