@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import logging
-import random
 import re
 import time
 import uuid
@@ -40,6 +39,7 @@ from wal3_spark.errors import (
 from wal3_spark.schema import RAW_SCHEMA
 from wal3_spark.setsum import Setsum
 from wal3_spark.storage.base import ObjectStore
+from wal3_spark.storage.retry import backoff_delays
 from wal3_spark.uuid7 import new_uuid7
 
 logger = logging.getLogger(__name__)
@@ -61,7 +61,7 @@ the last is a whole number of setsum chunks."""
 # falls back to plain encoding early (a full-size dictionary of unique values costs 2x the write
 # time and makes the file larger); low-cardinality columns stay dictionary-encoded.
 _DICTIONARY_PAGE_BYTES = 64 << 10
-_BACKOFF_BASE_S = 0.05
+_BACKOFF_BASE_S = 0.1
 _BACKOFF_CAP_S = 2.0
 
 _HEADER_FIELDS = [
@@ -330,6 +330,7 @@ def write_fragment(
     """
     fragment_uuid = new_uuid7(encoded.timestamp_us)
     path = fragment_path(fragment_uuid)
+    delays = backoff_delays(attempts, _BACKOFF_BASE_S, _BACKOFF_CAP_S)
     for attempt in range(1, attempts + 1):
         try:
             store.put_if_absent(path, encoded.data)
@@ -343,9 +344,10 @@ def write_fragment(
             logger.warning("fragment upload %s failed (attempt %d): %s", path, attempt, exc)
             if isinstance(exc, AmbiguousWrite) and _landed(store, path, encoded.data):
                 break
-            if attempt == attempts:
+            delay = next(delays, None)
+            if delay is None:
                 raise
-            time.sleep(random.uniform(0.5, 1.0) * min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2**attempt))
+            time.sleep(delay)
     return FragmentFile(
         path=path,
         uuid=str(fragment_uuid),
