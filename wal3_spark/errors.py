@@ -51,6 +51,14 @@ class TransientError(StorageError):
     """A failure known not to have changed anything (connection refused, throttling)."""
 
 
+class AccessDenied(StorageError):
+    """The store refused access to an object (file permissions, S3 credentials or policy).
+
+    Separate from other storage errors because retrying never helps and the fix lies outside
+    wal3-spark: the message names the object and says what to check.
+    """
+
+
 # ------------------------------------------------------------------------------------- usage
 
 
