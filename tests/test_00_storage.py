@@ -33,6 +33,7 @@ from wal3_spark.errors import (
 from wal3_spark.storage import (
     STORE_OPTIONS,
     FaultyStore,
+    LateLandingStore,
     LocalStore,
     MemoryStore,
     ObjectStore,
@@ -706,6 +707,72 @@ def test_faulty_store_is_thread_safe_and_picklable() -> None:
     assert copy.counts == store.counts and copy.url == store.url
     with pytest.raises(ValueError):
         FaultyStore(inner, seed=1, drop=0.6, error_5xx=0.6)
+
+
+def _late(**kw: Any) -> tuple[MemoryStore, LateLandingStore, str]:
+    inner = MemoryStore(uuid.uuid4().hex)
+    etag = inner.put_if_absent("m", b"v0")
+    return inner, LateLandingStore(inner, **{"keys": ["m"], **kw}), etag
+
+
+def test_late_write_is_ambiguous_then_lands_right_after_the_next_get() -> None:
+    inner, store, etag = _late(writes=[1])
+    with pytest.raises(AmbiguousWrite):
+        store.put_if_match("m", b"v1", etag)
+    assert inner.get("m").data == b"v0" and store.pending == 1
+    store.head("m")  # not a GET of the key: nothing lands
+    assert inner.get("m").data == b"v0"
+    seen = store.get("m")  # the caller still sees the state the write was conditioned on...
+    assert seen.data == b"v0" and seen.etag == etag
+    assert inner.get("m").data == b"v1"  # ...and it lands the moment after
+    assert store.counts == {"held": 1, "landed": 1, "condition_lost": 0, "failed": 0}
+    # only the chosen write was held; others pass through
+    assert store.put_if_match("m", b"v2", inner.get("m").etag) and inner.get("m").data == b"v2"
+
+
+def test_late_write_keeps_its_condition() -> None:
+    inner, store, etag = _late(writes=[1], land="after_requests", after_requests=3)
+    with pytest.raises(AmbiguousWrite):
+        store.put_if_match("m", b"late", etag)
+    newer = store.put_if_match("m", b"newer", etag)  # request 1: the store moves on
+    store.get("m")  # request 2
+    assert store.pending == 1
+    store.list()  # request 3: the late write is processed, and loses its condition
+    assert store.pending == 0 and inner.get("m").etag == newer
+    assert store.counts["condition_lost"] == 1 and store.counts["landed"] == 0
+
+
+def test_late_creates_random_and_manual_triggers_and_other_keys() -> None:
+    inner, store, _ = _late(writes=[1, 2], land="manual", methods=["put_if_absent"], keys=["a", "b"])
+    with pytest.raises(AmbiguousWrite):
+        store.put_if_absent("a", b"x")
+    with pytest.raises(AmbiguousWrite):
+        store.put_if_absent("b", b"y")
+    store.put_if_absent("c", b"z")  # not a chosen key
+    for _ in range(20):
+        store.get("a") if store.exists("a") else None
+    assert not inner.exists("a") and not inner.exists("b") and store.pending == 2
+    inner.put_if_absent("b", b"other")
+    store.land_all()
+    assert inner.get("a").data == b"x" and inner.get("b").data == b"other"
+    assert store.counts == {"held": 2, "landed": 1, "condition_lost": 1, "failed": 0}
+    inner2 = MemoryStore(uuid.uuid4().hex)
+    rand = LateLandingStore(inner2, probability=0.5, land="random", after_requests=4, seed=7)
+    etag = inner2.put_if_absent("k", b"0")
+    for i in range(200):
+        try:
+            etag = rand.put_if_match("k", str(i).encode(), etag)
+        except (AmbiguousWrite, PreconditionFailed):
+            pass  # held, or a held write landed in between
+        etag = rand.get("k").etag
+    rand.land_all()
+    counts = rand.counts
+    assert 50 < counts["held"] < 150 and counts["landed"] > 0 and counts["condition_lost"] > 0
+    assert counts["held"] == counts["landed"] + counts["condition_lost"]
+    copy = pickle.loads(pickle.dumps(rand))
+    assert copy.pending == 0 and copy.counts == counts
+    with pytest.raises(ValueError):
+        LateLandingStore(inner2, land="later")  # type: ignore[arg-type]
 
 
 def test_store_fixtures(store_url: str, store_options: dict[str, str]) -> None:

@@ -190,3 +190,16 @@ def test_09_property_scrub_rejects_any_lost_or_duplicated_fragment(n, which):
     for broken in (dropped, doubled):
         with pytest.raises(CorruptLog):
             broken.scrub()
+
+
+@pytest.mark.xfail(strict=True, reason="issue 7: fixed by the next commits")
+def test_10_scrub_rejects_a_fragment_referenced_twice_even_when_the_setsum_balances():
+    """What a commit placed twice (issue 7, failure 1) balances: only the path check sees it."""
+    twice = Manifest.empty("w").with_fragments([frag(1), frag(2)], "w").with_fragments([frag(1)], "w")
+    with pytest.raises(CorruptLog) as err:
+        twice.scrub()
+    assert err.value.invariant == "fragment paths are unique"
+    assert frag(1).path in str(err.value)
+    snapshot = Snapshot.of_fragments(list(twice.fragments), "w")
+    with pytest.raises(CorruptLog, match="fragment paths are unique"):
+        snapshot.scrub()

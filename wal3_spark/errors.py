@@ -128,7 +128,16 @@ class DataLost(Wal3Error):
 
 
 class CommitFailed(Wal3Error):
-    """A commit gave up after exhausting its retries; nothing it wrote is visible."""
+    """A commit failed definitely: nothing it wrote is (or can later become) part of the log."""
+
+
+class CommitOutcomeUnknown(Wal3Error):
+    """A write was sent and may still land, and whether it did could not be established before
+    the deadline (the store kept timing out). Callers delete nothing: the fragments may be data.
+
+    Distinct from `CommitFailed` (pyiceberg's `CommitStateUnknownException`, Chroma's
+    `LogContentionDurable`): retrying blindly could append the same records twice.
+    """
 
 
 class CursorError(Wal3Error):

@@ -1,5 +1,10 @@
 """Fault injection: wrap any store so that it fails the way a real S3 store can.
 
+Two wrappers, which compose (each is an `ObjectStore`):
+- `FaultyStore`: random drops, 5xx, timeouts after the write, spurious 412s and delays;
+- `LateLandingStore`: a conditional write times out and is processed by the store *later*,
+  still conditioned on what it was sent with (what S3 does with a request stuck in its front end).
+
 `FaultyStore` simulates what a real store shows its caller *after* the store's own retries:
 
 - writes (`put_if_absent`, `put_if_match`), one fault at most per call:
@@ -18,8 +23,8 @@
 - every call may first sleep up to `max_delay_s` (`delay`), which shuffles the interleaving of
   concurrent callers.
 
-`counts` says how many faults of each kind were injected, so tests can assert that the faults
-they rely on really happened. Thread-safe. Picklable: a copy reseeds its random generator from
+`counts` says how many faults of each kind were injected (for both wrappers), so tests can assert
+that the faults they rely on really happened. Thread-safe. Picklable: a copy reseeds its random generator from
 `seed` and its process id, so workers sharing one pickled store do not fail in lockstep.
 """
 
@@ -29,16 +34,21 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Callable, Collection, Iterator
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
 
-from wal3_spark.errors import AmbiguousWrite, PreconditionFailed, TransientError
+from wal3_spark.errors import AmbiguousWrite, PreconditionFailed, StorageError, TransientError
 from wal3_spark.storage.base import Blob, ObjectMeta, ObjectStore
 from wal3_spark.storage.retry import retry
 
 T = TypeVar("T")
 
 FAULT_KINDS = ("drop", "delay", "error_5xx", "timeout_after_write", "precondition_storm")
+#: what `LateLandingStore.counts` reports: writes held back (each raised AmbiguousWrite), then
+#: applied late and landed, applied late and lost their condition, or failed when applied
+LATE_KINDS = ("held", "landed", "condition_lost", "failed")
+LandTrigger = Literal["after_get", "after_requests", "random", "manual"]
 
 
 class FaultyStore(ObjectStore):
@@ -179,6 +189,203 @@ class FaultyStore(ObjectStore):
 
     def put_if_match(self, key: str, data: bytes, etag: str) -> str:
         return self._write(key, False, lambda: self.inner.put_if_match(key, data, etag))
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+@dataclass
+class _HeldWrite:
+    """A conditional write the store has received but not yet processed."""
+
+    key: str
+    data: bytes
+    #: the ETag it is conditioned on; None for a create-if-absent
+    etag: str | None
+    #: requests still to complete before it lands (for "after_requests" and "random")
+    countdown: int
+
+
+class LateLandingStore(ObjectStore):
+    """`inner`, except that chosen conditional writes time out and land late.
+
+    A chosen write raises `AmbiguousWrite` without touching `inner`, as when a request times out
+    on the client while it waits in the server. It is applied later, still conditioned on what
+    it was sent with (`put_if_match` on its original ETag, `put_if_absent` as a create), when its
+    trigger fires (`land`):
+    - `"after_get"`: right after the next `get` of the same key returns, so that the caller's
+      reload still shows the state the write was conditioned on, and the write lands the moment
+      after: "not there yet" proved nothing;
+    - `"after_requests"`: after `after_requests` more requests (any kind) to this wrapper;
+    - `"random"`: after a uniformly drawn 1..`after_requests` more requests;
+    - `"manual"`: only when `land_all()` is called.
+
+    Which writes are held: the conditional writes to `keys` (all keys when None) made with one
+    of `methods`, numbered from 1 in call order; those numbered in `writes` are held, and each
+    other one is held with `probability`. Pending writes live in this process only: a pickled
+    copy starts with none (a request held by a killed process never lands, as on a real store).
+
+    Thread-safe; `counts` reports `LATE_KINDS`. Usable as a fault kind of a stress run:
+    `LateLandingStore(FaultyStore(inner, ...), keys=..., probability=0.02, land="random")`.
+    """
+
+    def __init__(
+        self,
+        inner: ObjectStore,
+        *,
+        keys: Collection[str] | None = None,
+        writes: Collection[int] = (),
+        probability: float = 0.0,
+        land: LandTrigger = "after_get",
+        after_requests: int = 1,
+        methods: Collection[str] = ("put_if_match",),
+        seed: int = 0,
+    ) -> None:
+        if land not in ("after_get", "after_requests", "random", "manual"):
+            raise ValueError(f"land must be after_get, after_requests, random or manual, not {land!r}")
+        if not 0.0 <= probability <= 1.0:
+            raise ValueError(f"probability must be within [0, 1], got {probability}")
+        if after_requests < 1:
+            raise ValueError(f"after_requests must be >= 1, got {after_requests}")
+        unknown = set(methods) - {"put_if_match", "put_if_absent"}
+        if unknown:
+            raise ValueError(f"methods must be put_if_match and/or put_if_absent, not {unknown}")
+        self.inner = inner
+        self.url = inner.url
+        self.keys = None if keys is None else frozenset(keys)
+        self.writes = frozenset(writes)
+        self.probability = probability
+        self.land = land
+        self.after_requests = after_requests
+        self.methods = frozenset(methods)
+        self.seed = seed
+        self._seen = 0
+        self._held: list[_HeldWrite] = []
+        self._counts = dict.fromkeys(LATE_KINDS, 0)
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        del state["_lock"], state["_rng"]
+        state["_held"] = []
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._rng = random.Random(f"{self.seed}/{os.getpid()}")
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"LateLandingStore({self.inner!r})"
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Late writes so far (by this copy of the store), by kind (`LATE_KINDS`)."""
+        with self._lock:
+            return dict(self._counts)
+
+    @property
+    def pending(self) -> int:
+        """Writes held back and not yet applied."""
+        with self._lock:
+            return len(self._held)
+
+    def land_all(self) -> None:
+        """Apply every pending write now (in the order they were sent)."""
+        with self._lock:
+            due, self._held = self._held, []
+        self._apply(due)
+
+    # ---------------------------------------------------------------------------- plumbing
+
+    def _choose(self, method: str, key: str, data: bytes, etag: str | None) -> _HeldWrite | None:
+        """The write to hold back, if this one is chosen."""
+        if method not in self.methods or (self.keys is not None and key not in self.keys):
+            return None
+        with self._lock:
+            self._seen += 1
+            if self._seen not in self.writes and not self._rng.random() < self.probability:
+                return None
+            countdown = self.after_requests
+            if self.land == "random":
+                countdown = self._rng.randint(1, self.after_requests)
+            self._counts["held"] += 1
+        return _HeldWrite(key, bytes(data), etag, countdown)
+
+    def _hold(self, held: _HeldWrite) -> AmbiguousWrite:
+        """Hold `held` back (its own request counts for the writes held before it only)."""
+        self._completed()
+        with self._lock:
+            self._held.append(held)
+        return AmbiguousWrite(held.key, "injected timeout: the store will process the write later")
+
+    def _completed(self, got_key: str | None = None) -> None:
+        """One request completed: land the writes whose trigger fired."""
+        with self._lock:
+            due: list[_HeldWrite] = []
+            kept: list[_HeldWrite] = []
+            for held in self._held:
+                if self.land == "after_get":
+                    fire = held.key == got_key
+                elif self.land in ("after_requests", "random"):
+                    held.countdown -= 1
+                    fire = held.countdown <= 0
+                else:
+                    fire = False
+                (due if fire else kept).append(held)
+            self._held = kept
+        self._apply(due)
+
+    def _apply(self, due: list[_HeldWrite]) -> None:
+        for held in due:
+            try:
+                if held.etag is None:
+                    self.inner.put_if_absent(held.key, held.data)
+                else:
+                    self.inner.put_if_match(held.key, held.data, held.etag)
+                kind = "landed"
+            except PreconditionFailed:
+                kind = "condition_lost"
+            except StorageError:
+                kind = "failed"
+            with self._lock:
+                self._counts[kind] += 1
+
+    def _request(self, fn: Callable[[], T], got_key: str | None = None) -> T:
+        try:
+            return fn()
+        finally:
+            self._completed(got_key)
+
+    # --------------------------------------------------------------------------------- API
+
+    def get(self, key: str) -> Blob:
+        return self._request(lambda: self.inner.get(key), got_key=key)
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        return self._request(lambda: self.inner.get_range(key, start, length))
+
+    def head(self, key: str) -> ObjectMeta:
+        return self._request(lambda: self.inner.head(key))
+
+    def list(self, prefix: str = "") -> Iterator[ObjectMeta]:
+        return iter(self._request(lambda: list(self.inner.list(prefix))))
+
+    def delete(self, key: str) -> None:
+        self._request(lambda: self.inner.delete(key))
+
+    def put_if_absent(self, key: str, data: bytes) -> str:
+        held = self._choose("put_if_absent", key, data, None)
+        if held is not None:
+            raise self._hold(held)
+        return self._request(lambda: self.inner.put_if_absent(key, data))
+
+    def put_if_match(self, key: str, data: bytes, etag: str) -> str:
+        held = self._choose("put_if_match", key, data, etag)
+        if held is not None:
+            raise self._hold(held)
+        return self._request(lambda: self.inner.put_if_match(key, data, etag))
 
     def close(self) -> None:
         self.inner.close()

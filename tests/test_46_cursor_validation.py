@@ -1,0 +1,86 @@
+"""Cursors are validated wherever they are set, and a malformed cursor object never wedges the
+log (issue 7, failure 5): `cursor delete` and `cursor set --force` always work, `cursor list` and
+`info` show it as broken, and `gc` refuses while it is there, naming it and the fix."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.test_43_cli import fails, ok, wal3
+from wal3_spark.cursors import CursorStore
+from wal3_spark.errors import CursorError
+from wal3_spark.storage import open_store
+from wal3_spark.writer import LogWriter
+
+
+@pytest.fixture
+def url(tmp_path) -> str:
+    url = str(tmp_path / "log")
+    writer = LogWriter(open_store(url))
+    for body in (b"a", b"b", b"c", b"d", b"e"):  # offsets [1, 6), one fragment each
+        writer.append(body)
+    return url
+
+
+def put_cursor_object(url: str, key: str, doc) -> None:
+    data = doc if isinstance(doc, bytes) else json.dumps(doc).encode()
+    open_store(url).put_if_absent(key, data)
+
+
+@pytest.mark.xfail(strict=True, reason="issue 7: fixed by the next commits")
+def test_00_negative_and_beyond_the_tail_offsets_are_refused(url):
+    proc = wal3("cursor", "set", url, "c", "-3")
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
+    fails("cursor", "set", url, "c", "1000", match="beyond the tail")
+    fails("cursor", "set", url, "c", "1000", "--force", match="beyond the tail")
+    assert ok("cursor", "list", url) == ""
+    ok("cursor", "set", url, "c", "6")  # the tail itself: consumed everything
+    cursors = CursorStore(open_store(url))
+    for bad in (-3, 7):
+        with pytest.raises(CursorError):
+            cursors.move("c", bad)
+        with pytest.raises(CursorError):
+            cursors.create("d", bad)
+
+
+@pytest.mark.xfail(strict=True, reason="issue 7: fixed by the next commits")
+def test_01_below_the_oldest_offset_only_when_forced(url):
+    ok("cursor", "set", url, "c", "4")
+    ok("gc", url, "--grace", "0", "--force")
+    oldest = json.loads(ok("info", url, "--json"))["oldest_offset"]
+    assert oldest > 1
+    fails("cursor", "set", url, "d", "1", match="oldest")
+    ok("cursor", "set", url, "d", "1", "--force")
+
+
+@pytest.mark.xfail(strict=True, reason="issue 7: fixed by the next commits")
+@pytest.mark.parametrize("key, doc", [
+    ("cursor/c.json", {"position": {"offset": -3}, "epoch_us": 1, "writer": "x"}),
+    ("cursor/c.json", b"{not json"),
+    ("cursor/bad-name.json", {"position": {"offset": 2}, "epoch_us": 1, "writer": "x"}),
+])
+def test_02_a_malformed_cursor_object_is_shown_blocks_gc_and_can_be_removed(url, key, doc):
+    name = key[len("cursor/"):-len(".json")]
+    ok("cursor", "set", url, "good", "3")
+    put_cursor_object(url, key, doc)
+    listed = ok("cursor", "list", url)
+    assert "good\t3" in listed and name in listed and "broken" in listed
+    info = json.loads(ok("info", url, "--json"))
+    assert info["cursors"]["good"] == 3 and name in info["broken_cursors"]
+    assert "broken" in ok("info", url)
+    err = fails("gc", url, "--grace", "0", match=name)
+    assert "wal3 cursor delete" in err
+    ok("cursor", "delete", url, name)
+    assert "broken" not in ok("cursor", "list", url)
+    ok("gc", url, "--grace", "0")
+
+
+@pytest.mark.xfail(strict=True, reason="issue 7: fixed by the next commits")
+def test_03_set_force_repairs_a_cursor_holding_a_bad_offset(url):
+    put_cursor_object(url, "cursor/c.json", {"position": {"offset": -3}, "epoch_us": 1, "writer": "x"})
+    fails("cursor", "get", url, "c", match="broken")
+    ok("cursor", "set", url, "c", "2", "--force")
+    assert ok("cursor", "get", url, "c") == "2\n"
+    ok("gc", url, "--grace", "0")
