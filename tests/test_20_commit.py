@@ -1,5 +1,5 @@
 """The commit protocol on the in-memory store: creation, placement, idempotence, seal, schema,
-ambiguity, and the batched LogWriter."""
+ambiguity (the batched LogWriter: test_25)."""
 
 from __future__ import annotations
 
@@ -166,15 +166,6 @@ def test_10_snapshots_roll_during_commits_and_reads_are_unchanged(store):
     assert LogReader(store).read_table(17, 20).column("_offset").to_pylist() == [17, 18, 19]
 
 
-def test_11_batched_submits_share_fragments_and_report_their_offsets(store):
-    with LogWriter(store, batch_interval_s=60, batch_bytes=1 << 30) as writer:
-        futures = [writer.submit([f"m{i}".encode()] * 2) for i in range(10)]
-        writer.flush()
-        got = [f.result() for f in futures]
-    assert [(a.start, a.limit) for a in got] == [(1 + 2 * i, 3 + 2 * i) for i in range(10)]
-    assert len(LogReader(store).manifest().fragments) == 1
-
-
 def test_12_cursors_move_forward_by_cas(store):
     cursors = CursorStore(store)
     cursors.advance("billing", 5)
@@ -211,27 +202,7 @@ def test_13_reading_below_the_oldest_offset_is_data_loss(store):
     assert table.column("body").to_pylist() == [b"c"]
 
 
-def test_14_batched_submits_flush_by_size_without_being_asked(store):
-    with LogWriter(store, batch_interval_s=3600, batch_bytes=1000) as writer:
-        small = [writer.submit(b"x" * 100) for _ in range(3)]
-        big = writer.submit(b"y" * 2000)  # pushes the waiting bytes past batch_bytes
-        assert big.result(timeout=60).limit == 5
-        assert [f.result(timeout=60).start for f in small] == [1, 2, 3]
 
-
-def test_15_batched_submits_flush_by_interval_without_being_asked(store):
-    with LogWriter(store, batch_interval_s=0.05, batch_bytes=1 << 30) as writer:
-        assert writer.submit(b"alone").result(timeout=60).start == 1
-        assert writer.submit(b"later").result(timeout=60).start == 2
-
-
-def test_16_a_failed_batch_fails_its_futures_and_the_writer_keeps_serving(store):
-    LogWriter(store).append(b"raw")
-    with LogWriter(store, batch_interval_s=0.01) as writer:
-        bad = writer.submit(pa.table({"x": [1]}))
-        with pytest.raises(SchemaMismatch):
-            bad.result(timeout=60)
-        assert writer.submit(b"fine").result(timeout=60).start == 2
 
 
 def test_17_fragments_collected_as_orphans_before_the_commit_fail_it_loudly(store):

@@ -118,6 +118,8 @@ class LogWriter:
         self._cond = threading.Condition()
         self._pending: list[tuple[list[pa.RecordBatch], pa.Schema | None, Future]] = []
         self._pending_bytes = 0
+        #: every future not yet resolved, whether waiting, uploading or committing
+        self._unresolved: set[Future] = set()
         self._oldest = 0.0
         self._closed = False
         self._thread: threading.Thread | None = None
@@ -154,6 +156,8 @@ class LogWriter:
             if not self._pending:
                 self._oldest = time.monotonic()
             self._pending.append((batches, schema, future))
+            self._unresolved.add(future)
+            future.add_done_callback(self._resolved)
             self._pending_bytes += sum(b.nbytes for b in batches)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="wal3-writer", daemon=True)
@@ -161,10 +165,18 @@ class LogWriter:
             self._cond.notify_all()
         return future
 
-    def flush(self) -> None:
-        """Block until everything submitted so far is committed (or failed)."""
+    def _resolved(self, future: Future) -> None:
         with self._cond:
-            futures = [f for _, _, f in self._pending]
+            self._unresolved.discard(future)
+
+    def flush(self) -> None:
+        """Block until everything submitted so far is committed (or failed, its future raising).
+
+        Waits on every unresolved future, including those of a batch the background thread
+        already took, and cuts the waiting batch now instead of at its interval.
+        """
+        with self._cond:
+            futures = list(self._unresolved)
             self._oldest = float("-inf")
             self._cond.notify_all()
         for future in futures:
