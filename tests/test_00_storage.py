@@ -4,11 +4,13 @@ pickling, and the fault-injection wrapper."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import multiprocessing
 import os
 import pickle
 import random
+import shutil
 import threading
 import time
 import uuid
@@ -21,6 +23,7 @@ from botocore.awsrequest import AWSResponse
 from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
 
 from tests.support.seaweed import SeaweedServer
+from tests.support.unprivileged import shared_tmp_dir, unprivileged
 from wal3_spark.errors import (
     AmbiguousWrite,
     InvalidOption,
@@ -323,6 +326,50 @@ def test_racing_creates_from_processes_have_exactly_one_winner(
             assert store.get(key).data == str(worker).encode()
 
 
+def _churn_worker(args: tuple[ObjectStore, str, int, int]) -> tuple[list[bytes], int, int]:
+    """Delete, recreate and CAS one key at random; every version written is unique. Returns
+    the versions this worker's CAS replaced, its lost CAS and its deletes."""
+    store, key, rounds, seed = args
+    rng = random.Random(seed)
+    _barrier.wait(60)
+    replaced: list[bytes] = []
+    conflicts = deletes = 0
+    for _ in range(rounds):
+        r = rng.random()
+        if r < 0.15:
+            store.delete(key)
+            deletes += 1
+        elif r < 0.3:
+            with contextlib.suppress(PreconditionFailed):
+                store.put_if_absent(key, uuid.uuid4().bytes)
+        else:
+            try:
+                blob = store.get(key)
+                store.put_if_match(key, uuid.uuid4().bytes, blob.etag)
+            except ObjectNotFound:
+                continue
+            except PreconditionFailed:
+                conflicts += 1
+                continue
+            replaced.append(blob.data)
+    return replaced, conflicts, deletes
+
+
+def test_local_cas_racing_deletes_and_recreates_never_wins_twice_from_one_version(
+    race: Callable[..., list[Any]], tmp_path: Any
+) -> None:
+    # deletes remove the key's lock file while other processes wait on it: a CAS must still be
+    # the only one to replace the version it compared
+    store = LocalStore(str(tmp_path / "store"))
+    store.put_if_absent("churn/key", uuid.uuid4().bytes)
+    results = race(_churn_worker, [(store, "churn/key", 300, seed) for seed in range(PROCESSES)])
+    replaced = Counter(v for versions, _, _ in results for v in versions)
+    assert replaced and max(replaced.values()) == 1, "two CAS won from the same version"
+    assert sum(c for _, c, _ in results) > 0 and sum(d for _, _, d in results) > 0
+    store.delete("churn/key")
+    assert os.listdir(tmp_path / "store" / "churn") == []
+
+
 def test_local_cas_from_threads_never_loses_an_update(tmp_path: Any) -> None:
     store = LocalStore(str(tmp_path))
     store.put_if_absent("counter", b"0")
@@ -358,6 +405,67 @@ def test_local_store_hides_temp_and_lock_files(tmp_path: Any) -> None:
     on_disk = sorted(os.listdir(tmp_path / "dir"))
     assert on_disk == [".obj.lock", "obj"], "temp files must be cleaned up"
     assert [m.key for m in store.list()] == ["dir/obj"]
+
+
+def test_local_store_removes_the_lock_file_of_a_deleted_key(tmp_path: Any) -> None:
+    # what a GC of a 12-fragment log does to its fragments: before, each left a `.<name>.lock`
+    store = LocalStore(str(tmp_path))
+    for i in range(12):
+        etag = store.put_if_absent(f"log/f{i}", b"x")
+        store.put_if_match(f"log/f{i}", b"y", etag)
+    assert len(os.listdir(tmp_path / "log")) == 24  # objects and the lock files of their CAS
+    for i in range(12):
+        store.delete(f"log/f{i}")
+    store.delete("log/never-written")
+    with pytest.raises(PreconditionFailed):
+        store.put_if_match("log/never-written", b"x", md5(b"x"))
+    assert os.listdir(tmp_path / "log") == []
+    # a live object keeps its lock file; it goes with the object
+    etag = store.put_if_absent("manifest", b"1")
+    store.put_if_match("manifest", b"2", etag)
+    assert sorted(os.listdir(tmp_path)) == [".manifest.lock", "log", "manifest"]
+    store.delete("manifest")
+    assert sorted(os.listdir(tmp_path)) == ["log"]
+
+
+def test_local_store_reports_refused_permissions_as_access_denied() -> None:
+    root = shared_tmp_dir()
+    try:
+        store = LocalStore(os.path.join(root, "store"))
+        for key in ("a/readable", "a/secret", "b/hidden", "sticky/x"):
+            store.put_if_absent(key, b"data")
+        base = os.path.join(root, "store")
+        os.chmod(os.path.join(base, "a", "secret"), 0)
+        os.chmod(os.path.join(base, "b"), 0)
+        os.chmod(os.path.join(base, "sticky"), 0o1777)  # others may create, not delete, files
+
+        def attempt(call: Callable[[], object]) -> tuple[str, str]:
+            try:
+                call()
+            except StorageError as exc:
+                return type(exc).__name__, str(exc)
+            return "ok", ""
+
+        def as_nobody() -> dict[str, Any]:
+            return {
+                "listed": [m.key for m in store.list("a/")],  # a listing reads no file
+                "get": attempt(lambda: store.get("a/secret")),
+                "head": attempt(lambda: store.head("a/secret")),
+                "list": attempt(lambda: list(store.list())),
+                "delete": attempt(lambda: store.delete("sticky/x")),
+            }
+
+        seen = unprivileged(as_nobody)
+        assert seen["listed"] == ["a/readable", "a/secret"]
+        for op, obj in (("get", "a/secret"), ("head", "a/secret"), ("list", "b"), ("delete", "sticky/x")):
+            kind, message = seen[op]
+            assert kind == "AccessDenied", (op, seen[op])
+            assert "permission denied" in message and os.path.join(base, obj) in message, message
+        assert store.exists("sticky/x"), "a refused delete must not look like a success"
+    finally:
+        for dirpath, _, _ in os.walk(root):
+            os.chmod(dirpath, 0o755)
+        shutil.rmtree(root)
 
 
 def test_local_store_urls(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -292,3 +292,17 @@ def test_09_chroma_bad_manifest1_from_a_memory_store():
     kept = list(iter_fragments(store, manifest, garbage.first_to_keep))
     assert kept[0].start == garbage.first_to_keep and kept[-1].limit == manifest.next_offset
     assert Garbage.from_json(garbage.to_json()) == garbage
+
+
+def test_10_collecting_a_local_log_leaves_no_file_behind(tmp_path):
+    # each deleted object used to leave its `.<name>.lock`: 24 after one GC of 12 fragments
+    root = tmp_path / "log"
+    store = open_store(str(root))
+    fill(store, appends=12)  # [1,6) ... [56,61)
+    CursorStore(store).create("c", 56)
+    report = GarbageCollector(store, grace_s=0, force=True).run()
+    assert len(report.deleted) == 11
+    hidden = sorted(p.relative_to(root).as_posix() for p in root.rglob(".*"))
+    beside_objects = [p for p in hidden if (root / p).with_name(p.split("/")[-1][1:-len(".lock")]).exists()]
+    assert hidden == beside_objects, "lock files of deleted objects were left behind"
+    assert len(hidden) <= 3  # the manifest's, the cursor's and gc/GARBAGE's

@@ -11,7 +11,13 @@ Error contract (see `wal3_spark.errors`):
 - `AmbiguousWrite` when a conditional write may have landed (timeout or 5xx after sending):
   never retried blindly, the caller decides by looking at the store;
 - `TransientError` only for failures known not to have changed anything; stores retry those
-  (and all idempotent operations) themselves with jittered backoff.
+  (and all idempotent operations) themselves with jittered backoff, and raise it once their
+  retries are exhausted;
+- `AccessDenied` when the store refuses the request (file permissions, S3 credentials or
+  policy): never retried;
+- `StorageError` for anything else (a full disk, a missing bucket).
+Every message names the object (or listing prefix) and the cause, and no backend lets an
+`OSError` or a botocore exception escape.
 """
 
 from __future__ import annotations

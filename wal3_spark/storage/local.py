@@ -8,11 +8,21 @@ The two conditional writes map onto POSIX primitives that are atomic between pro
 Readers need no lock: `rename` swaps whole files, so a reader sees the old or the new bytes.
 
 Temp and lock files live next to the object with names starting with `.`, which object keys
-cannot (see `check_key`), so `list` skips them. Lock files are never removed: removing one
-while another process waits on it would let two writers hold "the" lock at once.
+cannot (see `check_key`), so `list` skips them. A lock file lives only as long as its object:
+whoever holds the lock when the object is found missing (a delete, a CAS of a missing key)
+unlinks it before releasing. That is safe because a process that has acquired the `flock`
+then checks that the path still names the file it locked; a waiter that was queued on an
+unlinked file sees that it was, and starts over on the current one. So at any time at most one
+process holds the lock on the file the path names, and keys that come and go (fragments,
+snapshots: every GC deletes some) leave no files behind.
 
-ETags are hex MD5s of the content, computed on read; `head` and `list` therefore read every
-object they report, which is fine for the local, single-host use this store is meant for.
+ETags are hex MD5s of the content, computed on read; `head` reads the object it reports, and a
+listed object's ETag is computed when it is first asked for (a listing itself reads no file:
+GC and `verify` list every fragment of a log and never need their ETags).
+
+OS errors become `AccessDenied` (permissions) or `StorageError` (anything else, e.g. a full
+disk), with the object and the cause in the message; a directory that cannot be listed fails
+the listing instead of being skipped.
 """
 
 from __future__ import annotations
@@ -22,10 +32,11 @@ import errno
 import fcntl
 import hashlib
 import os
+import stat
 import uuid
 from collections.abc import Iterator
 
-from wal3_spark.errors import ObjectNotFound, PreconditionFailed, StorageError
+from wal3_spark.errors import AccessDenied, ObjectNotFound, PreconditionFailed, StorageError
 from wal3_spark.storage.base import Blob, ContentBlob, ObjectMeta, ObjectStore
 from wal3_spark.storage.common import check_key, file_url, md5_etag
 
@@ -48,6 +59,68 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def _os_error(exc: OSError, what: str) -> StorageError:
+    if isinstance(exc, PermissionError):
+        return AccessDenied(
+            f"{what} failed: permission denied on {exc.filename}: give the user running wal3 "
+            "read and write access to the log's files and directories"
+        )
+    return StorageError(f"{what} failed: {exc}")
+
+
+def _walk_error(exc: OSError) -> None:
+    """os.walk skips unreadable directories by default: a listing must not (a missing one holds
+    no keys: the prefix names nothing, or it was removed during the walk)."""
+    if not isinstance(exc, (FileNotFoundError, NotADirectoryError)):
+        raise exc
+
+
+def _acquire(lock_path: str) -> int:
+    """An fd holding the exclusive `flock` of the lock file at `lock_path`.
+
+    The file may be unlinked by the holder we waited for: then the lock we got guards nothing,
+    and we start over on the file the path names now."""
+    while True:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            held = os.fstat(fd)
+            current = os.stat(lock_path)
+        except FileNotFoundError:
+            os.close(fd)
+            continue
+        except BaseException:
+            os.close(fd)
+            raise
+        if (held.st_dev, held.st_ino) == (current.st_dev, current.st_ino):
+            return fd
+        os.close(fd)
+
+
+class _ListedMeta(ObjectMeta):
+    """An ObjectMeta from a listing, whose ETag (an MD5 of the whole file) is computed only if
+    asked for; if the object is gone by then, asking raises ObjectNotFound."""
+
+    def __init__(self, key: str, size: int, last_modified: float, path: str) -> None:
+        object.__setattr__(self, "key", key)
+        object.__setattr__(self, "size", size)
+        object.__setattr__(self, "last_modified", last_modified)
+        object.__setattr__(self, "_path", path)
+
+    def __getattr__(self, name: str) -> str:
+        if name != "etag":
+            raise AttributeError(name)
+        try:
+            with open(self._path, "rb") as f:  # type: ignore[attr-defined]
+                etag = _file_md5(f)
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            raise ObjectNotFound(self.key) from None
+        except OSError as exc:
+            raise _os_error(exc, f"get of {self.key!r}") from exc
+        object.__setattr__(self, "etag", etag)
+        return etag
+
+
 class LocalStore(ObjectStore):
     """Objects are files under `root`; keys map to relative paths."""
 
@@ -60,11 +133,12 @@ class LocalStore(ObjectStore):
 
     @contextlib.contextmanager
     def _os_errors(self, op: str, key: str) -> Iterator[None]:
-        """Report unexpected OS errors (permissions, full disk) as `StorageError`s."""
+        """Report unexpected OS errors as what they are: refused permissions, or other failures
+        (a full disk, an I/O error), naming the object and the file."""
         try:
             yield
         except OSError as exc:
-            raise StorageError(f"{op} of {key!r} under {self.url} failed: {exc}") from exc
+            raise _os_error(exc, f"{op} of {key!r} under {self.url}") from exc
 
     # ------------------------------------------------------------------------------ reads
 
@@ -110,22 +184,25 @@ class LocalStore(ObjectStore):
         # not key order ("a/b" sorts after "a-c" as a key but is visited first).
         directories = prefix.split("/")[:-1]
         if any(not d or d.startswith(".") for d in directories):
-            return  # no valid key has such a prefix (and ".." must not escape the root)
+            return iter(())  # no valid key has such a prefix (and ".." must not escape the root)
         start = os.path.join(self.root, *directories)
-        keys = []
-        for dirpath, dirnames, filenames in os.walk(start):
-            dirnames[:] = [d for d in dirnames if not d.startswith(".")]
-            rel = os.path.relpath(dirpath, self.root)
-            base = "" if rel == "." else rel.replace(os.sep, "/") + "/"
-            keys.extend(
-                base + name
-                for name in filenames
-                if not name.startswith(".") and (base + name).startswith(prefix)
-            )
-        for key in sorted(keys):
-            meta = self._meta(key, os.path.join(self.root, key))
-            if meta is not None:  # deleted since the walk
-                yield meta
+        found = []
+        with self._os_errors("list", prefix):
+            for dirpath, dirnames, filenames in os.walk(start, onerror=_walk_error):
+                dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+                rel = os.path.relpath(dirpath, self.root)
+                base = "" if rel == "." else rel.replace(os.sep, "/") + "/"
+                for name in filenames:
+                    key = base + name
+                    if name.startswith(".") or not key.startswith(prefix):
+                        continue
+                    try:
+                        st = os.stat(os.path.join(dirpath, name))
+                    except FileNotFoundError:
+                        continue  # deleted since the walk saw it
+                    if stat.S_ISREG(st.st_mode):
+                        found.append(_ListedMeta(key, st.st_size, st.st_mtime, self._path(key)))
+        return iter(sorted(found, key=lambda meta: meta.key))
 
     # ----------------------------------------------------------------------------- writes
 
@@ -144,13 +221,20 @@ class LocalStore(ObjectStore):
 
     @contextlib.contextmanager
     def _locked(self, path: str) -> Iterator[None]:
+        """Hold the exclusive lock of the object at `path`; unlink the lock file on the way out
+        when the object does not exist (see the module docstring for why that is safe)."""
         directory, name = os.path.split(path)
-        fd = os.open(os.path.join(directory, f".{name}.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        lock_path = os.path.join(directory, f".{name}.lock")
+        fd = _acquire(lock_path)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
             yield
         finally:
-            os.close(fd)  # releases the lock
+            try:
+                if not os.path.lexists(path):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(lock_path)
+            finally:
+                os.close(fd)  # releases the lock
 
     def put_if_absent(self, key: str, data: bytes) -> str:
         with self._os_errors("put_if_absent", key):
@@ -207,7 +291,10 @@ class LocalStore(ObjectStore):
                 try:
                     os.unlink(path)
                 except OSError as exc:
-                    # a missing object, or a key that names a directory (not an object)
-                    if exc.errno not in (errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EPERM):
+                    # a missing object, or a key that names a directory (not an object: unlink
+                    # says EISDIR on Linux, EPERM on macOS, where EPERM otherwise means refused)
+                    if exc.errno == errno.EPERM and os.path.isdir(path):
+                        return
+                    if exc.errno not in (errno.ENOENT, errno.ENOTDIR, errno.EISDIR):
                         raise
 

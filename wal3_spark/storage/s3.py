@@ -35,10 +35,12 @@ from botocore.exceptions import (
     ClientError,
     HTTPClientError,
     IncompleteReadError,
+    NoCredentialsError,
 )
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from wal3_spark.errors import (
+    AccessDenied,
     AmbiguousWrite,
     InvalidOption,
     ObjectNotFound,
@@ -82,6 +84,16 @@ _RETRYABLE_CODES = frozenset(
         "RequestLimitExceeded",
         "RequestTimeout",
     }
+)
+
+#: codes of requests refused for their credentials or the bucket's policy (besides any HTTP 403)
+_DENIED_CODES = frozenset(
+    {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken"}
+)
+
+_CREDENTIALS_HINT = (
+    "check the credentials (the accessKeyId/secretAccessKey options, or AWS_ACCESS_KEY_ID/"
+    "AWS_SECRET_ACCESS_KEY or a profile) and the bucket's policy"
 )
 
 _TRUE = frozenset({"true", "1", "yes", "on"})
@@ -166,6 +178,19 @@ def _http_error(exc: ClientError) -> tuple[int, str, str]:
     return int(status or 0), str(error.get("Code", "")), str(error.get("Message", ""))
 
 
+def _denied(exc: Exception, what: str) -> AccessDenied | None:
+    """`exc` as AccessDenied if the store refused the request for its credentials or policy."""
+    if isinstance(exc, NoCredentialsError):
+        return AccessDenied(f"{what} failed: no S3 credentials were found; {_CREDENTIALS_HINT}")
+    if isinstance(exc, ClientError):
+        status, code, message = _http_error(exc)
+        if status == 403 or code in _DENIED_CODES:
+            return AccessDenied(
+                f"{what} failed: access denied: {code} (HTTP {status}): {message}; {_CREDENTIALS_HINT}"
+            )
+    return None
+
+
 class S3Store(ObjectStore):
     """Objects under `s3://bucket/prefix`; keys are relative to the prefix."""
 
@@ -241,13 +266,21 @@ class S3Store(ObjectStore):
         return join_url(self.url, key)
 
     def _retry(self, fn: Callable[[], T], what: str) -> T:
-        return retry(
-            fn,
-            attempts=self.retry_attempts,
-            base=self.retry_base_s,
-            cap=self.retry_cap_s,
-            what=what,
-        )
+        try:
+            return retry(
+                fn,
+                attempts=self.retry_attempts,
+                base=self.retry_base_s,
+                cap=self.retry_cap_s,
+                what=what,
+            )
+        except _Conflict:
+            raise
+        except TransientError as exc:
+            raise TransientError(
+                f"{exc}; still failing after {self.retry_attempts} attempts: the store is "
+                "unreachable or overloaded (a temporary failure: try again later)"
+            ) from exc
 
     def _idempotent(self, op: str, key: str, fn: Callable[[Any], T]) -> T:
         """Run `fn(client)`, retrying every failure that may be transient."""
@@ -265,6 +298,9 @@ class S3Store(ObjectStore):
 
     def _read_error(self, exc: Exception, op: str, key: str) -> Exception | None:
         where = self._where(key)
+        denied = _denied(exc, f"{op} {where}")
+        if denied is not None:
+            return denied
         if isinstance(exc, ClientError):
             status, code, message = _http_error(exc)
             if code == "NoSuchBucket":
@@ -282,6 +318,9 @@ class S3Store(ObjectStore):
 
     def _write_error(self, exc: Exception, key: str, condition: str) -> Exception | None:
         where = self._where(key)
+        denied = _denied(exc, f"put {where}")
+        if denied is not None:
+            return denied
         if isinstance(exc, ClientError):
             status, code, message = _http_error(exc)
             if status == 412 or code == "PreconditionFailed":
