@@ -3,20 +3,19 @@ logs written by Chroma's S3 backend (absolute `offset` column, sequence-numbered
 
 from __future__ import annotations
 
-import hashlib
-import io
 import itertools
-import struct
 from collections import Counter
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
-from wal3_spark.errors import CorruptLog, Wal3Error
-from wal3_spark.format import MANIFEST_KEY, FragmentRef
+from tests.support.fakes import HookedStore, chroma_fragment
+from wal3_spark.cursors import CursorStore
+from wal3_spark.errors import CorruptLog, DataLost, Wal3Error
+from wal3_spark.format import FRAGMENT_PREFIX, MANIFEST_KEY, SNAPSHOT_PREFIX, FragmentRef
+from wal3_spark.gc import GarbageCollector
 from wal3_spark.manifest import Manifest, SnapshotOptions
-from wal3_spark.reader import LogReader
+from wal3_spark.reader import LogReader, iter_fragments
 from wal3_spark.setsum import Setsum
 from wal3_spark.storage import open_store
 from wal3_spark.verify import verify
@@ -82,33 +81,13 @@ def test_02_plans_load_only_the_snapshots_covering_the_range_and_cache_them(long
     assert not [k for k in counting.gets if k.startswith("snapshot/")], "snapshots were not cached"
 
 
-def _chroma_fragment(start: int, bodies: list[bytes], ts: int) -> tuple[bytes, Setsum]:
-    """A fragment as Chroma's S3 backend writes it: absolute `offset`, uint64, binary body."""
-    offsets = list(range(start, start + len(bodies)))
-    table = pa.table(
-        {
-            "offset": pa.array(offsets, pa.uint64()),
-            "timestamp_us": pa.array([ts] * len(bodies), pa.uint64()),
-            "body": pa.array(bodies, pa.binary()),
-        },
-        schema=pa.schema([pa.field("offset", pa.uint64(), False), pa.field("timestamp_us", pa.uint64(), False),
-                          pa.field("body", pa.binary(), False)]),
-    )
-    buf = io.BytesIO()
-    pq.write_table(table, buf, compression="snappy")
-    setsum = Setsum.from_digests(
-        hashlib.sha3_256(struct.pack(">QQ", o, ts) + b).digest() for o, b in zip(offsets, bodies)
-    )
-    return buf.getvalue(), setsum
-
-
 @pytest.fixture
 def chroma_log():
     store = open_store(f"memory://chroma-{next(_names)}")
     refs, start = [], 1
     for seq in range(1, 4):
         bodies = [f"chroma {seq}.{i}".encode() for i in range(seq + 1)]
-        data, setsum = _chroma_fragment(start, bodies, 1_700_000_000_000_000 + seq)
+        data, setsum = chroma_fragment(start, bodies, 1_700_000_000_000_000 + seq)
         path = f"log/Bucket=0000000000000000/FragmentSeqNo={seq:016x}.parquet"
         store.put_if_absent(path, data)
         refs.append(FragmentRef(path, seq, start, start + len(bodies), len(data), setsum))
@@ -136,9 +115,85 @@ def test_04_appending_to_a_chroma_s3_log_is_refused_with_the_fix(chroma_log):
 def test_05_a_fragment_whose_stored_offsets_disagree_with_the_manifest_is_corrupt(chroma_log):
     manifest = LogReader(chroma_log).manifest()
     first = manifest.fragments[0]
-    data, _ = _chroma_fragment(7, [b"chroma 1.0", b"chroma 1.1"], 1_700_000_000_000_001)
+    data, _ = chroma_fragment(7, [b"chroma 1.0", b"chroma 1.1"], 1_700_000_000_000_001)
     chroma_log.delete(first.path)
     chroma_log.put_if_absent(first.path, data)
     with pytest.raises(CorruptLog, match="stored offsets|setsum"):
         LogReader(chroma_log).read_table()
     assert not verify(chroma_log).ok
+
+
+# ----------------------------------------------------------------- racing garbage collection
+
+
+def _collect(store, cutoff: int):
+    """What `wal3 gc --grace 0` does to a log whose only consumer read up to `cutoff`."""
+
+    def run():
+        CursorStore(store).create("consumer", cutoff)
+        GarbageCollector(store, grace_s=0, force=True).run()
+
+    return run
+
+
+def test_06_a_read_that_loses_a_race_with_gc_gets_the_garbage_collected_range():
+    store = open_store(f"memory://reader-{next(_names)}")
+    writer = LogWriter(store)
+    for i in range(6):
+        writer.append([b"%d" % i] * 5)  # [1,6) [6,11) ... [26,31)
+    # the reader has read the manifest; GC collects [1, 11) before its first fragment GET
+    racing = HookedStore(store, lambda key: key.startswith(FRAGMENT_PREFIX), _collect(store, 13))
+    with pytest.raises(DataLost) as info:
+        LogReader(racing).read_table(1)
+    assert racing.fired
+    assert (info.value.start, info.value.oldest) == (1, 11)
+    assert "[1, 11)" in str(info.value) and "garbage-collected" in str(info.value)
+    # what GC left is read as before, and a fragment missing for another reason is corrupt
+    assert LogReader(store).read_table(11).column("_offset").to_pylist() == list(range(11, 31))
+    store.delete(LogReader(store).plan(26)[0].ref.path)
+    with pytest.raises(CorruptLog, match="every referenced fragment exists"):
+        LogReader(store).read_table(11)
+
+
+def _snapshotted_log():
+    """Offsets [1, 61) in fragments of 2, rolled into snapshots (the first starts at 1)."""
+    store = open_store(f"memory://reader-{next(_names)}")
+    writer = LogWriter(store, snapshot_options=SnapshotOptions(3, 3))
+    for i in range(30):
+        writer.append([b"%d" % i] * 2)
+    first = LogReader(store).manifest().snapshots[0]
+    assert first.start == 1 and first.limit > 25
+    return store, first
+
+
+def test_07_a_walk_through_a_snapshot_gc_replaced_continues_in_the_current_manifest():
+    store, first = _snapshotted_log()
+    manifest = LogReader(store).manifest()
+    # GC at offset 9 rebuilds the snapshot straddling it (deleting the old one) while a reader
+    # walks that snapshot from its old manifest, for offsets GC kept
+    racing = HookedStore(store, lambda key: key.startswith(SNAPSHOT_PREFIX), _collect(store, 9))
+    refs = list(iter_fragments(racing, manifest, 15, 25))
+    assert racing.fired and not store.exists(first.path_to_snapshot)
+    assert [r.start for r in refs] == list(range(15, 25, 2))
+    # for offsets GC removed, the reader is told which
+    store, _ = _snapshotted_log()
+    racing = HookedStore(store, lambda key: key.startswith(SNAPSHOT_PREFIX), _collect(store, 9))
+    manifest = LogReader(racing).manifest()
+    with pytest.raises(DataLost) as info:
+        LogReader(racing).plan(3, 25, manifest=manifest)
+    assert (info.value.start, info.value.oldest) == (3, LogReader(store).manifest().oldest_offset)
+
+
+def test_08_read_table_reads_the_manifest_once():
+    store = open_store(f"memory://reader-{next(_names)}")
+    LogWriter(store).append(pa.table({"id": [1, 2]}))
+
+    def merge_schema_append():
+        LogWriter(store, merge_schema=True).append(pa.table({"id": [3], "extra": ["x"]}))
+
+    # a mergeSchema append lands right after the reader's first manifest GET
+    racing = HookedStore(store, lambda key: key == MANIFEST_KEY, merge_schema_append, after=True)
+    table = LogReader(racing).read_table()
+    assert racing.fired and racing.gets[MANIFEST_KEY] == 1
+    assert table.column_names == ["id", "_offset", "_timestamp"]
+    assert table.column("id").to_pylist() == [1, 2]

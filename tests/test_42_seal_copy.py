@@ -5,14 +5,17 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
+from tests.support.fakes import chroma_fragment
 from wal3_spark.committer import Committer
 from wal3_spark.copy import CopyError, copy_log
 from wal3_spark.cursors import CursorStore
 from wal3_spark.errors import DataLost, LogSealed
+from wal3_spark.format import MANIFEST_KEY, FragmentRef
 from wal3_spark.fragment import encode_raw, write_fragment
 from wal3_spark.gc import GarbageCollector
-from wal3_spark.manifest import SnapshotOptions
+from wal3_spark.manifest import Manifest, SnapshotOptions
 from wal3_spark.reader import LogReader
+from wal3_spark.setsum import Setsum
 from wal3_spark.storage import open_store
 from wal3_spark.verify import verify
 from wal3_spark.writer import LogWriter
@@ -122,3 +125,20 @@ def test_05_empty_log_copies_to_an_empty_log_at_the_same_tail(tmp_path):
     assert report.fragments == 0 and LogReader(dst).manifest().next_offset == 4
     LogWriter(dst).append([b"y"])
     assert rows(dst) == [(4, b"y")]
+
+
+def test_06_copy_refuses_a_chroma_fragment_placed_where_its_offsets_do_not_start(tmp_path):
+    # a Chroma S3 fragment whose stored offsets start at 7 while the manifest places it at 1;
+    # its setsum and record count match the file, so only the offsets tell: the copy, which
+    # rewrites such fragments with relative offsets, must not silently "repair" it
+    src = open_store(str(tmp_path / "src"))
+    data, setsum = chroma_fragment(7, [b"a", b"b"], 1_700_000_000_000_000)
+    path = "log/Bucket=0000000000000000/FragmentSeqNo=0000000000000001.parquet"
+    src.put_if_absent(path, data)
+    ref = FragmentRef(path, 1, 1, 3, len(data), setsum)
+    src.put_if_absent(MANIFEST_KEY, Manifest(setsum, Setsum(), len(data), "chroma", (), (ref,)).to_json())
+    dst = open_store(str(tmp_path / "dst"))
+    with pytest.raises(CopyError, match="stored offsets start where the manifest places it") as info:
+        copy_log(src, dst)
+    assert path in str(info.value) and "wal3 verify" in str(info.value)
+    assert not dst.exists(MANIFEST_KEY)

@@ -35,10 +35,10 @@ from wal3_spark.errors import (
     Wal3Error,
 )
 from wal3_spark.format import MANIFEST_KEY, FragmentRef
-from wal3_spark.fragment import decode_fragment, encode_table, fragment_path, recompute_setsum
+from wal3_spark.fragment import encode_table, fragment_path
 from wal3_spark.uuid7 import new_uuid7
 from wal3_spark.manifest import Manifest, SnapshotOptions
-from wal3_spark.reader import LogReader, iter_fragments
+from wal3_spark.reader import LogReader, check_fragment_data, fetch_fragment, iter_fragments
 from wal3_spark.setsum import Setsum
 from wal3_spark.storage.base import ObjectStore
 from wal3_spark.verify import verify
@@ -72,17 +72,16 @@ class CopyReport:
 
 
 def _copy_fragment(src: ObjectStore, dst: ObjectStore, ref: FragmentRef, raw: bool) -> FragmentRef:
+    """Copy one fragment after the checks a verifying read makes (`reader.load_fragment`: record
+    count, where its stored offsets start, setsum), so a corrupt source fails the copy instead
+    of being silently "repaired" by a rewrite."""
+    data = fetch_fragment(src, ref)
     try:
-        data = src.get(ref.path).data
-    except ObjectNotFound:
-        raise CorruptLog("every referenced fragment exists", ref.path, "the object is missing") from None
-    decoded = decode_fragment(data, path=ref.path, raw=raw)
-    if len(decoded.offsets) != ref.records or recompute_setsum(decoded, raw=raw) != ref.setsum:
-        raise CorruptLog(
-            "a fragment's content matches its setsum in the manifest",
-            ref.path,
-            "refusing to copy a corrupt fragment (run `wal3 verify` on the source)",
-        )
+        decoded = check_fragment_data(data, ref, raw)
+    except CorruptLog as exc:
+        raise CopyError(
+            f"refusing to copy {ref.path}: {exc} (run `wal3 verify {src.url}` for the full report)"
+        ) from exc
     if isinstance(ref.seq_no, str) and not decoded.absolute:
         _put(dst, ref.path, data)
         return ref

@@ -3,6 +3,14 @@ covering the range asked for, and records as Arrow batches with `_offset` and `_
 
 Snapshots are immutable and content-addressed, so they are cached by (store, path, setsum) for
 the life of the process; only the manifest is ever re-read.
+
+A reader may lose a race with garbage collection: it read a manifest, GC then dropped (and,
+after its grace interval, deleted) the oldest fragments and snapshots, and the reader finds
+an object its manifest references missing. Each such miss re-reads the manifest: when the log's
+oldest offset has moved past the object, the reader gets `DataLost` with the range GC removed,
+as it would have with the newer manifest; only an object the current log still needs is a
+`CorruptLog`. Walks through snapshots carry on in the current manifest when GC rebuilt the
+snapshot that straddled its cutoff (the offsets asked for are all still there).
 """
 
 from __future__ import annotations
@@ -29,8 +37,9 @@ log = logging.getLogger(__name__)
 OFFSET_FIELD = pa.field(OFFSET_COLUMN, pa.int64(), nullable=False)
 TIMESTAMP_FIELD = pa.field(TIMESTAMP_COLUMN, pa.timestamp("us", tz="UTC"), nullable=False)
 
-#: the invariant a fragment the manifest references but the store lacks breaks
+#: the invariants a fragment or snapshot the manifest references but the store lacks breaks
 MISSING_FRAGMENT = "every referenced fragment exists"
+MISSING_SNAPSHOT = "every referenced snapshot exists"
 
 _CACHE_LIMIT = 4096
 _cache: OrderedDict[tuple[str, str, str], Snapshot] = OrderedDict()
@@ -48,9 +57,7 @@ def load_snapshot(store: ObjectStore, pointer: SnapshotPointer) -> Snapshot:
     try:
         data = store.get(pointer.path_to_snapshot).data
     except ObjectNotFound:
-        raise CorruptLog(
-            "every referenced snapshot exists", pointer.path_to_snapshot, "the object is missing"
-        ) from None
+        raise missing_error(store, MISSING_SNAPSHOT, pointer.path_to_snapshot, pointer.start) from None
     snapshot = Snapshot.from_json(data, pointer.path_to_snapshot)
     snapshot.scrub()
     if snapshot.pointer() != pointer:
@@ -86,8 +93,39 @@ def _overlaps(a_start: int, a_limit: int, start: int, limit: int | None) -> bool
 def iter_fragments(
     store: ObjectStore, manifest: Manifest, start: int = 0, limit: int | None = None
 ) -> Iterator[FragmentRef]:
-    """Fragments overlapping [start, limit), in offset order, loading only the snapshots needed."""
-    return _fragments_within(store, manifest, start, limit)
+    """Fragments overlapping [start, limit), in offset order, loading only the snapshots needed.
+
+    A snapshot GC removed after `manifest` was read sends the walk on in the current manifest
+    (up to the same limit: the caller's view of the tail), or raises DataLost when offsets
+    still to be yielded were collected.
+    """
+    limit = manifest.next_offset if limit is None else limit
+    position = max(start, manifest.oldest_offset)
+    while True:
+        try:
+            for ref in _fragments_within(store, manifest, position, limit):
+                position = max(position, ref.limit)
+                yield ref
+            return
+        except DataLost as lost:
+            if position < lost.oldest:
+                raise DataLost(store.url, position, lost.oldest) from None
+            log.info("%s: a snapshot was garbage-collected during the walk; continuing from %d "
+                     "in the current manifest", store.url, position)
+            manifest = LogReader(store).manifest()
+
+
+def missing_error(store: ObjectStore, invariant: str, path: str, start: int) -> Exception:
+    """What a referenced object (holding offsets from `start`) that the store lacks means, by
+    the current manifest: DataLost when GC moved the oldest offset past it since the caller
+    read its manifest, LogNotFound when the log itself is gone, else CorruptLog."""
+    try:
+        oldest = LogReader(store).manifest().oldest_offset
+    except LogNotFound as exc:
+        return exc
+    if start < oldest:
+        return DataLost(store.url, start, oldest)
+    return CorruptLog(invariant, path, "the object is missing")
 
 
 def output_schema(payload: pa.Schema | None) -> pa.Schema:
@@ -164,18 +202,31 @@ class LogReader:
         start: int | None = None,
         limit: int | None = None,
         *,
+        manifest: Manifest | None = None,
         verify: bool = True,
         fail_on_data_loss: bool = True,
     ) -> Iterator[pa.RecordBatch]:
-        """Records in [start, limit) in offset order, each exactly once."""
-        manifest = self.manifest()
+        """Records in [start, limit) in offset order, each exactly once, in the schema of
+        `manifest` (read now if not given)."""
+        manifest = manifest or self.manifest()
         payload = manifest.arrow_schema()
         for part in self.plan(start, limit, manifest=manifest, fail_on_data_loss=fail_on_data_loss):
             yield read_range(self.store, part, payload, verify=verify)
 
-    def read_table(self, start: int | None = None, limit: int | None = None, **kw) -> pa.Table:
-        schema = output_schema(self.manifest().arrow_schema())
-        return pa.Table.from_batches(list(self.read(start, limit, **kw)), schema=schema)
+    def read_table(
+        self,
+        start: int | None = None,
+        limit: int | None = None,
+        *,
+        verify: bool = True,
+        fail_on_data_loss: bool = True,
+    ) -> pa.Table:
+        """`read` as one table; one manifest read fixes both its schema and its fragments."""
+        manifest = self.manifest()
+        batches = self.read(
+            start, limit, manifest=manifest, verify=verify, fail_on_data_loss=fail_on_data_loss
+        )
+        return pa.Table.from_batches(list(batches), schema=output_schema(manifest.arrow_schema()))
 
     def offset_for_timestamp(self, timestamp_us: int, manifest: Manifest | None = None) -> int:
         """The first offset whose record was written at or after `timestamp_us` (the tail if
@@ -193,18 +244,27 @@ def fragment_timestamp_us(store: ObjectStore, ref: FragmentRef) -> int:
         ts = uuid7_timestamp_us(ref.seq_no)
         if ts is not None:
             return ts
-    decoded = decode_fragment(store.get(ref.path).data, path=ref.path, raw=True)
+    decoded = decode_fragment(fetch_fragment(store, ref), path=ref.path, raw=True)
     return int(np.asarray(decoded.timestamp_us).reshape(-1)[0])
 
 
+def fetch_fragment(store: ObjectStore, ref: FragmentRef) -> bytes:
+    """A referenced fragment's bytes; a missing one raises `missing_error`'s verdict."""
+    try:
+        return store.get(ref.path).data
+    except ObjectNotFound:
+        raise missing_error(store, MISSING_FRAGMENT, ref.path, ref.start) from None
+
+
 def load_fragment(store: ObjectStore, ref: FragmentRef, raw: bool, *, verify: bool = True) -> DecodedFragment:
-    """A referenced fragment, decoded and checked against the manifest's pointer: its record
+    """A referenced fragment, fetched and checked (`check_fragment_data`)."""
+    return check_fragment_data(fetch_fragment(store, ref), ref, raw, verify=verify)
+
+
+def check_fragment_data(data: bytes, ref: FragmentRef, raw: bool, *, verify: bool = True) -> DecodedFragment:
+    """A fragment's bytes, decoded and checked against the manifest's pointer: its record
     count, where its stored offsets start and (with `verify`) its recomputed setsum, as a Kafka
     consumer checks CRCs. Any mismatch raises CorruptLog naming the fragment, never skips."""
-    try:
-        data = store.get(ref.path).data
-    except ObjectNotFound:
-        raise CorruptLog(MISSING_FRAGMENT, ref.path, "the object is missing") from None
     decoded = decode_fragment(data, path=ref.path, raw=raw)
     n = len(decoded.offsets)
     if n != ref.records:

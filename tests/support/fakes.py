@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import hashlib
+import io
+import struct
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from wal3_spark.setsum import Setsum
+from wal3_spark.storage.base import Blob, ObjectMeta, ObjectStore
 
 #: shared/ lies beside the repository, for developers and in CI alike
 TESTDATA = Path(__file__).resolve().parents[3] / "shared" / "testdata"
@@ -35,3 +44,92 @@ def shared_testdata(name: str) -> Path:
 
 def chroma_testdata(name: str) -> Path:
     return shared_testdata(f"chroma/{name}")
+
+
+def chroma_fragment(start: int, bodies: list[bytes], ts: int) -> tuple[bytes, Setsum]:
+    """A fragment as Chroma's S3 backend writes it (absolute `offset` from `start`, uint64,
+    binary body) and its setsum."""
+    offsets = list(range(start, start + len(bodies)))
+    table = pa.table(
+        {
+            "offset": pa.array(offsets, pa.uint64()),
+            "timestamp_us": pa.array([ts] * len(bodies), pa.uint64()),
+            "body": pa.array(bodies, pa.binary()),
+        },
+        schema=pa.schema([pa.field("offset", pa.uint64(), False), pa.field("timestamp_us", pa.uint64(), False),
+                          pa.field("body", pa.binary(), False)]),
+    )
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="snappy")
+    setsum = Setsum.from_digests(
+        hashlib.sha3_256(struct.pack(">QQ", o, ts) + b).digest() for o, b in zip(offsets, bodies)
+    )
+    return buf.getvalue(), setsum
+
+
+class HookedStore(ObjectStore):
+    """`inner` as another process sees it at the worst moment: `hook()` runs once, just before
+    (or with `after`, just after) the first `get` of a key for which `when(key)` holds, e.g. GC
+    running between a reader's manifest GET and its fragment GETs. The URL differs from the
+    inner store's, so that nothing cached for the inner store is reused; the hook should act
+    on `inner`. `gets` counts GETs by key."""
+
+    def __init__(
+        self,
+        inner: ObjectStore,
+        when: Callable[[str], bool],
+        hook: Callable[[], object],
+        *,
+        after: bool = False,
+    ) -> None:
+        self.inner, self.when, self.hook, self.after = inner, when, hook, after
+        self.url = inner.url + "#hooked"
+        self.fired = False
+        self.gets: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def _fires(self, key: str) -> bool:
+        with self._lock:
+            self.gets[key] += 1
+            fire = not self.fired and self.when(key)
+            self.fired = self.fired or fire
+        return fire
+
+    def get(self, key: str) -> Blob:
+        fire = self._fires(key)
+        if fire and not self.after:
+            self.hook()
+        blob = self.inner.get(key)
+        if fire and self.after:
+            self.hook()
+        return blob
+
+    def head(self, key: str) -> ObjectMeta:
+        return self.inner.head(key)
+
+    def put_if_absent(self, key: str, data: bytes) -> str:
+        return self.inner.put_if_absent(key, data)
+
+    def put_if_match(self, key: str, data: bytes, etag: str) -> str:
+        return self.inner.put_if_match(key, data, etag)
+
+    def list(self, prefix: str = "") -> Iterator[ObjectMeta]:
+        return self.inner.list(prefix)
+
+    def delete(self, key: str) -> None:
+        self.inner.delete(key)
+
+
+class FailingStore(HookedStore):
+    """`inner`, except that every `get` of a key `when(key)` holds for raises `error(key)`: a
+    store failing the way real ones do (refused permission, retries exhausted)."""
+
+    def __init__(self, inner: ObjectStore, when: Callable[[str], bool], error: Callable[[str], Exception]) -> None:
+        super().__init__(inner, when, lambda: None)
+        self.url = inner.url
+        self.error = error
+
+    def get(self, key: str) -> Blob:
+        if self.when(key):
+            raise self.error(key)
+        return self.inner.get(key)
