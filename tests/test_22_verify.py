@@ -9,10 +9,13 @@ import json
 import pyarrow as pa
 import pytest
 
-from wal3_spark.errors import CorruptLog
-from wal3_spark.format import MANIFEST_KEY
+from tests.support.fakes import FailingStore, HookedStore
+from wal3_spark.cursors import CursorStore
+from wal3_spark.errors import AccessDenied, CorruptLog, TransientError
+from wal3_spark.format import FRAGMENT_PREFIX, MANIFEST_KEY
+from wal3_spark.gc import GarbageCollector
 from wal3_spark.manifest import SnapshotOptions
-from wal3_spark.reader import LogReader
+from wal3_spark.reader import LogReader, load_snapshot
 from wal3_spark.setsum import Setsum
 from wal3_spark.storage import open_store
 from wal3_spark.verify import verify
@@ -103,3 +106,38 @@ def test_05_unreferenced_fragments_are_reported_but_do_not_fail(log_store):
 def test_06_a_missing_log_is_reported():
     report = verify(open_store("memory://verify-nothing-here"))
     assert not report.ok and report.problems[0].kind == "missing"
+
+
+def test_07_problems_are_classified_by_what_failed_not_by_words_in_a_message(log_store):
+    manifest = LogReader(log_store).manifest()
+    # a snapshot that is there but malformed (the detail says "missing 'depth'") is corrupt
+    malformed = load_snapshot(log_store, manifest.snapshots[0]).snapshots[-1].path_to_snapshot
+    doc = json.loads(log_store.get(malformed).data)
+    del doc["depth"]
+    _replace(log_store, malformed, json.dumps(doc).encode())
+    # fragments the store fails to serve are unreadable, not missing
+    flaky, denied = manifest.fragments[-1].path, manifest.fragments[0].path
+
+    def error(key: str) -> Exception:
+        if key == flaky:
+            return TransientError(f"get {key} failed: SlowDown (HTTP 503); still failing after 6 attempts")
+        return AccessDenied(f"get {key} failed: permission denied")
+
+    report = verify(FailingStore(log_store, lambda key: key in (flaky, denied), error))
+    found = {(p.kind, p.obj): p.detail for p in report.problems}
+    assert not report.ok
+    assert set(found) == {("corrupt", malformed), ("unreadable", flaky), ("unreadable", denied)}
+    assert "missing 'depth'" in found["corrupt", malformed]
+    assert "HTTP 503" in found["unreadable", flaky] and "permission denied" in found["unreadable", denied]
+
+
+def test_08_verify_racing_gc_starts_over_instead_of_reporting_collected_objects(log_store):
+    def collect():
+        CursorStore(log_store).create("c", 41)
+        GarbageCollector(log_store, grace_s=0, force=True).run()
+
+    racing = HookedStore(log_store, lambda key: key.startswith(FRAGMENT_PREFIX), collect)
+    report = verify(racing)
+    assert racing.fired
+    assert report.ok and report.problems == [], report.problems
+    assert report.oldest_offset == 41 and report.records == 120

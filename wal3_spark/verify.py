@@ -1,8 +1,14 @@
 """Scrubbing a whole log: every invariant, every fragment's setsum recomputed from its bytes.
 
 `verify` keeps going after the first problem so that one run tells an operator everything that
-is wrong: invariants that do not hold, objects that are missing or corrupt, and objects nobody
-references (left by failed appends or pending garbage collection: reported, but not failures).
+is wrong: invariants that do not hold, objects that are missing or corrupt, objects the store
+would not give (permission refused, a failure that outlasted the store's retries), and objects
+nobody references (left by failed appends or pending garbage collection: reported, but not
+failures). Problems are classified by the exception's type and attributes, never its text.
+
+Garbage collection may delete objects of the manifest verify read while it runs; the reader
+then reports them as garbage-collected (`DataLost`), not missing. Verify starts over with the
+current manifest when that happens, a few times, before reporting them as `collected`.
 """
 
 from __future__ import annotations
@@ -12,10 +18,10 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
-from wal3_spark.errors import CorruptLog, ObjectNotFound, Wal3Error
+from wal3_spark.errors import CorruptLog, DataLost, LogNotFound, ObjectNotFound, StorageError
 from wal3_spark.format import FRAGMENT_PREFIX, MANIFEST_KEY, SNAPSHOT_PREFIX, FragmentRef, SnapshotPointer
 from wal3_spark.manifest import Manifest
-from wal3_spark.reader import MISSING_FRAGMENT, load_fragment, load_snapshot
+from wal3_spark.reader import MISSING_FRAGMENT, MISSING_SNAPSHOT, load_fragment, load_snapshot
 from wal3_spark.setsum import Setsum
 from wal3_spark.storage import open_store
 from wal3_spark.storage.base import ObjectStore
@@ -23,7 +29,10 @@ from wal3_spark.storage.base import ObjectStore
 log = logging.getLogger(__name__)
 
 #: problem kinds that make a log fail verification; "extra" objects are reported only
-FAILING = frozenset({"invariant", "missing", "corrupt"})
+FAILING = frozenset({"invariant", "missing", "corrupt", "unreadable", "collected"})
+
+#: runs of verify before objects garbage-collected during the run are reported as problems
+ATTEMPTS = 3
 
 #: checks fragments somewhere (threads here, Spark executors in `wal3_spark.spark.scrub`):
 #: (store, refs, raw) -> one `check_fragment` result per ref, in any order
@@ -32,7 +41,7 @@ FragmentChecker = Callable[[ObjectStore, list[FragmentRef], bool], Iterable["Pro
 
 @dataclass(frozen=True)
 class Problem:
-    kind: str  # "invariant" | "missing" | "corrupt" | "extra"
+    kind: str  # "invariant" | "missing" | "corrupt" | "unreadable" | "collected" | "extra"
     obj: str
     detail: str
 
@@ -74,6 +83,17 @@ def verify(
     """Check the log at `target`; `progress(done, total)` is called as fragments are checked
     by the default checker (`parallelism` threads in this process)."""
     store = target if isinstance(target, ObjectStore) else open_store(target, options)
+    check = checker or _threads(parallelism, progress)
+    for attempt in range(1, ATTEMPTS + 1):
+        report = _verify_once(store, check if check_fragments else None)
+        if not any(p.kind == "collected" for p in report.problems):
+            break
+        log.info("%s: garbage collection deleted objects verify was checking (attempt %d of %d)",
+                 store.url, attempt, ATTEMPTS)
+    return report
+
+
+def _verify_once(store: ObjectStore, check: FragmentChecker | None) -> VerifyReport:
     report = VerifyReport(store.url)
     try:
         manifest = Manifest.from_json(store.get(MANIFEST_KEY).data)
@@ -83,23 +103,30 @@ def verify(
     except CorruptLog as exc:
         report.problems.append(Problem("corrupt", MANIFEST_KEY, str(exc)))
         return report
+    except StorageError as exc:
+        report.problems.append(Problem("unreadable", MANIFEST_KEY, str(exc)))
+        return report
     report.setsum = manifest.setsum.hexdigest()
     report.oldest_offset, report.next_offset = manifest.oldest_offset, manifest.next_offset
     _check(report, "invariant", manifest.scrub)
 
     snapshot_paths: set[str] = set()
+    before = len(report.problems)
     refs = [ref for pointer in manifest.snapshots for ref in _walk(store, pointer, report, snapshot_paths)]
     refs.extend(manifest.fragments)
     report.snapshots = len(snapshot_paths)
     report.fragments = len(refs)
     report.records = sum(r.records for r in refs)
     report.bytes = sum(r.num_bytes for r in refs)
-    _check_order(report, refs, manifest)
+    # order, balance and what is unreferenced can only be judged from the whole tree
+    whole_tree = len(report.problems) == before
+    if whole_tree:
+        _check_order(report, refs, manifest)
 
-    if check_fragments:
-        check = checker or _threads(parallelism, progress)
+    if check is not None:
         report.problems.extend(p for p in check(store, refs, manifest.is_raw) if p is not None)
-    _report_extras(store, report, {r.path for r in refs}, snapshot_paths)
+    if whole_tree:
+        _report_extras(store, report, {r.path for r in refs}, snapshot_paths)
     return report
 
 
@@ -129,9 +156,8 @@ def _walk(
     seen.add(pointer.path_to_snapshot)
     try:
         snapshot = load_snapshot(store, pointer)
-    except CorruptLog as exc:
-        kind = "missing" if "missing" in exc.detail else "corrupt"
-        report.problems.append(Problem(kind, exc.obj, f"{exc.invariant} does not hold: {exc.detail}"))
+    except (CorruptLog, DataLost, LogNotFound, StorageError) as exc:
+        report.problems.append(_problem(pointer.path_to_snapshot, exc))
         return
     for child in snapshot.snapshots:
         yield from _walk(store, child, report, seen)
@@ -160,17 +186,32 @@ def check_fragment(store: ObjectStore, ref: FragmentRef, raw: bool) -> Problem |
     """Check one fragment as a verifying read does (`reader.load_fragment`), as a Problem."""
     try:
         load_fragment(store, ref, raw)
-    except CorruptLog as exc:
-        kind = "missing" if exc.invariant == MISSING_FRAGMENT else "corrupt"
-        return Problem(kind, ref.path, f"{exc.invariant} does not hold: {exc.detail}")
-    except Wal3Error as exc:
-        return Problem("missing", ref.path, f"cannot be read: {exc}")
+    except (CorruptLog, DataLost, LogNotFound, StorageError) as exc:
+        return _problem(ref.path, exc)
     return None
+
+
+def _problem(obj: str, exc: CorruptLog | DataLost | LogNotFound | StorageError) -> Problem:
+    """What reading `obj` failing with `exc` says about the log, by the exception's type."""
+    if isinstance(exc, DataLost):
+        return Problem("collected", obj, f"garbage collection deleted it while verify ran (the "
+                       f"log's oldest offset is now {exc.oldest}); run verify again")
+    if isinstance(exc, LogNotFound):
+        return Problem("missing", MANIFEST_KEY, f"the log was deleted while verify ran: {exc}")
+    if isinstance(exc, StorageError):
+        return Problem("unreadable", obj, f"cannot be read: {exc}")
+    kind = "missing" if exc.invariant in (MISSING_FRAGMENT, MISSING_SNAPSHOT) else "corrupt"
+    return Problem(kind, exc.obj, f"{exc.invariant} does not hold: {exc.detail}")
 
 
 def _report_extras(store: ObjectStore, report: VerifyReport, fragments: set[str], snapshots: set[str]) -> None:
     for prefix, known in ((FRAGMENT_PREFIX, fragments), (SNAPSHOT_PREFIX, snapshots)):
-        for meta in store.list(prefix):
+        try:
+            listed = list(store.list(prefix))
+        except StorageError as exc:
+            report.problems.append(Problem("unreadable", prefix, f"cannot be listed: {exc}"))
+            continue
+        for meta in listed:
             if meta.key not in known:
                 report.problems.append(
                     Problem("extra", meta.key, "not referenced by the manifest (a failed or aborted "
