@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -11,11 +14,14 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from tests.support.seaweed import _free_ports
+from tests.support.unprivileged import shared_tmp_dir, unprivileged
+from wal3_spark.cli import main
 from wal3_spark.cursors import CursorStore
 from wal3_spark.errors import LogSealed
 from wal3_spark.fragment import encode_raw
 from wal3_spark.reader import LogReader
-from wal3_spark.storage import open_store
+from wal3_spark.storage import S3Store, open_store
 from wal3_spark.writer import LogWriter
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -205,3 +211,109 @@ def test_07_schema_parsing_and_record_encoding_in_process():
         "_offset": 3, "_timestamp": "2024-01-02T00:00:00+00:00", "d": "1.50", "day": "2024-01-02",
         "l": ["AQ=="], "m": {"k": 1.0},
     }
+
+
+def run_main(*argv: str) -> tuple[int, str, str]:
+    """`wal3 ARGV` in this process: (exit status, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(argv))
+        except SystemExit as exc:  # argparse's usage errors
+            code = exc.code
+    return code, out.getvalue(), err.getvalue()
+
+
+def usage_error(*argv: str, match: str) -> str:
+    code, _, err = run_main(*argv)
+    assert code == 2, (argv, code, err)
+    assert "Traceback" not in err and match in err, (argv, err)
+    return err
+
+
+def test_08_every_argument_is_checked_and_a_bad_one_named_with_its_range(url, tmp_path):
+    LogWriter(open_store(url)).append([b"r"] * 5)  # offsets [1, 6)
+    for grace in ("-5", "nan", "inf", "soon"):
+        usage_error("gc", url, "--grace", grace, match="number of seconds >= 0")
+    usage_error("gc", url, "--grace=-inf", match="number of seconds >= 0")
+    for share in ("5", "-1", "nan", "1.01", "most"):
+        usage_error("gc", url, "--max-drop-share", share, match="within [0, 1]")
+    for offset_args in (("gc", url, "--keep-from"), ("cat", url, "--from"), ("cat", url, "--to"),
+                        ("copy", url, str(tmp_path / "c"), "--from")):
+        for bad in ("-1", "0", "1.5", "x"):
+            usage_error(*offset_args, bad, match="integer >= 1")
+    usage_error("tail", url, "-n", "-1", match="integer >= 0")
+    usage_error("cat", url, "--from", "4", "--to", "2", match="--to >= --from")
+    usage_error("cat", url, "--from", "7", match="holds offsets [1, 6); give --from within [1, 6]")
+    for schema, match in (("", "names no fields"), ("id", "NAME: TYPE"), ("id: nosuch", "unknown type"),
+                          ("_offset: int64", "reserved"), ("a: int64, a: string", "duplicate")):
+        usage_error("init", str(tmp_path / "new"), "--schema", schema, match=match)
+    for bad_url, match in (("memory://x", "lives inside one process"), ("", "non-empty"),
+                           ("http://host/x", "unsupported store URL"), ("s3://", "names no bucket")):
+        usage_error("info", bad_url, match=match)
+    usage_error("copy", url, "memory://x", match="lives inside one process")
+    usage_error("--endpoint", "ftp://x", "info", url, match="http:// or https://")
+    usage_error("info", url, "--endpoint", "localhost:8333", match="http:// or https://")
+    assert not (tmp_path / "new").exists() and not (tmp_path / "c").exists()
+    # within range: --to past the tail reads up to it, --from at the tail reads nothing
+    assert [r["_offset"] for r in lines(ok("cat", url, "--from", "4", "--to", "99"))] == [4, 5]
+    assert ok("cat", url, "--from", "6") == ""
+    # and through the real entry point
+    fails("gc", url, "--grace", "-5", code=2, match="'-5' is not a duration")
+
+
+def test_09_storage_errors_are_reported_as_what_they_are(url, monkeypatch):
+    # missing: a fragment deleted by hand (not by GC)
+    store = open_store(url)
+    LogWriter(store).append([b"a"])
+    LogWriter(store).append([b"b"])
+    victim = LogReader(store).manifest().fragments[0].path
+    store.delete(victim)
+    code, _, err = run_main("cat", url)
+    assert code == 1 and err.count("\n") == 1 and "Traceback" not in err
+    assert f"{victim}: every referenced fragment exists does not hold: the object is missing" in err
+    # transient: the store cannot be reached, through every retry
+    monkeypatch.setattr(S3Store, "retry_base_s", 0.001)
+    monkeypatch.setattr(S3Store, "retry_cap_s", 0.001)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "key")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    endpoint = f"http://127.0.0.1:{_free_ports(1)[0]}"
+    code, _, err = run_main("info", "s3://bucket/log", "--endpoint", endpoint)
+    assert code == 1 and err.count("\n") == 1 and "Traceback" not in err
+    assert "s3://bucket/log/manifest/MANIFEST" in err and "temporary failure" in err, err
+    # refused: no credentials anywhere
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    code, _, err = run_main("info", "s3://bucket/log", "--endpoint", endpoint)
+    assert code == 1 and err.count("\n") == 1 and "no S3 credentials" in err, err
+
+
+def test_10_permission_denied_is_reported_naming_the_file():
+    # verify, cat and info as a user who may not read one fragment, then the manifest
+    root = shared_tmp_dir()
+    try:
+        url = os.path.join(root, "log")
+        store = open_store(url)
+        LogWriter(store).append([b"a"])
+        LogWriter(store).append([b"b"])
+        secret = LogReader(store).manifest().fragments[1].path
+        os.chmod(os.path.join(url, secret), 0)
+        verify_run, cat_run = unprivileged(lambda: (run_main("verify", url), run_main("cat", url)))
+        code, out, err = verify_run
+        assert code == 1 and "Traceback" not in err, err
+        assert f"unreadable: {secret}: cannot be read:" in out and "permission denied" in out, out
+        code, out, err = cat_run
+        assert code == 1 and err.count("\n") == 1 and "Traceback" not in err, err
+        assert secret in err and "permission denied on " + os.path.join(url, secret) in err
+        os.chmod(os.path.join(url, "manifest", "MANIFEST"), 0)
+        code, _, err = unprivileged(lambda: run_main("info", url))
+        assert code == 1 and err.count("\n") == 1, err
+        assert "'manifest/MANIFEST'" in err and "permission denied" in err
+    finally:
+        for dirpath, _, filenames in os.walk(root):
+            for name in filenames:
+                os.chmod(os.path.join(dirpath, name), 0o644)
+        shutil.rmtree(root)

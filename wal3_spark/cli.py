@@ -19,7 +19,10 @@ it base64-encoded; structured logs give each column (binary values base64, decim
 non-JSON values as strings).
 
 Exit status: 0 on success; 1 when the operation failed for an expected reason (the message goes
-to stderr, never a traceback) or when `verify` finds a problem; 2 for usage errors.
+to stderr, never a traceback) or when `verify` finds a problem; 2 for usage errors: every
+argument is checked (offsets are integers >= 1, durations finite and >= 0, shares within
+[0, 1], URLs of a supported store, offsets within the log's range) and a bad one is named with
+the values it may take.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ import base64
 import datetime as dt
 import decimal
 import json
+import math
+import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -36,7 +41,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from wal3_spark.errors import Wal3Error
+from wal3_spark.errors import InvalidOption, InvalidUrl, SchemaMismatch, Wal3Error
+from wal3_spark.format import FIRST_OFFSET
+from wal3_spark.schema import check_columns
+from wal3_spark.storage.common import split_url
+from wal3_spark.storage.s3 import S3Settings
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
@@ -91,6 +100,90 @@ def _store(url: str, args: argparse.Namespace):
     return open_store(url, _options(args))
 
 
+# ------------------------------------------------------------------ argument types
+# Each raises ArgumentTypeError naming the values it accepts: argparse then exits with status 2
+# and the usage line, and no traceback.
+
+
+def offset_arg(text: str) -> int:
+    """A log offset: an integer >= 1 (offsets start at 1, as in Chroma)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < FIRST_OFFSET:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an offset: give an integer >= {FIRST_OFFSET} (offsets start at {FIRST_OFFSET})"
+        )
+    return value
+
+
+def count_arg(text: str) -> int:
+    """A number of records: an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count: give an integer >= 0")
+    return value
+
+
+def seconds_arg(text: str) -> float:
+    """A duration in seconds: a finite number >= 0 (`nan`, `inf` and negatives are refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a duration: give a number of seconds >= 0, e.g. 3600"
+        )
+    return value
+
+
+def share_arg(text: str) -> float:
+    """A share of a whole: a number within [0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0.0 <= value <= 1.0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"{text!r} is not a share: give a number within [0, 1], e.g. 0.9")
+    return value
+
+
+def url_arg(text: str) -> str:
+    """A log URL of a store the command line can reach (not `memory://`: it lives in one process)."""
+    try:
+        scheme, _, _ = split_url(text)
+    except InvalidUrl as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if scheme == "memory":
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: a memory:// log lives inside one process and is gone when `wal3` exits; "
+            "use s3://bucket/prefix, file:///abs/path or a plain path"
+        )
+    return text
+
+
+def endpoint_arg(text: str) -> str:
+    """An S3 endpoint URL, checked as the S3 store checks it (also when the log is not on S3)."""
+    try:
+        S3Settings.from_options({"endpoint": text}, environ={})
+    except InvalidOption as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def schema_arg(text: str) -> pa.Schema:
+    """An Arrow schema written as `parse_schema` reads it."""
+    try:
+        return parse_schema(text)
+    except Wal3Error as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _json_value(value: Any) -> Any:
     if isinstance(value, (bytes, bytearray, memoryview)):
         return base64.b64encode(bytes(value)).decode()
@@ -125,14 +218,12 @@ def record_json(row: dict[str, Any], raw: bool) -> dict[str, Any]:
     return out
 
 
-def _print_records(store, start: int | None, limit: int | None, out) -> int:
+def _print_records(store, manifest, start: int | None, limit: int | None, out) -> int:
     from wal3_spark.reader import LogReader
 
-    reader = LogReader(store)
-    manifest = reader.manifest()
     raw = manifest.is_raw
     n = 0
-    for batch in reader.read(start, limit):
+    for batch in LogReader(store).read(start, limit, manifest=manifest):
         for row in batch.to_pylist():
             out.write(json.dumps(record_json(row, raw), ensure_ascii=False) + "\n")
             n += 1
@@ -168,13 +259,16 @@ def parse_schema(text: str) -> pa.Schema:
             ) from None
         fields.append(pa.field(name, arrow_type, nullable=nullable))
     if not fields:
-        raise Wal3Error("the schema names no fields")
-    return pa.schema(fields)
+        raise Wal3Error("the schema names no fields: write NAME: TYPE, ..., e.g. 'id: int64'")
+    schema = pa.schema(fields)
+    try:
+        check_columns(schema)
+    except SchemaMismatch as exc:
+        raise Wal3Error(str(exc)) from None
+    return schema
 
 
 def _arrow_type(text: str) -> pa.DataType:
-    import re
-
     match = re.fullmatch(r"timestamp\[(s|ms|us|ns)(?:,\s*tz=([^\]]+))?\]", text)
     if match:
         return pa.timestamp(match.group(1), tz=match.group(2))
@@ -187,7 +281,7 @@ def _arrow_type(text: str) -> pa.DataType:
 def cmd_init(args, out) -> int:
     from wal3_spark.committer import Committer
 
-    schema = parse_schema(args.schema) if args.schema else None
+    schema = args.schema
     committer = Committer(_store(args.url, args), writer="wal3 cli")
     existed = committer.load() is not None
     manifest, _ = committer.create(schema)
@@ -267,18 +361,27 @@ def cmd_info(args, out) -> int:
 def cmd_tail(args, out) -> int:
     from wal3_spark.reader import LogReader
 
-    if args.n < 0:
-        raise Wal3Error("-n must be >= 0")
     store = _store(args.url, args)
     manifest = LogReader(store).manifest()
     start = max(manifest.oldest_offset, manifest.next_offset - args.n)
-    _print_records(store, start, manifest.next_offset, out)
+    _print_records(store, manifest, start, manifest.next_offset, out)
     return EXIT_OK
 
 
 def cmd_cat(args, out) -> int:
+    from wal3_spark.reader import LogReader
+
     store = _store(args.url, args)
-    _print_records(store, args.from_, args.to, out)
+    manifest = LogReader(store).manifest()
+    oldest, tail = manifest.oldest_offset, manifest.next_offset
+    if args.to is not None and args.from_ is not None and args.to < args.from_:
+        raise InvalidOption(f"--to {args.to} is below --from {args.from_}: give --to >= --from")
+    if args.from_ is not None and args.from_ > tail:
+        raise InvalidOption(
+            f"--from {args.from_} is past the log's tail: it holds offsets [{oldest}, {tail}); "
+            f"give --from within [{oldest}, {tail}]"
+        )
+    _print_records(store, manifest, args.from_, args.to, out)
     return EXIT_OK
 
 
@@ -404,7 +507,7 @@ def build_parser() -> argparse.ArgumentParser:
         # Accepted before and after the command; a subcommand's unset option must not
         # overwrite the value given before it, hence SUPPRESS there.
         common = argparse.ArgumentParser(add_help=False)
-        common.add_argument("--endpoint", default=default,
+        common.add_argument("--endpoint", type=endpoint_arg, default=default,
                             help="S3 endpoint URL (default: AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL)")
         common.add_argument("--region", default=default, help="S3 region (default: AWS_REGION)")
         common.add_argument("-v", "--verbose", action="store_true", default=default or False,
@@ -423,51 +526,51 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     p = add("init", cmd_init, "create a log (raw, or structured with --schema)")
-    p.add_argument("url")
-    p.add_argument("--schema", help='Arrow schema, e.g. "id: int64, name: string not null"')
+    p.add_argument("url", type=url_arg)
+    p.add_argument("--schema", type=schema_arg, help='Arrow schema, e.g. "id: int64, name: string not null"')
 
     p = add("info", cmd_info, "show offsets, counts, setsum balance, schema, cursors, seal, garbage")
-    p.add_argument("url")
+    p.add_argument("url", type=url_arg)
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
     p = add("tail", cmd_tail, "print the last N records as JSON lines")
-    p.add_argument("url")
-    p.add_argument("-n", type=int, default=10, help="how many records (default 10)")
+    p.add_argument("url", type=url_arg)
+    p.add_argument("-n", type=count_arg, default=10, help="how many records (default 10)")
 
     p = add("cat", cmd_cat, "print records [--from, --to) as JSON lines")
-    p.add_argument("url")
-    p.add_argument("--from", dest="from_", type=int, help="first offset (default: the oldest)")
-    p.add_argument("--to", type=int, help="offset to stop before (default: the tail)")
+    p.add_argument("url", type=url_arg)
+    p.add_argument("--from", dest="from_", type=offset_arg, help="first offset (default: the oldest)")
+    p.add_argument("--to", type=offset_arg, help="offset to stop before (default: the tail)")
 
     p = add("verify", cmd_verify, "check every invariant and fragment; exit 1 on any problem")
-    p.add_argument("url")
+    p.add_argument("url", type=url_arg)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--no-data", action="store_true", help="check metadata only, not fragment bytes")
 
     p = add("cursor", cmd_cursor, "list, get, set or delete cursors")
     p.add_argument("action", choices=["list", "get", "set", "delete"])
-    p.add_argument("url")
+    p.add_argument("url", type=url_arg)
     p.add_argument("name", nargs="?")
     p.add_argument("offset", nargs="?", type=int)
     p.add_argument("--force", action="store_true", help="allow moving a cursor backwards")
 
     p = add("gc", cmd_gc, "garbage-collect below the lowest cursor")
-    p.add_argument("url")
+    p.add_argument("url", type=url_arg)
     p.add_argument("--dry-run", action="store_true", help="report what would be collected")
-    p.add_argument("--grace", type=float, help="grace interval in seconds (default 3600)")
-    p.add_argument("--keep-from", type=int, help="keep offsets from here (may only lower the cutoff)")
+    p.add_argument("--grace", type=seconds_arg, help="grace interval in seconds (default 3600)")
+    p.add_argument("--keep-from", type=offset_arg, help="keep offsets from here (may only lower the cutoff)")
     p.add_argument("--force", action="store_true", help="collect even beyond --max-drop-share")
-    p.add_argument("--max-drop-share", type=float, default=0.9,
+    p.add_argument("--max-drop-share", type=share_arg, default=0.9,
                    help="refuse to drop more than this share of the log without --force (default 0.9)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
     p = add("seal", cmd_seal, "seal the log: later appends fail, reads keep working")
-    p.add_argument("url")
+    p.add_argument("url", type=url_arg)
 
     p = add("copy", cmd_copy, "copy a log (or its suffix) to a new location and verify it")
-    p.add_argument("source")
-    p.add_argument("destination")
-    p.add_argument("--from", dest="from_", type=int, help="copy from the fragment holding this offset")
+    p.add_argument("source", type=url_arg)
+    p.add_argument("destination", type=url_arg)
+    p.add_argument("--from", dest="from_", type=offset_arg, help="copy from the fragment holding this offset")
     p.add_argument("--no-cursors", action="store_true", help="do not copy cursors")
     return parser
 
@@ -481,6 +584,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     try:
         return args.fn(args, sys.stdout)
+    except (InvalidOption, InvalidUrl) as exc:  # an argument only the store or the log can judge
+        sys.stderr.write(f"wal3 {args.command}: error: {exc}\n")
+        return EXIT_USAGE
     except Wal3Error as exc:
         sys.stderr.write(f"wal3 {args.command}: error: {exc}\n")
         return EXIT_FAIL
