@@ -7,7 +7,7 @@ import io
 import struct
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +16,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from wal3_spark.setsum import Setsum
-from wal3_spark.storage.base import Blob, ObjectMeta, ObjectStore
+from wal3_spark.storage.base import Blob, ObjectStore
+from wal3_spark.storage.forwarding import ForwardingStore
 
 #: shared/ lies beside the repository, for developers and in CI alike
 TESTDATA = Path(__file__).resolve().parents[3] / "shared" / "testdata"
@@ -67,7 +68,7 @@ def chroma_fragment(start: int, bodies: list[bytes], ts: int) -> tuple[bytes, Se
     return buf.getvalue(), setsum
 
 
-class HookedStore(ObjectStore):
+class HookedStore(ForwardingStore):
     """`inner` as another process sees it at the worst moment: `hook()` runs once, just before
     (or with `after`, just after) the first `get` of a key for which `when(key)` holds, e.g. GC
     running between a reader's manifest GET and its fragment GETs. The URL differs from the
@@ -82,7 +83,8 @@ class HookedStore(ObjectStore):
         *,
         after: bool = False,
     ) -> None:
-        self.inner, self.when, self.hook, self.after = inner, when, hook, after
+        super().__init__(inner)
+        self.when, self.hook, self.after = when, hook, after
         self.url = inner.url + "#hooked"
         self.fired = False
         self.gets: Counter[str] = Counter()
@@ -104,30 +106,14 @@ class HookedStore(ObjectStore):
             self.hook()
         return blob
 
-    def head(self, key: str) -> ObjectMeta:
-        return self.inner.head(key)
 
-    def put_if_absent(self, key: str, data: bytes) -> str:
-        return self.inner.put_if_absent(key, data)
-
-    def put_if_match(self, key: str, data: bytes, etag: str) -> str:
-        return self.inner.put_if_match(key, data, etag)
-
-    def list(self, prefix: str = "") -> Iterator[ObjectMeta]:
-        return self.inner.list(prefix)
-
-    def delete(self, key: str) -> None:
-        self.inner.delete(key)
-
-
-class FailingStore(HookedStore):
+class FailingStore(ForwardingStore):
     """`inner`, except that every `get` of a key `when(key)` holds for raises `error(key)`: a
     store failing the way real ones do (refused permission, retries exhausted)."""
 
     def __init__(self, inner: ObjectStore, when: Callable[[str], bool], error: Callable[[str], Exception]) -> None:
-        super().__init__(inner, when, lambda: None)
-        self.url = inner.url
-        self.error = error
+        super().__init__(inner)
+        self.when, self.error = when, error
 
     def get(self, key: str) -> Blob:
         if self.when(key):
