@@ -105,52 +105,36 @@ def _store(url: str, args: argparse.Namespace):
 # and the usage line, and no traceback.
 
 
+def _bounded(text: str, parse: Callable[[str], Any], low: float, high: float, what: str) -> Any:
+    """`parse(text)` if it is a finite number within [low, high], else the usage error `what`."""
+    try:
+        value = parse(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and low <= value <= high):
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
+    return value
+
+
 def offset_arg(text: str) -> int:
     """A log offset: an integer >= 1 (offsets start at 1, as in Chroma)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = None
-    if value is None or value < FIRST_OFFSET:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not an offset: give an integer >= {FIRST_OFFSET} (offsets start at {FIRST_OFFSET})"
-        )
-    return value
+    return _bounded(text, int, FIRST_OFFSET, math.inf,
+                    f"an offset: give an integer >= {FIRST_OFFSET} (offsets start at {FIRST_OFFSET})")
 
 
 def count_arg(text: str) -> int:
     """A number of records: an integer >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = None
-    if value is None or value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a count: give an integer >= 0")
-    return value
+    return _bounded(text, int, 0, math.inf, "a count: give an integer >= 0")
 
 
 def seconds_arg(text: str) -> float:
     """A duration in seconds: a finite number >= 0 (`nan`, `inf` and negatives are refused)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a duration: give a number of seconds >= 0, e.g. 3600"
-        )
-    return value
+    return _bounded(text, float, 0, math.inf, "a duration: give a number of seconds >= 0, e.g. 3600")
 
 
 def share_arg(text: str) -> float:
     """A share of a whole: a number within [0, 1]."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0.0 <= value <= 1.0:  # also refuses nan
-        raise argparse.ArgumentTypeError(f"{text!r} is not a share: give a number within [0, 1], e.g. 0.9")
-    return value
+    return _bounded(text, float, 0, 1, "a share: give a number within [0, 1], e.g. 0.9")
 
 
 def url_arg(text: str) -> str:
