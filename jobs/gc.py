@@ -25,6 +25,8 @@ try:
 except ImportError:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from wal3_spark.cli import endpoint_arg, seconds_arg, share_arg  # noqa: E402 (after the path set-up)
+
 MANIFEST_SUFFIX = "manifest/MANIFEST"
 
 
@@ -78,12 +80,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         prog="jobs/gc.py", description="Garbage-collect every wal3 log under a prefix."
     )
     parser.add_argument("--prefix", required=True, help="s3://bucket/prefix or a local directory")
-    parser.add_argument("--grace", type=float, default=3600.0, help="grace interval in seconds (default 3600)")
+    parser.add_argument("--grace", type=seconds_arg, default=3600.0, help="grace interval in seconds (default 3600)")
     parser.add_argument("--dry-run", action="store_true", help="report what would be collected")
     parser.add_argument("--force", action="store_true", help="allow collecting beyond --max-drop-share")
-    parser.add_argument("--max-drop-share", type=float, default=0.9,
+    parser.add_argument("--max-drop-share", type=share_arg, default=0.9,
                         help="refuse to drop more than this share of a log without --force (default 0.9)")
-    parser.add_argument("--endpoint", help="S3 endpoint URL (default: AWS_ENDPOINT_URL_S3)")
+    parser.add_argument("--endpoint", type=endpoint_arg, help="S3 endpoint URL (default: AWS_ENDPOINT_URL_S3)")
     parser.add_argument("--driver-only", action="store_true", help="run in this process, without Spark")
     parser.add_argument("--master", help="Spark master when not given by spark-submit")
     return parser.parse_args(argv)

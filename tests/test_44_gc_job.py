@@ -51,6 +51,9 @@ def test_00_help_and_driver_only_run(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert LogReader(open_store(str(tmp_path / "c"))).manifest().oldest_offset == 11
     assert run("--prefix", "gopher://x", "--driver-only").returncode == 1
+    for bad in (("--grace", "-5"), ("--grace", "nan"), ("--max-drop-share", "5"), ("--endpoint", "ftp://x")):
+        proc = run("--prefix", str(tmp_path), "--driver-only", *bad)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr and bad[0] in proc.stderr, proc.stderr
 
 
 def test_01_spark_submit_one_log_per_task(tmp_path):
