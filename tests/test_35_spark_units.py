@@ -138,3 +138,26 @@ def test_a_read_keeps_the_query_schema_when_the_log_gained_a_column():
     assert table.column("id").to_pylist() == [1, 2, 3]
     assert table.column("name").to_pylist() == ["a", "b", "c"]
     assert table.column("_offset").to_pylist() == [1, 2, 3]
+
+
+def test_an_executor_reading_fragments_gc_deleted_after_planning_gets_the_collected_range(tmp_path):
+    """The driver plans partitions from one manifest; GC collects before the tasks run."""
+    from wal3_spark.cursors import CursorStore
+    from wal3_spark.errors import DataLost
+    from wal3_spark.gc import GarbageCollector
+    from wal3_spark.reader import LogReader, output_schema
+    from wal3_spark.spark.tasks import Part, read_partition
+    from wal3_spark.writer import LogWriter
+
+    store = open_store(str(tmp_path / "log"))
+    writer = LogWriter(store)
+    for i in range(4):
+        writer.append([b"%d" % i] * 5)  # [1,6) [6,11) [11,16) [16,21)
+    reader = LogReader(store)
+    manifest = reader.manifest()
+    parts = pack(reader.plan(manifest=manifest), 1 << 30, 1)
+    CursorStore(store).create("c", 12)
+    GarbageCollector(store, grace_s=0, force=True).run()
+    with pytest.raises(DataLost) as info:
+        list(read_partition(store, parts[0], None, output_schema(None), verify=True))
+    assert (info.value.start, info.value.oldest) == (1, 11)
