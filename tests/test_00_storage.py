@@ -564,9 +564,9 @@ def test_s3_wrong_secret_is_a_storage_error_without_the_secret(seaweed: SeaweedS
 
 
 def test_s3_unreachable_endpoint_is_transient_after_retries(seaweed: SeaweedServer) -> None:
-    from tests.support.seaweed import _free_ports
+    from wal3_spark.stress.seaweed import free_ports
 
-    port = _free_ports(1)[0]
+    port = free_ports(1)[0]
     store = open_store("s3://bucket/p", {**seaweed.options, "endpoint": f"http://127.0.0.1:{port}"})
     assert isinstance(store, S3Store)
     store.retry_attempts, store.retry_base_s = 3, 0.001

@@ -46,6 +46,7 @@ from wal3_spark.format import FIRST_OFFSET
 from wal3_spark.schema import check_columns
 from wal3_spark.storage.common import split_url
 from wal3_spark.storage.s3 import S3Settings
+from wal3_spark.stress import command as stress_command
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
@@ -483,6 +484,10 @@ def cmd_copy(args, out) -> int:
     return EXIT_OK
 
 
+def cmd_stress(args, out) -> int:
+    return stress_command.main(args, out, _options(args))
+
+
 # ------------------------------------------------------------------------------- parser
 
 
@@ -556,6 +561,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("destination", type=url_arg)
     p.add_argument("--from", dest="from_", type=offset_arg, help="copy from the fragment holding this offset")
     p.add_argument("--no-cursors", action="store_true", help="do not copy cursors")
+
+    stress_command.add_arguments(add("stress", cmd_stress, "run the end-to-end verification stress test"))
     return parser
 
 

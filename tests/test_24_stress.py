@@ -1,0 +1,350 @@
+"""The end-to-end verification stress test (`wal3 stress`, docs/stress.md).
+
+First the ledger, the part that decides: given journals and records it must call every kind of
+violation by its name (a checker that cannot fail proves nothing). Then a stress reader on a real
+log written by stress writers, with the log broken on purpose. Then bounded runs of the whole
+thing, on the local filesystem and on SeaweedFS, with every kind of fault: 0 lost, 0 duplicated,
+0 misplaced, and every fault kind really injected.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from wal3_spark.format import MANIFEST_KEY
+from wal3_spark.manifest import Manifest
+from wal3_spark.storage import open_store
+from wal3_spark.storage.common import file_url
+from wal3_spark.stress.config import FaultRates, StressConfig
+from wal3_spark.stress.journal import (
+    ACK,
+    EXIT,
+    FAILED,
+    KILLED,
+    UNKNOWN,
+    End,
+    Intent,
+    Journal,
+    Outcome,
+    read_new,
+)
+from wal3_spark.stress.ledger import VIOLATIONS, IntervalSet, Ledger
+from wal3_spark.stress.reader import StressReader
+from wal3_spark.stress.rundir import RunDir, write_json
+from wal3_spark.stress.streams import Message, MessageMismatch, StreamPicker, decode, encode
+from wal3_spark.stress.summary import STORE_FAULTS
+from wal3_spark.stress.supervisor import run_stress
+from wal3_spark.stress.writer import Regime, StressWriter, open_writer
+
+SEED = 7
+
+
+def body(writer: str, append: int, index: int, stream: int = 0, seq: int | None = None) -> bytes:
+    return encode(SEED, Message(stream, writer, append * 10 + index if seq is None else seq, append, index))
+
+
+def intent(append: int, n: int, stream: int = 0) -> Intent:
+    return Intent(append, tuple((stream, append * 10 + i) for i in range(n)), "append")
+
+
+def violations(ledger: Ledger) -> dict[str, int]:
+    return {k: v for k, v in ledger.counts.violations().items() if v}
+
+
+# ------------------------------------------------------------------------------ streams
+
+
+def test_00_a_message_is_regenerated_from_its_stream_seed_and_any_change_is_caught() -> None:
+    m = Message(3, "w1.2", 41, 5, 2)
+    data = encode(SEED, m)
+    assert decode(SEED, data) == m
+    assert encode(SEED, m) == data  # deterministic
+    for broken in (data[:-1], data[:-1] + bytes([data[-1] ^ 1]), data.replace(b"w1.2", b"w1.3", 1),
+                   b"no header at all"):
+        with pytest.raises(MessageMismatch):
+            decode(SEED, broken)
+    with pytest.raises(MessageMismatch):
+        decode(SEED + 1, data)  # another run's seed regenerates other streams
+
+
+def test_01_streams_are_chosen_with_skew_and_numbered_per_stream() -> None:
+    import random
+
+    picker = StreamPicker(random.Random(1), 16, 1.2)
+    taken = [picker.take() for _ in range(4000)]
+    per_stream = [sum(1 for s, _ in taken if s == k) for k in range(16)]
+    assert per_stream[0] > 5 * per_stream[15] > 0  # hot and cold streams
+    for k in range(16):
+        assert [q for s, q in taken if s == k] == list(range(per_stream[k]))
+
+
+# ------------------------------------------------------------------------------- ledger
+
+
+def test_02_interval_set_merges_neighbours() -> None:
+    s = IntervalSet()
+    for x in (5, 3, 4, 9, 7, 8, 0):
+        s.add(x)
+    assert s.spans() == [[0, 1], [3, 6], [7, 10]]
+    assert 4 in s and 6 not in s and 10 not in s and -1 not in s
+    s.add(6)
+    assert s.spans() == [[0, 1], [3, 10]]
+
+
+def test_03_acknowledged_appends_read_once_where_acknowledged_are_verified() -> None:
+    ledger = Ledger(SEED)
+    ledger.note("w0.1", intent(0, 2))
+    ledger.note("w0.1", intent(1, 3, stream=4))
+    for offset, data in enumerate([body("w0.1", 0, 0), body("w0.1", 0, 1)] +
+                                  [body("w0.1", 1, i, stream=4) for i in range(3)], 1):
+        ledger.observe(offset, data)
+    ledger.settle()
+    assert ledger.undecided() == 2  # no outcome journaled yet: nothing decided
+    ledger.note("w0.1", Outcome(0, ACK, 1, 3))
+    ledger.note("w0.1", Outcome(1, ACK, 3, 6))
+    ledger.settle()
+    assert ledger.undecided() == 0
+    assert ledger.counts.verified == 5 and ledger.counts.appends_verified == 2
+    assert violations(ledger) == {}
+
+
+def test_04_an_acknowledged_record_never_read_is_lost() -> None:
+    ledger = Ledger(SEED)
+    ledger.note("w0.1", intent(0, 2))
+    ledger.note("w0.1", Outcome(0, ACK, 1, 3))
+    ledger.observe(1, body("w0.1", 0, 0))
+    ledger.settle()
+    assert ledger.undecided() == 1  # offset 2 not read yet
+    ledger.observe(2, body("w9.9", 0, 0))  # someone else's record where ours should be
+    ledger.note("w9.9", intent(0, 1))
+    ledger.note("w9.9", Outcome(0, ACK, 2, 3))  # offset 2 acknowledged twice: one of them lost
+    ledger.settle()
+    assert violations(ledger) == {"lost": 1}
+    assert "writer w0.1 append 0 record 1" in ledger.examples["lost"][0]
+
+
+def test_05_a_fragment_referenced_twice_counts_duplicated_and_misplaced() -> None:
+    """Issue 7 item 1: r0, r1, r2, r1, r2 with the append reporting offsets [4, 6)."""
+    ledger = Ledger(SEED)
+    ledger.note("w0.1", intent(0, 1))
+    ledger.note("w0.1", Outcome(0, ACK, 1, 2))
+    ledger.note("w0.1", intent(1, 2))
+    ledger.note("w0.1", Outcome(1, ACK, 4, 6))
+    for offset, data in enumerate([body("w0.1", 0, 0), body("w0.1", 1, 0), body("w0.1", 1, 1),
+                                   body("w0.1", 1, 0), body("w0.1", 1, 1)], 1):
+        ledger.observe(offset, data)
+    ledger.settle()
+    assert violations(ledger) == {"duplicated": 2}
+    ledger.note("w0.1", intent(2, 1))
+    ledger.note("w0.1", Outcome(2, ACK, 6, 7))
+    ledger.observe(6, body("w0.1", 2, 0))
+    ledger.settle()
+    ledger.observe(7, body("w0.1", 2, 0))  # a copy long after its append was decided
+    assert violations(ledger) == {"duplicated": 3}
+
+
+def test_06_records_of_a_failed_append_are_unexpected_whenever_they_appear() -> None:
+    ledger = Ledger(SEED)
+    ledger.note("w0.1", intent(0, 1))
+    ledger.note("w0.1", Outcome(0, FAILED, error="CommitFailed"))
+    ledger.settle()
+    assert ledger.counts.failed_absent == 1 and violations(ledger) == {}
+    ledger.observe(1, body("w0.1", 0, 0))  # landed late after all (issue 7 item 2)
+    assert violations(ledger) == {"unexpected": 1}
+    ledger.note("w0.1", intent(1, 1))
+    ledger.observe(2, body("w0.1", 1, 0))
+    ledger.note("w0.1", Outcome(1, FAILED))
+    ledger.settle()
+    assert violations(ledger) == {"unexpected": 2}
+
+
+def test_07_unknown_outcomes_may_land_at_most_once_and_all_or_nothing() -> None:
+    ledger = Ledger(SEED)
+    for append in range(4):
+        ledger.note("w0.1", intent(append, 2))
+    ledger.note("w0.1", Outcome(0, UNKNOWN, error="CommitOutcomeUnknown"))
+    ledger.note("w0.1", Outcome(1, UNKNOWN))
+    ledger.note("w0.1", Outcome(2, UNKNOWN))
+    ledger.note("w0.1", End(KILLED))  # append 3 never got an outcome
+    records = [body("w0.1", 1, 0), body("w0.1", 1, 1), body("w0.1", 2, 0), body("w0.1", 3, 0),
+               body("w0.1", 3, 1)]
+    for offset, data in enumerate(records, 1):
+        ledger.observe(offset, data)
+    ledger.settle()
+    assert ledger.counts.unknown_landed == 2  # appends 1 and 3, read once in full: decided at once
+    assert violations(ledger) == {}
+    ledger.observe(6, body("w0.1", 3, 0))  # append 3 again
+    ledger.observe(7, body("w0.1", 3, 1))
+    assert violations(ledger) == {"duplicated": 2}
+    ledger.settle(final=True)
+    assert ledger.counts.unknown_absent == 1  # append 0
+    assert ledger.counts.unknown_landed == 3  # and append 2, in part
+    assert violations(ledger) == {"duplicated": 2, "lost": 1}  # append 2 landed torn
+
+
+def test_08_corrupt_and_unannounced_records_are_violations() -> None:
+    ledger = Ledger(SEED)
+    good = body("w0.1", 0, 0)
+    ledger.observe(1, good[:-1] + bytes([good[-1] ^ 0xFF]))
+    ledger.observe(2, b"not a stress record")
+    ledger.observe(3, body("w7.7", 0, 0))  # no journal ever announced it
+    ledger.settle(final=True)
+    assert violations(ledger) == {"corrupt": 2, "unexpected": 1}
+
+
+def test_09_a_skipped_range_is_unreadable_and_its_acknowledged_records_lost() -> None:
+    ledger = Ledger(SEED)
+    ledger.note("w0.1", intent(0, 3))
+    ledger.note("w0.1", Outcome(0, ACK, 1, 4))
+    ledger.observe(1, body("w0.1", 0, 0))
+    ledger.skip(4, "garbage-collected before this reader read them")
+    ledger.settle()
+    assert violations(ledger) == {"unreadable": 2, "lost": 2}
+    with pytest.raises(ValueError, match="in order"):
+        ledger.observe(7, body("w0.1", 0, 0))
+
+
+def test_10_the_ledger_survives_a_json_round_trip_mid_run() -> None:
+    import json
+
+    ledger = Ledger(SEED)
+    ledger.note("w0.1", intent(0, 2))
+    ledger.note("w0.1", intent(1, 1))
+    ledger.note("w0.1", Outcome(1, ACK, 1, 2))
+    ledger.observe(1, body("w0.1", 1, 0))
+    ledger.observe(2, body("w0.1", 0, 0))
+    ledger.settle()
+    again = Ledger.from_json(json.loads(json.dumps(ledger.to_json())))
+    assert again.to_json() == ledger.to_json()
+    again.observe(3, body("w0.1", 1, 0))  # append 1 was decided before the round trip
+    again.observe(4, body("w0.1", 0, 1))
+    again.note("w0.1", Outcome(0, ACK, 2, 4))
+    again.settle()
+    assert violations(again) == {"duplicated": 1, "misplaced": 1}
+    assert again.counts.verified == 2
+
+
+# ------------------------------------------------------- stress writers and readers, real log
+
+
+def _write_some(run: RunDir, url: str, name: str, appends: int) -> None:
+    config = StressConfig(url=url, seed=SEED)
+    journal = Journal(run.journal(name))
+    writer = StressWriter(config, name, open_writer(config, name, open_store(url)), journal, time.monotonic)
+    for i in range(appends):
+        writer.append_one(Regime("append" if i % 2 else "submit", 0.0, 8, float("inf")))
+    writer.writer.close()
+    journal.write(End(EXIT))
+    journal.close()
+
+
+def _read_all(run: RunDir, url: str) -> StressReader:
+    (tail := open_store(url).get(MANIFEST_KEY))  # the log exists
+    reader = StressReader(run, SEED, "r0", open_store(url), read_chunk=7)
+    write_json(run.final, {"tail": Manifest.from_json(tail.data).next_offset})
+    stop = threading.Event()
+    timer = threading.Timer(120, stop.set)  # a hung reader fails the test instead of hanging it
+    timer.start()
+    try:
+        reader.run(stop)
+    finally:
+        timer.cancel()
+    assert reader.finished
+    return reader
+
+
+def test_11_stress_readers_verify_a_real_log_and_resume_from_their_saved_state(tmp_path: Path) -> None:
+    run = RunDir(tmp_path / "run").create()
+    url = file_url(str(tmp_path / "log"))
+    _write_some(run, url, "w0.1", 12)
+    _write_some(run, url, "w1.1", 5)
+    entries, _ = read_new(run.journal("w0.1"), 0)
+    acked = sum(e.limit - e.start for e in entries if isinstance(e, Outcome) and e.kind == ACK)
+    reader = StressReader(run, SEED, "r0", open_store(url), read_chunk=7)
+    assert reader.read_some()  # one chunk, then the process "dies": state saved, cursor moved
+    reader.catch_up_journals()
+    reader.save()
+    reader.advance_cursor()
+    resumed = _read_all(run, url)
+    counts = resumed.ledger.counts
+    assert counts.violations() == dict.fromkeys(VIOLATIONS, 0)
+    assert counts.verified == counts.records_read >= acked > 0
+    assert counts.appends_verified == 17
+
+
+def test_12_stress_readers_report_a_fragment_lost_from_under_the_log(tmp_path: Path) -> None:
+    run = RunDir(tmp_path / "run").create()
+    url = file_url(str(tmp_path / "log"))
+    _write_some(run, url, "w0.1", 6)
+    store = open_store(url)
+    victim = Manifest.from_json(store.get(MANIFEST_KEY).data).fragments[2]
+    store.delete(victim.path)
+    counts = _read_all(run, url).ledger.counts
+    assert counts.unreadable == victim.limit - victim.start
+    assert counts.lost == victim.limit - victim.start
+    assert counts.verified == counts.records_read
+
+
+def test_13_stress_readers_catch_records_of_appends_journaled_as_failed(tmp_path: Path) -> None:
+    run = RunDir(tmp_path / "run").create()
+    url = file_url(str(tmp_path / "log"))
+    _write_some(run, url, "w0.1", 3)
+    lines = run.journal("w0.1").read_text().splitlines()
+    ack = next(i for i, line in enumerate(lines) if '"kind":"ack"' in line)
+    lines[ack] = lines[ack].split(',"kind"')[0] + ',"kind":"failed"}'  # the API "said" failed
+    run.journal("w0.1").write_text("\n".join(lines) + "\n")
+    counts = _read_all(run, url).ledger.counts
+    assert counts.unexpected > 0 and counts.lost == 0
+
+
+# ----------------------------------------------------------------------- bounded runs
+
+
+BOUNDED = StressConfig(
+    url="",
+    seed=11,
+    duration_s=6.0,  # at least; then on until every fault kind was injected and GC collected
+    writers=2,
+    readers=2,
+    collectors=1,
+    kill_every_s=1.5,
+    seaweed_restart_every_s=0.0,
+    summary_every_s=5.0,
+    require_every_fault=True,
+    gc_grace_s=1.0,
+    gc_every_s=0.5,
+    read_chunk=2000,
+    faults=FaultRates(drop=0.03, delay=0.08, max_delay_s=0.1, error_5xx=0.03, timeout_after_write=0.03,
+                      precondition_storm=0.03, storm_every_s=3.0, storm_length_s=1.0, storm_rate=0.7),
+)
+KILLS = ("kill writer", "kill reader", "kill collector")
+
+
+def _assert_clean_run(summary, required: tuple[str, ...]) -> None:
+    assert sorted(summary.required) == sorted(required)
+    table = summary.table()
+    assert summary.final, table
+    assert summary.violations() == dict.fromkeys(VIOLATIONS, 0), table
+    assert summary.verified() >= summary.records_acknowledged > 0, table
+    assert not summary.verify_problems, table
+    assert not summary.crashes.get("writer") and not summary.crashes.get("reader"), table
+    assert summary.ok, table
+    assert summary.missing() == [], table
+
+
+def test_20_bounded_stress_run_on_the_local_filesystem(tmp_path: Path) -> None:
+    config = replace(BOUNDED, url=file_url(str(tmp_path / "log")))
+    summary = run_stress(config, tmp_path / "run", out=open(tmp_path / "out.txt", "w"))
+    _assert_clean_run(summary, STORE_FAULTS + KILLS + ("gc apply",))
+
+
+def test_21_bounded_stress_run_on_seaweedfs_with_a_server_restart(tmp_path: Path) -> None:
+    config = replace(BOUNDED, seaweed_restart_every_s=60.0)  # one restart, at mid-run
+    summary = run_stress(config, tmp_path / "run", s3=True, out=open(tmp_path / "out.txt", "w"))
+    assert summary.url.startswith("s3://")
+    _assert_clean_run(summary, STORE_FAULTS + KILLS + ("seaweed_restart", "gc apply"))

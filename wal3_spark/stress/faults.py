@@ -1,0 +1,67 @@
+"""The store each stress process uses: the log's real store behind fault injection.
+
+`FaultyStore` injects drops, slow requests, 5xx, timeouts after the write and spurious 412s;
+`Storms` turns the spurious 412s into storms now and then. Counts are per process; the
+supervisor adds up every process's stats file.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Callable
+
+from wal3_spark.storage import FaultyStore, ObjectStore, open_store
+from wal3_spark.stress.config import StressConfig
+
+
+class Storms:
+    """412 storms: a background thread that raises a `FaultyStore`'s spurious-412 probability
+    to `rate` for `length_s` seconds, at exponentially distributed intervals."""
+
+    def __init__(self, store: FaultyStore, rng: random.Random, every_s: float, length_s: float,
+                 rate: float, stop: threading.Event) -> None:
+        self.store = store
+        self.rng = rng
+        self.every_s = every_s
+        self.length_s = length_s
+        self.rate = rate
+        self.stop = stop
+        self.count = 0
+        self._base = store.probabilities["precondition_storm"]
+
+    def start(self) -> None:
+        if self.every_s > 0 and self.length_s > 0:
+            threading.Thread(target=self._run, name="stress-storms", daemon=True).start()
+
+    def _run(self) -> None:
+        while not self.stop.wait(self.rng.expovariate(1.0 / self.every_s)):
+            self.count += 1
+            self.store.probabilities["precondition_storm"] = self.rate
+            self.stop.wait(self.length_s)
+            self.store.probabilities["precondition_storm"] = self._base
+
+
+def fault_store(
+    config: StressConfig, name: str, stop: threading.Event
+) -> tuple[ObjectStore, Callable[[], dict[str, int]]]:
+    """The log's store for process `name`, with faults; and a function counting them by kind."""
+    rates = config.faults
+    rng = random.Random(f"{config.seed}/{name}/faults")
+    faulty = FaultyStore(
+        open_store(config.url, config.options),
+        seed=rng.randrange(2**32),
+        drop=rates.drop,
+        delay=rates.delay,
+        error_5xx=rates.error_5xx,
+        timeout_after_write=rates.timeout_after_write,
+        precondition_storm=rates.precondition_storm,
+        max_delay_s=rates.max_delay_s,
+    )
+    storms = Storms(faulty, rng, rates.storm_every_s, rates.storm_length_s, rates.storm_rate, stop)
+    storms.start()
+
+    def counts() -> dict[str, int]:
+        return {**faulty.counts, "storm": storms.count}
+
+    return faulty, counts

@@ -1,0 +1,169 @@
+"""What a stress run has shown so far: gathered from the run directory, printed as a table.
+
+Appends are counted from the writers' journals (the authority on what the API answered),
+verification from the readers' ledgers (each reader verifies the whole log on its own: a
+violation any reader saw counts, and "verified" is the least any reader verified), faults from
+every process's stats file plus the supervisor's own kills and server restarts.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from wal3_spark.stress.journal import ACK, FAILED, KILLED, UNKNOWN, End, Intent, Outcome, read_new
+from wal3_spark.stress.ledger import VIOLATIONS
+from wal3_spark.stress.rundir import RunDir
+
+#: fault kinds every process injects into its store calls (FaultyStore's, plus storms)
+STORE_FAULTS = ("drop", "delay", "error_5xx", "timeout_after_write", "precondition_storm", "storm")
+
+
+class AppendTally:
+    """Appends by outcome, read incrementally from the writers' journals."""
+
+    def __init__(self) -> None:
+        self.offsets: dict[str, int] = {}
+        self.open: dict[str, set[int]] = {}
+        self.ended: dict[str, str] = {}
+        self.outcomes: Counter[str] = Counter()
+        self.records_acknowledged = 0
+
+    def update(self, run: RunDir) -> None:
+        for writer, path in run.journals():
+            entries, self.offsets[writer] = read_new(path, self.offsets.get(writer, 0))
+            waiting = self.open.setdefault(writer, set())
+            for entry in entries:
+                if isinstance(entry, Intent):
+                    waiting.add(entry.append)
+                elif isinstance(entry, Outcome):
+                    waiting.discard(entry.append)
+                    self.outcomes[entry.kind] += 1
+                    if entry.kind == ACK:
+                        self.records_acknowledged += entry.limit - entry.start  # type: ignore[operator]
+                elif isinstance(entry, End):
+                    self.ended[writer] = entry.how
+
+    def counts(self) -> dict[str, int]:
+        killed = sum(len(a) for w, a in self.open.items() if self.ended.get(w) == KILLED)
+        waiting = sum(len(a) for w, a in self.open.items() if w not in self.ended)
+        return {
+            "acknowledged": self.outcomes[ACK],
+            "unknown": self.outcomes[UNKNOWN],
+            "in flight when killed": killed,
+            "failed": self.outcomes[FAILED],
+            "in flight": waiting,
+        }
+
+
+@dataclass
+class Summary:
+    url: str
+    elapsed_s: float
+    duration_s: float
+    final: bool = False
+    appends: dict[str, int] = field(default_factory=dict)
+    records_acknowledged: int = 0
+    #: reader slot -> its ledger counts, position and whether it finished
+    readers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    faults: dict[str, int] = field(default_factory=dict)
+    kills: dict[str, int] = field(default_factory=dict)
+    #: processes that exited on their own (a bug): role -> count
+    crashes: dict[str, int] = field(default_factory=dict)
+    gc: dict[str, int] = field(default_factory=dict)
+    #: errors the processes saw and survived, by kind (informational)
+    errors: dict[str, int] = field(default_factory=dict)
+    examples: dict[str, list[str]] = field(default_factory=dict)
+    #: problems `verify` found in the log at the end (orphan files excepted)
+    verify_problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    #: what the run was configured to exercise: fault kinds (store faults, `kill <role>`,
+    #: `seaweed_restart`) and `gc apply`
+    required: list[str] = field(default_factory=list)
+
+    def violations(self) -> dict[str, int]:
+        return {k: max((r["counts"][k] for r in self.readers.values()), default=0) for k in VIOLATIONS}
+
+    def verified(self) -> int:
+        return min((r["counts"]["verified"] for r in self.readers.values()), default=0)
+
+    def missing(self) -> list[str]:
+        """What the run was to exercise and did not (yet)."""
+        happened = {**self.faults, **{f"kill {role}": n for role, n in self.kills.items()},
+                    **{f"gc {step}": n for step, n in self.gc.items()}}
+        return [kind for kind in self.required if not happened.get(kind)]
+
+    @property
+    def ok(self) -> bool:
+        return (
+            self.final
+            and not any(self.violations().values())
+            and not self.verify_problems
+            and not any(self.crashes.values())
+            and all(r["finished"] for r in self.readers.values())
+            and not self.notes
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "violations": self.violations(), "verified": self.verified(), "ok": self.ok}
+
+    def table(self) -> str:
+        state = ("PASSED" if self.ok else "FAILED") if self.final else "running"
+        rows: list[tuple[str, str, str]] = []
+
+        def section(title: str, items: dict[str, Any]) -> None:
+            for i, (name, value) in enumerate(items.items()):
+                rows.append((title if i == 0 else "", name, f"{value:,}" if isinstance(value, int) else str(value)))
+
+        section("appends", {**self.appends, "records acknowledged": self.records_acknowledged})
+        per_reader = ", ".join(f"{slot} {r['counts']['verified']:,}" for slot, r in self.readers.items())
+        section("records", {"verified": f"{self.verified():,} ({per_reader})", **self.violations()})
+        section("faults", dict(sorted(self.faults.items())))
+        section("kills", {**dict(sorted(self.kills.items())),
+                          **{f"crashed {role}": n for role, n in sorted(self.crashes.items()) if n}})
+        section("gc", dict(sorted(self.gc.items())))
+        if self.errors:
+            section("errors survived", dict(sorted(self.errors.items())))
+        width = max(len(r[1]) for r in rows)
+        head = f"wal3 stress {self.url}: {self.elapsed_s:.0f} s of {self.duration_s:.0f} s, {state}"
+        lines = [head] + [f"  {a:<9} {b:<{width}}  {c}" for a, b, c in rows]
+        if self.missing():
+            lines.append(f"  not exercised (yet): {', '.join(self.missing())}")
+        if self.final:
+            lines.append(f"  verify: {'clean' if not self.verify_problems else self.verify_problems[:5]}")
+        for kind, texts in self.examples.items():
+            lines += [f"  {kind}: {text}" for text in texts[:3]]
+        lines += [f"  note: {note}" for note in self.notes]
+        return "\n".join(lines)
+
+
+def gather(run: RunDir, tally: AppendTally, url: str, elapsed_s: float, duration_s: float,
+           kills: Counter[str], crashes: Counter[str], seaweed_restarts: int) -> Summary:
+    tally.update(run)
+    summary = Summary(url, elapsed_s, duration_s, appends=tally.counts(),
+                      records_acknowledged=tally.records_acknowledged,
+                      kills=dict(kills), crashes=dict(crashes))
+    faults: Counter[str] = Counter()
+    gc: Counter[str] = Counter()
+    errors: Counter[str] = Counter()
+    for stats in run.all_stats():
+        if stats is None:
+            continue
+        faults.update(stats["faults"])
+        if stats["role"] == "collector":
+            gc.update(stats["counters"])
+        else:
+            errors.update({f"{stats['role']} {k}": v for k, v in stats["counters"].items() if k != "appends"})
+    if seaweed_restarts:
+        faults["seaweed_restart"] = seaweed_restarts
+    summary.faults, summary.gc, summary.errors = dict(faults), dict(gc), dict(errors)
+    for slot, state in run.reader_states().items():
+        if state is None:
+            continue
+        ledger = state["ledger"]
+        summary.readers[slot] = {"counts": ledger["counts"], "position": ledger["position"],
+                                 "finished": bool(state.get("finished"))}
+        for kind, texts in ledger["examples"].items():
+            summary.examples.setdefault(kind, []).extend(texts)
+    return summary

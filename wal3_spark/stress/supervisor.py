@@ -1,0 +1,325 @@
+"""The stress run itself: start the processes, kill and restart them, restart SeaweedFS, print a
+summary every so often, then stop the writers and let the readers decide everything.
+
+The end of a run goes in order, because verification needs a complete picture:
+1. writers get SIGTERM: each closes its `LogWriter` (every append gets an outcome) and journals
+   that it exited (a writer that does not stop in time is killed and marked so);
+2. the final tail is read and written to `final.json`;
+3. readers read up to it, catch up with the complete journals, decide every append left, and
+   exit; the collectors are stopped;
+4. `verify` checks every invariant and fragment of the log.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import IO
+
+from wal3_spark.committer import Committer
+from wal3_spark.cursors import CursorStore
+from wal3_spark.errors import Wal3Error
+from wal3_spark.reader import LogReader
+from wal3_spark.storage import open_store
+from wal3_spark.storage.retry import retry
+from wal3_spark.stress.config import StressConfig
+from wal3_spark.stress.journal import mark_killed
+from wal3_spark.stress.reader import cursor_name
+from wal3_spark.stress.rundir import RunDir, read_json, write_json
+from wal3_spark.stress.seaweed import SeaweedProcess
+from wal3_spark.stress.summary import STORE_FAULTS, AppendTally, Summary, gather
+from wal3_spark.verify import verify
+
+log = logging.getLogger(__name__)
+
+TICK_S = 0.1
+WRITER_STOP_S = 120.0
+READER_FINISH_S = 600.0
+COLLECTOR_STOP_S = 60.0
+STARTUP_S = 180.0
+#: a run stops early once this many processes have crashed (exited on their own)
+MAX_CRASHES = 10
+#: with require_every_fault, the load goes on for at most this many times the duration more
+EXTENSION = 3
+
+
+class StressSetupError(Wal3Error):
+    """The stress run cannot start (its log location is not empty)."""
+
+
+@dataclass
+class Process:
+    role: str
+    slot: str
+    name: str
+    popen: subprocess.Popen[bytes]
+
+
+class Supervisor:
+    def __init__(self, config: StressConfig, run: RunDir, seaweed: SeaweedProcess | None = None,
+                 out: IO[str] = sys.stdout) -> None:
+        self.config = config
+        self.run_dir = run
+        self.seaweed = seaweed
+        self.out = out
+        self.rng = random.Random(f"{config.seed}/supervisor")
+        self.processes: list[Process] = []
+        self.generations: Counter[str] = Counter()
+        self.kills: Counter[str] = Counter()
+        self.crashes: Counter[str] = Counter()
+        self.seaweed_restarts = 0
+        self.tally = AppendTally()
+        self.started = time.monotonic()
+        #: why the run stopped early, if it did
+        self.aborted: str | None = None
+        self._next_fault_check = 0.0
+
+    # -- the run ----------------------------------------------------------------------
+
+    def run(self) -> Summary:
+        self.prepare()
+        try:
+            for role, slot in self.slots():
+                self.spawn(role, slot)
+            self.await_started()
+            self.steady()
+            return self.finish()
+        finally:
+            for p in self.processes:
+                if p.popen.poll() is None:
+                    p.popen.kill()
+                    p.popen.wait()
+
+    def slots(self) -> list[tuple[str, str]]:
+        c = self.config
+        return ([("writer", f"w{i}") for i in range(c.writers)]
+                + [("reader", f"r{i}") for i in range(c.readers)]
+                + [("collector", f"gc{i}") for i in range(c.collectors)])
+
+    def prepare(self) -> None:
+        """A fresh log, and every reader's cursor at its start before any collector runs."""
+        self.run_dir.create()
+        self.config.save(self.run_dir.config)
+        store = open_store(self.config.url, self.config.options)
+        committer = Committer(store, writer="wal3 stress")
+        existing = committer.load()
+        if existing is not None and existing[0].next_offset > 1:
+            raise StressSetupError(
+                f"{self.config.url} already holds a log with records; a stress run needs a fresh "
+                "location (its readers verify every record as a stress message)"
+            )
+        committer.create()
+        cursors = CursorStore(store, writer="wal3 stress")
+        for role, slot in self.slots():
+            if role == "reader" and cursors.get(cursor_name(slot)) is None:
+                cursors.create(cursor_name(slot), 1)
+
+    def await_started(self) -> None:
+        """Start the clock once every process is up (imports take seconds on a busy machine)."""
+        deadline = time.monotonic() + STARTUP_S
+        while time.monotonic() < deadline and self.aborted is None:
+            self.reap()
+            if all(self.run_dir.stats(p.name).exists() for p in self.processes):
+                break
+            time.sleep(TICK_S)
+        self.started = time.monotonic()
+
+    def required(self) -> list[str]:
+        """Every fault kind this run is configured to inject, and a GC that collects."""
+        c = self.config
+        kinds = [kind for kind in STORE_FAULTS if c.faults.injects(kind)]
+        if c.kill_every_s > 0:
+            kinds += [f"kill {role}" for role in self.roles()]
+        if self.seaweed is not None and c.seaweed_restart_every_s > 0:
+            kinds.append("seaweed_restart")
+        if c.collectors:
+            kinds.append("gc apply")
+        return kinds
+
+    def roles(self) -> list[str]:
+        return list(dict.fromkeys(role for role, _ in self.slots()))
+
+    def steady(self) -> None:
+        c = self.config
+        roles = self.roles()
+        kill_order = itertools.cycle(self.rng.sample(roles, len(roles)))
+        next_kill = self._after(c.kill_every_s)
+        next_restart = self._after(min(c.seaweed_restart_every_s, c.duration_s / 2), jitter=False)
+        next_summary = self.started + c.summary_every_s
+        end = self.started + c.duration_s
+        while self.aborted is None and self.keep_going(time.monotonic(), end):
+            now = time.monotonic()
+            self.reap()
+            if now >= next_kill and self.kill_one(next(kill_order)):
+                next_kill = self._after(c.kill_every_s)
+            if self.seaweed is not None and c.seaweed_restart_every_s > 0 and now >= next_restart:
+                log.info("restarting SeaweedFS")
+                self.seaweed.restart()
+                self.seaweed_restarts += 1
+                next_restart = time.monotonic() + c.seaweed_restart_every_s
+            if now >= next_summary:
+                self.print(self.summary())
+                next_summary = now + c.summary_every_s
+            time.sleep(TICK_S)
+
+    def keep_going(self, now: float, end: float) -> bool:
+        """Until the end; with `require_every_fault`, then on (for at most `EXTENSION` times the
+        duration) until every fault kind was injected and GC collected, checked every second."""
+        if now < end:
+            return True
+        if not self.config.require_every_fault or now > end + EXTENSION * self.config.duration_s:
+            return False
+        if now < self._next_fault_check:
+            return True
+        self._next_fault_check = now + 1.0
+        return bool(self.summary().missing())
+
+    def finish(self) -> Summary:
+        self.stop_role("writer", WRITER_STOP_S)
+        tail = self.final_tail()
+        write_json(self.run_dir.final, {"tail": tail})
+        notes = self.await_readers()
+        self.stop_role("collector", COLLECTOR_STOP_S)
+        summary = self.summary(final=True)
+        summary.notes += notes + ([self.aborted] if self.aborted else [])
+        summary.verify_problems = self.verify()
+        write_json(self.run_dir.summary, summary.to_json())
+        self.print(summary)
+        return summary
+
+    # -- processes --------------------------------------------------------------------
+
+    def spawn(self, role: str, slot: str) -> Process:
+        self.generations[slot] += 1
+        name = f"{slot}.{self.generations[slot]}"
+        cmd = [sys.executable, "-m", "wal3_spark.stress.worker", str(self.run_dir.root), role, name,
+               "--slot", slot]
+        with open(self.run_dir.log(name), "ab") as log_file:
+            popen = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL)
+        process = Process(role, slot, name, popen)
+        self.processes.append(process)
+        return process
+
+    def live(self, role: str) -> list[Process]:
+        return [p for p in self.processes if p.role == role and p.popen.poll() is None]
+
+    def kill_one(self, role: str) -> bool:
+        """SIGKILL a random process of `role` that is up (not still importing); False if none."""
+        candidates = [p for p in self.live(role) if self.run_dir.stats(p.name).exists()]
+        if not candidates:
+            return False
+        victim = self.rng.choice(candidates)
+        victim.popen.kill()
+        victim.popen.wait()
+        self.kills[role] += 1
+        log.info("killed %s", victim.name)
+        self.ended(victim, killed=True)
+        self.spawn(role, victim.slot)
+        return True
+
+    def reap(self) -> None:
+        """Processes that exited by themselves before the end crashed: count and replace them."""
+        for p in list(self.processes):
+            code = p.popen.poll()
+            if code is None:
+                continue
+            self.processes.remove(p)
+            if p.role == "reader" and (read_json(self.run_dir.reader_state(p.slot)) or {}).get("finished"):
+                continue
+            self.crashes[p.role] += 1
+            log.error("%s exited with status %s; see %s", p.name, code, self.run_dir.log(p.name))
+            self.ended(p, killed=code != 0)
+            if sum(self.crashes.values()) >= MAX_CRASHES:
+                self.aborted = (f"stopped early: {sum(self.crashes.values())} processes crashed "
+                                f"(the last: {p.name}, see {self.run_dir.log(p.name)})")
+                continue
+            self.spawn(p.role, p.slot)
+
+    def ended(self, p: Process, *, killed: bool) -> None:
+        if killed and p.role == "writer" and self.run_dir.journal(p.name).exists():
+            mark_killed(self.run_dir.journal(p.name))
+        if p in self.processes:
+            self.processes.remove(p)
+
+    def stop_role(self, role: str, timeout_s: float) -> None:
+        stopping = self.live(role)
+        for p in stopping:
+            p.popen.terminate()
+        deadline = time.monotonic() + timeout_s
+        for p in stopping:
+            try:
+                code = p.popen.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.error("%s did not stop within %.0f s; killing it", p.name, timeout_s)
+                p.popen.kill()
+                code = p.popen.wait()
+            # -SIGTERM: it was still starting, before it could handle the signal
+            if code not in (0, -signal.SIGTERM):
+                self.crashes[role] += 1
+            self.ended(p, killed=code != 0)
+
+    def await_readers(self) -> list[str]:
+        """Wait for every reader to finish; returns notes about those that did not."""
+        deadline = time.monotonic() + READER_FINISH_S
+        slots = [slot for role, slot in self.slots() if role == "reader"]
+        while time.monotonic() < deadline:
+            self.reap()
+            states = {s: read_json(self.run_dir.reader_state(s)) or {} for s in slots}
+            if all(state.get("finished") for state in states.values()):
+                return []
+            time.sleep(TICK_S)
+        return [f"reader {s} did not finish within {READER_FINISH_S:.0f} s" for s in slots
+                if not (read_json(self.run_dir.reader_state(s)) or {}).get("finished")]
+
+    # -- the log ----------------------------------------------------------------------
+
+    def final_tail(self) -> int:
+        reader = LogReader(open_store(self.config.url, self.config.options))
+        return retry(lambda: reader.manifest().next_offset, attempts=10, what="read the final tail")
+
+    def verify(self) -> list[str]:
+        report = verify(open_store(self.config.url, self.config.options))
+        return [str(p) for p in report.problems if p.kind != "extra"]
+
+    # -- reporting --------------------------------------------------------------------
+
+    def summary(self, final: bool = False) -> Summary:
+        summary = gather(self.run_dir, self.tally, self.config.url, time.monotonic() - self.started,
+                         self.config.duration_s, self.kills, self.crashes, self.seaweed_restarts)
+        summary.final = final
+        summary.required = self.required()
+        return summary
+
+    def print(self, summary: Summary) -> None:
+        self.out.write(summary.table() + "\n")
+        self.out.flush()
+
+    def _after(self, mean_s: float, jitter: bool = True) -> float:
+        if mean_s <= 0:
+            return float("inf")
+        return time.monotonic() + mean_s * (self.rng.uniform(0.5, 1.5) if jitter else 1.0)
+
+
+def run_stress(config: StressConfig, run_dir: Path, *, s3: bool = False,
+               out: IO[str] = sys.stdout) -> Summary:
+    """Run a stress test; with `s3`, on a SeaweedFS started under `run_dir/seaweed` (and
+    restarted during the run), whatever `config.url` says."""
+    run = RunDir(run_dir).create()
+    if not s3:
+        return Supervisor(config, run, out=out).run()
+    seaweed = SeaweedProcess(run.root / "seaweed")
+    server = seaweed.start()
+    try:
+        config = replace(config, url=server.new_url("stress"), options=server.options)
+        return Supervisor(config, run, seaweed, out=out).run()
+    finally:
+        seaweed.stop()
