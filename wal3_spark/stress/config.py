@@ -17,8 +17,8 @@ class FaultRates:
     `FaultyStore`'s probabilities per call; `max_delay_s` bounds a slow request. 412 storms are
     windows of `storm_length_s` seconds, starting every `storm_every_s` seconds on average,
     during which a conditional write fails with a spurious 412 with probability `storm_rate`.
-    `late_landing`: the probability that a manifest write times out and lands later, still
-    conditioned on its original ETag (`LateLandingStore`).
+    `late_landing`: the probability that a conditional write times out and lands later, still
+    conditioned on what it was sent with (`LateLandingStore`).
     """
 
     drop: float = 0.01

@@ -1,8 +1,10 @@
 """The store each stress process uses: the log's real store behind fault injection.
 
 `FaultyStore` injects drops, slow requests, 5xx, timeouts after the write and spurious 412s;
-`Storms` turns the spurious 412s into storms now and then. Counts are per process; the
-supervisor adds up every process's stats file.
+`Storms` turns the spurious 412s into storms now and then; `LateLandingStore` (outermost) makes
+some conditional writes time out and land later, still conditioned on what they were sent with,
+either right after the writer's next read of the key (issue 7's failure 1) or after a few more
+requests. Counts are per process; the supervisor adds up every process's stats file.
 """
 
 from __future__ import annotations
@@ -11,8 +13,12 @@ import random
 import threading
 from collections.abc import Callable
 
-from wal3_spark.storage import FaultyStore, ObjectStore, open_store
+from wal3_spark.storage import FaultyStore, LateLandingStore, ObjectStore, open_store
 from wal3_spark.stress.config import StressConfig
+
+
+#: a late write chosen to land "random"ly lands within this many more requests
+LATE_AFTER_REQUESTS = 8
 
 
 class Storms:
@@ -60,8 +66,18 @@ def fault_store(
     )
     storms = Storms(faulty, rng, rates.storm_every_s, rates.storm_length_s, rates.storm_rate, stop)
     storms.start()
+    late = LateLandingStore(
+        faulty,
+        probability=rates.late_landing,
+        methods=("put_if_match", "put_if_absent"),
+        land=rng.choice(("after_get", "random")),
+        after_requests=LATE_AFTER_REQUESTS,
+        seed=rng.randrange(2**32),
+    )
 
     def counts() -> dict[str, int]:
-        return {**faulty.counts, "storm": storms.count}
+        held = late.counts
+        return {**faulty.counts, "storm": storms.count, "late_landing": held["held"],
+                "late_landed": held["landed"]}
 
-    return faulty, counts
+    return late, counts

@@ -16,8 +16,9 @@ from wal3_spark.stress.journal import ACK, FAILED, KILLED, UNKNOWN, End, Intent,
 from wal3_spark.stress.ledger import VIOLATIONS
 from wal3_spark.stress.rundir import RunDir
 
-#: fault kinds every process injects into its store calls (FaultyStore's, plus storms)
-STORE_FAULTS = ("drop", "delay", "error_5xx", "timeout_after_write", "precondition_storm", "storm")
+#: fault kinds every process injects into its store calls (FaultyStore's, storms, late writes)
+STORE_FAULTS = ("drop", "delay", "error_5xx", "timeout_after_write", "precondition_storm", "storm",
+                "late_landing")
 
 
 class AppendTally:
