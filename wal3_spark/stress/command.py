@@ -19,7 +19,9 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import IO
 
-from wal3_spark.storage.common import file_url
+from wal3_spark.errors import InvalidUrl
+from wal3_spark.storage import open_store
+from wal3_spark.storage.common import file_url, split_url
 from wal3_spark.stress.config import FaultRates, StressConfig
 
 #: the FaultRates fields that are probabilities (scaled by --fault-scale)
@@ -106,13 +108,17 @@ def main(args: argparse.Namespace, out: IO[str], options: dict[str, str]) -> int
     if args.s3 and args.url:
         sys.stderr.write("wal3 stress: error: give either a URL or --s3 (which starts its own server)\n")
         return EXIT_USAGE
-    run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="wal3-stress-"))
-    url = args.url or file_url(str(run_dir / "log"))
     try:
-        config = replace(config_from_args(args, url), options=options)
-    except argparse.ArgumentTypeError as exc:
+        if args.url and split_url(args.url)[0] == "memory":
+            raise InvalidUrl("a stress run's processes cannot share a memory:// log; use a path or s3://")
+        if args.url:
+            open_store(args.url, options)  # refuses a URL no store serves
+        scaled = config_from_args(args, "")
+    except (argparse.ArgumentTypeError, InvalidUrl) as exc:
         sys.stderr.write(f"wal3 stress: error: {exc}\n")
         return EXIT_USAGE
+    run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="wal3-stress-"))
+    config = replace(scaled, url=args.url or file_url(str(run_dir / "log")), options=options)
     out.write(f"wal3 stress: run directory {run_dir}\n")
     summary = run_stress(config, run_dir, s3=args.s3, out=out)
     return 0 if summary.ok else 1
