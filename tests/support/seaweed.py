@@ -29,9 +29,11 @@ from pathlib import Path
 import pytest
 
 from wal3_spark.storage.common import file_url
-from wal3_spark.stress.seaweed import SeaweedServer, running_seaweed
+from wal3_spark.stress.seaweed import SeaweedServer, free_ports, running_seaweed
 
-__all__ = ["SeaweedServer", "running_seaweed"]
+# `_free_ports`: the name tests used before the launcher moved into the package
+__all__ = ["SeaweedServer", "_free_ports", "free_ports", "running_seaweed"]
+_free_ports = free_ports
 
 
 @pytest.fixture(scope="session")
