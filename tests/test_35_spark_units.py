@@ -161,3 +161,90 @@ def test_an_executor_reading_fragments_gc_deleted_after_planning_gets_the_collec
     with pytest.raises(DataLost) as info:
         list(read_partition(store, parts[0], None, output_schema(None), verify=True))
     assert (info.value.start, info.value.oldest) == (1, 11)
+
+
+def test_min_records_per_trigger_waits_for_records_or_the_delay():
+    """latestOffset under minRecordsPerTrigger + maxTriggerDelay, driven by an injected clock:
+    a batch waits for the minimum, never longer than the delay since the last batch; the max
+    limits still cap it; AvailableNow and Trigger.Once (ReadAllAvailable) ignore the minimum."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
+
+    from wal3_spark.reader import LogReader
+    from wal3_spark.spark.source import payload_to_spark
+    from wal3_spark.spark.stream_reader import Wal3StreamReader
+    from wal3_spark.writer import LogWriter
+
+    url = "memory://units-min-records"
+    writer = LogWriter(open_store(url))
+
+    def append(n: int) -> None:
+        writer.append(pa.table({"id": pa.array(range(n), pa.int64())}))
+
+    append(4)  # offsets 1..4
+    schema = payload_to_spark(LogReader(open_store(url)).manifest().arrow_schema())
+    now = [1000.0]
+
+    def reader(**options):
+        parsed = opts.parse({"path": url, "minRecordsPerTrigger": "10", **options}, opts.STREAM_READ)
+        return Wal3StreamReader(parsed, schema, clock=lambda: now[0])
+
+    r = reader(maxTriggerDelay="30s", maxRecordsPerTrigger="25")
+    limit = r.getDefaultReadLimit()
+    assert isinstance(limit, ReadMaxRows) and limit.max_rows == 25
+    assert isinstance(reader().getDefaultReadLimit(), ReadMinRows)
+    assert r.latestOffset({"offset": 1}, limit) == {"offset": 5}  # a run's first batch: no wait
+    append(3)
+    assert r.latestOffset({"offset": 5}, limit) == {"offset": 5}  # 3 < 10: wait
+    now[0] += 29.9
+    assert r.latestOffset({"offset": 5}, limit) == {"offset": 5}  # still within the delay
+    append(8)
+    assert r.latestOffset({"offset": 5}, limit) == {"offset": 16}  # 11 >= 10: go
+    append(2)
+    now[0] += 29.9
+    assert r.latestOffset({"offset": 16}, limit) == {"offset": 16}
+    now[0] += 0.1  # 30 s since the last batch: go with what there is
+    assert r.latestOffset({"offset": 16}, limit) == {"offset": 18}
+    append(40)
+    assert r.latestOffset({"offset": 18}, limit) == {"offset": 43}  # the maximum still caps it
+    append(1)
+    assert r.latestOffset({"offset": 58}, limit) == {"offset": 58}
+    assert r.latestOffset({"offset": 58}, ReadAllAvailable()) == {"offset": 59}  # Trigger.Once
+    r.prepareForTriggerAvailableNow()
+    assert r.latestOffset({"offset": 58}, limit) == {"offset": 59}  # AvailableNow: no minimum
+
+
+@pytest.mark.parametrize("options, match", [
+    ({"maxTriggerDelay": "1m"}, "applies only with minRecordsPerTrigger"),
+    ({"minRecordsPerTrigger": "10", "maxTriggerDelay": "soon"}, "expected a duration"),
+    ({"minRecordsPerTrigger": "0"}, "expected a positive integer"),
+    ({"minRecordsPerTrigger": "100", "maxRecordsPerTrigger": "10"}, "larger than maxRecordsPerTrigger"),
+])
+def test_trigger_option_errors_name_the_problem_and_the_valid_options(options, match):
+    with pytest.raises(InvalidOption, match=match) as info:
+        opts.parse({"path": "/tmp/x", **options}, opts.STREAM_READ)
+    assert "Valid options for streaming reads" in str(info.value)
+    assert "minRecordsPerTrigger" in str(info.value) and "maxTriggerDelay" in str(info.value)
+
+
+def test_trigger_delay_forms():
+    parsed = [opts.parse({"path": "/x", "minRecordsPerTrigger": "5", "maxTriggerDelay": d},
+                         opts.STREAM_READ).max_trigger_delay_ms for d in ("15m", "30s", "500ms", "2h", "750")]
+    assert parsed == [900_000, 30_000, 500, 7_200_000, 750]
+    assert opts.parse({"path": "/x", "minRecordsPerTrigger": "5"}, opts.STREAM_READ).max_trigger_delay_ms == 900_000
+
+
+@pytest.mark.parametrize("options, match", [
+    ({"writerId": "nightly"}, "needs both writerId and writerVersion; add writerVersion"),
+    ({"writerVersion": "3"}, "needs both writerId and writerVersion; add writerId"),
+    ({"writerId": "nightly", "writerVersion": "-1"}, "expected an integer >= 0"),
+    ({"writerId": "nightly", "writerVersion": "v2"}, "expected an integer >= 0"),
+    ({"writerId": " ", "writerVersion": "1"}, "non-empty id"),
+])
+def test_idempotent_write_options_go_together(options, match):
+    with pytest.raises(InvalidOption, match=match) as info:
+        opts.parse({"path": "/tmp/x", **options}, opts.WRITE)
+    assert "Valid options for batch writes" in str(info.value) and "writerVersion" in str(info.value)
+    parsed = opts.parse({"path": "/tmp/x", "writerId": "nightly", "writerVersion": "42"}, opts.WRITE)
+    assert (parsed.writer_id, parsed.writer_version) == ("nightly", 42)
+    with pytest.raises(InvalidOption, match="does not apply to streaming writes"):
+        opts.parse({"path": "/x", "writerId": "w", "writerVersion": "1"}, opts.STREAM_WRITE)

@@ -14,7 +14,7 @@ import datetime as _dt
 import hashlib
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from wal3_spark.errors import InvalidOption
 
@@ -28,13 +28,16 @@ _ROLE_TEXT = {
 }
 
 MB = 1 << 20
+#: Kafka's default maxTriggerDelay (15 minutes)
+DEFAULT_TRIGGER_DELAY_MS = 15 * 60 * 1000
 
 #: option name -> (roles it applies to, one-line description); README.md has the full table
 OPTIONS: dict[str, tuple[tuple[str, ...], str]] = {
     "path": (ROLES, "the log's URL (file:///..., s3://bucket/prefix, or a local path)"),
     "fragmentBytes": ((WRITE, STREAM_WRITE), "bytes per fragment before a task starts a new one"),
     "mergeSchema": ((WRITE, STREAM_WRITE), "allow appends that add nullable columns"),
-    "writerId": ((STREAM_WRITE,), "stable id of an exactly-once streaming writer"),
+    "writerId": ((WRITE, STREAM_WRITE), "stable id of an idempotent (exactly-once) writer"),
+    "writerVersion": ((WRITE,), "with writerId: commit once per version (an integer >= 0)"),
     "checkpointLocation": ((STREAM_WRITE, STREAM_READ), "set by Spark from writeStream"),
     "startingOffsets": ((READ, STREAM_READ), "earliest | latest | an offset"),
     "endingOffsets": ((READ,), "latest | an offset (exclusive)"),
@@ -43,6 +46,8 @@ OPTIONS: dict[str, tuple[tuple[str, ...], str]] = {
     "maxRecordsPerTrigger": ((STREAM_READ,), "admission control: records per micro-batch"),
     "maxBytesPerTrigger": ((STREAM_READ,), "admission control: fragment bytes per micro-batch"),
     "maxFragmentsPerTrigger": ((STREAM_READ,), "admission control: fragments per micro-batch"),
+    "minRecordsPerTrigger": ((STREAM_READ,), "wait for this many new records per micro-batch"),
+    "maxTriggerDelay": ((STREAM_READ,), "with minRecordsPerTrigger: the longest wait, e.g. 15m"),
     "cursor": ((STREAM_READ,), "wal3 cursor moved to each committed offset"),
     "failOnDataLoss": ((READ, STREAM_READ), "fail when offsets were garbage-collected"),
     "maxPartitionBytes": ((READ, STREAM_READ), "fragment bytes bin-packed per input partition"),
@@ -100,11 +105,14 @@ class Wal3Options:
     fragment_bytes: int = 64 * MB
     merge_schema: bool = False
     writer_id: str | None = None
+    writer_version: int | None = None
     starting: tuple[str, int] = ("earliest", 0)  # ("earliest"|"latest"|"offset"|"timestamp", v)
     ending: tuple[str, int] = ("latest", 0)
     max_records: int | None = None
     max_bytes: int | None = None
     max_fragments: int | None = None
+    min_records: int | None = None
+    max_trigger_delay_ms: int = DEFAULT_TRIGGER_DELAY_MS
     cursor: str | None = None
     fail_on_data_loss: bool = True
     max_partition_bytes: int = 128 * MB
@@ -115,15 +123,11 @@ class Wal3Options:
         shown = ", ".join(
             f"{k}={'***' if is_secret(k) else v}" for k, v in self.store_options
         )
-        return (
-            f"Wal3Options(role={self.role}, url={self.url}, store_options=[{shown}], "
-            f"fragment_bytes={self.fragment_bytes}, merge_schema={self.merge_schema}, "
-            f"writer_id={self.writer_id}, starting={self.starting}, ending={self.ending}, "
-            f"max_records={self.max_records}, max_bytes={self.max_bytes}, "
-            f"max_fragments={self.max_fragments}, cursor={self.cursor}, "
-            f"fail_on_data_loss={self.fail_on_data_loss}, "
-            f"max_partition_bytes={self.max_partition_bytes}, verify_on_read={self.verify_on_read})"
+        rest = ", ".join(
+            f"{f.name}={getattr(self, f.name)}" for f in fields(self)
+            if f.name not in ("role", "url", "store_options")
         )
+        return f"Wal3Options(role={self.role}, url={self.url}, store_options=[{shown}], {rest})"
 
     __str__ = __repr__
 
@@ -167,10 +171,34 @@ def parse_bool(text: str) -> bool:
 
 
 def parse_positive(text: str) -> int:
-    value = int(text.strip())
-    if value <= 0:
-        raise ValueError("expected a positive integer")
+    return _integer_at_least(text, 1, "expected a positive integer")
+
+
+def parse_non_negative(text: str) -> int:
+    return _integer_at_least(text, 0, "expected an integer >= 0")
+
+
+def _integer_at_least(text: str, low: int, expected: str) -> int:
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise ValueError(expected) from None
+    if value < low:
+        raise ValueError(expected)
     return value
+
+
+_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|min|h|d)?\s*$", re.I)
+_DURATION_MS = {"ms": 1, "": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000,
+                "d": 86_400_000}
+
+
+def parse_duration_ms(text: str) -> int:
+    """`15m`, `30s`, `500ms`, `1h`, or plain milliseconds (Kafka's maxTriggerDelay forms)."""
+    m = _DURATION.match(text)
+    if not m:
+        raise ValueError("expected a duration such as 15m, 30s, 500ms or 1h")
+    return int(m.group(1)) * _DURATION_MS[(m.group(2) or "").lower()]
 
 
 def parse_timestamp_us(text: str) -> int:
@@ -237,7 +265,11 @@ def parse(options: Mapping[str, str], role: str) -> Wal3Options:
     if not url or not url.strip():
         raise InvalidOption(
             "no log URL: pass it to load()/save()/start(), e.g. "
-            "spark.read.format(\"wal3\").load(\"s3://bucket/logs/orders\")"
+            "spark.read.format(\"wal3\").load(\"s3://bucket/logs/orders\"). Spark hands a "
+            "Python data source neither a catalog table's path nor its options: a wal3 table "
+            "finds its log in the schema wal3 gave it, so create it with CREATE TABLE t USING "
+            "wal3 OPTIONS (path '…') without a column list or AS SELECT, and give "
+            "writeStream.toTable(t) the log too: .option(\"path\", url)"
         )
     kw: dict = {}
 
@@ -254,6 +286,9 @@ def parse(options: Mapping[str, str], role: str) -> Wal3Options:
     take("maxRecordsPerTrigger", parse_positive)
     take("maxBytesPerTrigger", lambda v: _at_least(parse_size(v), 1, "maxBytesPerTrigger"))
     take("maxFragmentsPerTrigger", parse_positive)
+    take("minRecordsPerTrigger", parse_positive)
+    take("maxTriggerDelay", parse_duration_ms)
+    take("writerVersion", parse_non_negative)
     take("failOnDataLoss", parse_bool)
     take("maxPartitionBytes", lambda v: _at_least(parse_size(v), 1, "maxPartitionBytes"))
     take("minPartitions", parse_positive)
@@ -270,6 +305,7 @@ def parse(options: Mapping[str, str], role: str) -> Wal3Options:
     take("endingOffsets", lambda v: _parse_position(v, ("latest",)))
     take("startingTimestamp", lambda v: ("timestamp", parse_timestamp_us(v)))
     take("endingTimestamp", lambda v: ("timestamp", parse_timestamp_us(v)))
+    _check_combinations(values, kw, role)
     if role == STREAM_WRITE and "writer_id" not in kw:
         location = values.get("checkpointLocation")
         if not location:
@@ -293,12 +329,34 @@ _FIELD = {
     "maxRecordsPerTrigger": "max_records",
     "maxBytesPerTrigger": "max_bytes",
     "maxFragmentsPerTrigger": "max_fragments",
+    "minRecordsPerTrigger": "min_records",
+    "maxTriggerDelay": "max_trigger_delay_ms",
+    "writerVersion": "writer_version",
     "cursor": "cursor",
     "failOnDataLoss": "fail_on_data_loss",
     "maxPartitionBytes": "max_partition_bytes",
     "minPartitions": "min_partitions",
     "verifyOnRead": "verify_on_read",
 }
+
+
+def _check_combinations(values: dict[str, str], kw: dict, role: str) -> None:
+    """Options that only make sense together (checked after each parsed on its own)."""
+    if role == WRITE and ("writerId" in values) != ("writerVersion" in values):
+        given, missing = ("writerId", "writerVersion") if "writerId" in values else (
+            "writerVersion", "writerId")
+        raise _fail(given, values[given],
+                    f"an idempotent batch write needs both writerId and writerVersion; add "
+                    f"{missing} (or drop {given} for an ordinary append)", role)
+    if "maxTriggerDelay" in values and "minRecordsPerTrigger" not in values:
+        raise _fail("maxTriggerDelay", values["maxTriggerDelay"],
+                    "applies only with minRecordsPerTrigger (how long to wait for that many "
+                    "records); set minRecordsPerTrigger too", role)
+    low, high = kw.get("min_records"), kw.get("max_records")
+    if low is not None and high is not None and low > high:
+        raise _fail("minRecordsPerTrigger", values["minRecordsPerTrigger"],
+                    f"is larger than maxRecordsPerTrigger={high}; a micro-batch cannot hold "
+                    "both", role)
 
 
 def _at_least(value: int, low: int, name: str) -> int:

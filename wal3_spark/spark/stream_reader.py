@@ -5,13 +5,18 @@ terms reads log offsets [start, end). A log offset is one record, so Spark's exa
 offsets can never split a record. `latestOffset` applies admission control
 (maxRecordsPerTrigger / maxBytesPerTrigger / maxFragmentsPerTrigger, which Spark sees as
 ReadMaxRows / ReadMaxBytes / ReadMaxFiles) and, under Trigger.AvailableNow, never passes the tail
-recorded by `prepareForTriggerAvailableNow`. `partitions` bin-packs the batch's fragment ranges;
+recorded by `prepareForTriggerAvailableNow`. With minRecordsPerTrigger (Kafka's
+minOffsetsPerTrigger), `latestOffset` holds a micro-batch back until that many new records are
+in the log or maxTriggerDelay has passed since the last batch; Spark's ReadMinRows carries no
+delay, so the reader keeps that clock itself. `partitions` bin-packs the batch's fragment ranges;
 `read` only fetches, verifies and decodes. `commit(end)` moves the optional cursor.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 
 from pyspark.sql.datasource import DataSourceStreamReader
 from pyspark.sql.streaming.datasource import (
@@ -19,6 +24,7 @@ from pyspark.sql.streaming.datasource import (
     ReadMaxBytes,
     ReadMaxFiles,
     ReadMaxRows,
+    ReadMinRows,
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import StructType
@@ -52,12 +58,17 @@ def admit(ranges, start: int, tail: int, *, max_records=None, max_bytes=None, ma
 
 
 class Wal3StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    def __init__(self, options: Wal3Options, schema: StructType) -> None:
+    def __init__(self, options: Wal3Options, schema: StructType,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         from wal3_spark.spark.source import spark_to_arrow
 
         self.options = options
         self.target = spark_to_arrow(schema)
         self.available_now_limit: int | None = None
+        self.clock = clock
+        #: when latestOffset last let a micro-batch through (None: not yet, so the first batch
+        #: of a run is not delayed, as in Kafka)
+        self.last_trigger: float | None = None
         self._store = None
 
     @property
@@ -90,6 +101,8 @@ class Wal3StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return ReadMaxBytes(o.max_bytes)
         if o.max_fragments is not None:
             return ReadMaxFiles(o.max_fragments)
+        if o.min_records is not None:
+            return ReadMinRows(o.min_records)
         return ReadAllAvailable()
 
     def reportLatestOffset(self):
@@ -113,6 +126,8 @@ class Wal3StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return {"offset": max(int(start["offset"]), min(begin, tail))}
         if isinstance(limit, ReadAllAvailable):
             return {"offset": tail}
+        if self.hold_back(tail - begin):
+            return {"offset": int(start["offset"])}
         o = self.options
         max_records = o.max_records
         max_bytes = o.max_bytes
@@ -134,6 +149,23 @@ class Wal3StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         end = admit(ranges(), begin, tail, max_records=max_records, max_bytes=max_bytes,
                     max_fragments=max_fragments)
         return {"offset": end}
+
+    def hold_back(self, available: int) -> bool:
+        """Whether to wait for more records before the next micro-batch (minRecordsPerTrigger).
+
+        Never under Trigger.AvailableNow, which reads everything there is; otherwise a batch
+        waits while it would have fewer than the minimum and maxTriggerDelay has not passed
+        since the last batch.
+        """
+        o = self.options
+        if o.min_records is None or self.available_now_limit is not None:
+            return False
+        now = self.clock()
+        waited_ms = None if self.last_trigger is None else (now - self.last_trigger) * 1000
+        if available < o.min_records and waited_ms is not None and waited_ms < o.max_trigger_delay_ms:
+            return True
+        self.last_trigger = now
+        return False
 
     def partitions(self, start: dict, end: dict):
         from wal3_spark.spark.tasks import pack
