@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.test_30_spark_batch import append, corrupt_fragment, gc_first_fragment, sample
@@ -170,3 +172,59 @@ def test_gc_below_the_cursor_then_the_stream_continues_without_loss(spark, log_u
     rows = sink_rows(spark, out)
     assert sorted(r._offset for r in rows) == list(range(1, 501))
     assert sorted(r.id for r in rows) == list(range(500))
+
+
+def batch_sizes(query) -> list[int]:
+    return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+
+
+def test_min_records_per_trigger_holds_small_batches_back(spark, log_url, tmp_path):
+    """Below minRecordsPerTrigger the source offers no new batch (maxTriggerDelay is an hour,
+    far beyond this test), so 200 new records wait and go out with the next 400."""
+    append(sample(spark, 300, parts=1), log_url)
+    q = start_to_parquet(spark, log_url, tmp_path / "ckpt", tmp_path / "out",
+                         minRecordsPerTrigger="500", maxTriggerDelay="1h", maxRecordsPerTrigger="700")
+    try:
+        q.processAllAvailable()  # a run's first batch is not held back (as Kafka's)
+        append(sample(spark, 200, start=300, parts=1), log_url)
+        q.processAllAvailable()
+        assert batch_sizes(q) == [300]
+        append(sample(spark, 400, start=500, parts=1), log_url)
+        q.processAllAvailable()
+        assert batch_sizes(q) == [300, 600]
+    finally:
+        q.stop()
+    assert sorted(r._offset for r in sink_rows(spark, tmp_path / "out")) == list(range(1, 901))
+
+
+def test_available_now_ignores_min_records_per_trigger(spark, log_url, tmp_path):
+    append(sample(spark, 300, parts=1), log_url)
+    progress = run_available_now(spark, log_url, tmp_path / "ckpt", tmp_path / "out",
+                                 minRecordsPerTrigger="250", maxRecordsPerTrigger="250",
+                                 maxTriggerDelay="1h")
+    assert [p["numInputRows"] for p in progress if p["numInputRows"]] == [250, 50]
+
+
+def test_progress_reports_the_tail_and_the_offsets_behind_it(spark, log_url, tmp_path, caplog):
+    """Every progress carries the log's tail as latestOffset; offsets_behind turns a progress into
+    the records still to read, and LagLogger logs it at every progress."""
+    import logging
+
+    from wal3_spark.spark import LagLogger, offsets_behind
+
+    append(sample(spark, 1000, parts=2), log_url)
+    listener = LagLogger()
+    spark.streams.addListener(listener)
+    try:
+        with caplog.at_level(logging.INFO, logger="wal3_spark.spark.lag"):
+            progress = run_available_now(spark, log_url, tmp_path / "ckpt", tmp_path / "out",
+                                         maxRecordsPerTrigger="300")
+            spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty()
+    finally:
+        spark.streams.removeListener(listener)
+    batches = [p for p in progress if p["numInputRows"]]
+    assert [json.loads(p["sources"][0]["latestOffset"]) for p in batches] == [{"offset": 1001}] * 4
+    assert [offsets_behind(p) for p in batches] == [700, 400, 100, 0]
+    logged = [r.getMessage() for r in caplog.records if r.name == "wal3_spark.spark.lag"]
+    assert any("700 records behind the log's tail (read up to offset 301 of 1001)" in m for m in logged)
+    assert any("0 records behind" in m for m in logged)
