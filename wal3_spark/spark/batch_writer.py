@@ -17,6 +17,7 @@ from pyspark.sql.types import StructType
 
 from wal3_spark.errors import InvalidOption
 from wal3_spark.spark.options import Wal3Options
+from wal3_spark.spark.table import drop_system_columns
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,8 @@ def writer_name(options: Wal3Options) -> str:
     """The manifest's `writer` field: never anything from the store options."""
     if options.role == "streamWrite":
         return f"wal3-spark stream {options.writer_id}"
+    if options.writer_id is not None:
+        return f"wal3-spark batch {options.writer_id}"
     return "wal3-spark batch"
 
 
@@ -68,20 +71,26 @@ class FragmentSink:
     """What the batch and streaming sinks share: the driver-side checks before any task runs,
     and the task side, which streams its rows into fragments and reports them."""
 
-    def __init__(self, options: Wal3Options, target: pa.Schema | None, since: int) -> None:
+    def __init__(self, options: Wal3Options, target: pa.Schema | None, since: int,
+                 system_columns: bool = False) -> None:
         self.options = options
         self.target = target
         self.since = since
+        #: rows come with a catalog table's `_offset`/`_timestamp` (null), to drop (an INSERT)
+        self.system_columns = system_columns
 
     @classmethod
-    def create(cls, options: Wal3Options, schema: StructType, overwrite: bool) -> FragmentSink:
+    def create(cls, options: Wal3Options, schema: StructType, overwrite: bool, *,
+               system_columns: bool = False) -> FragmentSink:
         check_not_overwrite(overwrite, options.url)
         target, since = prepare(options, schema)
-        return cls(options, target, since)
+        return cls(options, target, since, system_columns)
 
     def write(self, iterator):
         from wal3_spark.spark.tasks import write_partition
 
+        if self.system_columns:
+            iterator = drop_system_columns(iterator)
         partition, attempt = task_context()
         files = write_partition(
             self.options.open_store(), iterator, self.target, self.options.fragment_bytes
@@ -113,10 +122,17 @@ class FragmentSink:
 
 
 class Wal3BatchWriter(FragmentSink, DataSourceArrowWriter):
+    """With writerId and writerVersion the append is idempotent, as Delta's txnAppId/txnVersion:
+    it commits with the manifest's `txns`, so a rerun of a version already committed (or of an
+    older one) is skipped and its fragments deleted; that makes foreachBatch pipelines
+    exactly-once. An empty DataFrame still records its version."""
+
     def commit(self, messages) -> None:
-        if not self.files(messages):  # an empty DataFrame appends nothing (prepare created the log)
-            return
-        self.commit_messages(messages)
+        o = self.options
+        if o.writer_id is not None:
+            self.commit_messages(messages, app_id=o.writer_id, version=o.writer_version)
+        elif self.files(messages):  # an empty DataFrame appends nothing (prepare created the log)
+            self.commit_messages(messages)
 
     def abort(self, messages) -> None:
         self.abort_messages(messages)

@@ -4,9 +4,11 @@
     spark.read.format("wal3").load(url)                        # batch source
     spark.readStream.format("wal3").load(url)                  # streaming source
     df.writeStream.format("wal3").option("checkpointLocation", ckpt).start(url)   # streaming sink
+    CREATE TABLE t USING wal3 OPTIONS (path 's3://…')                         # SQL catalog table
 
 This class only parses options (once, on the driver) and hands out the reader and writer
-classes; see the sibling modules for each role.
+classes; see the sibling modules for each role, and `table` for how a catalog table finds its
+log.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
 from wal3_spark.spark import options as opts
+from wal3_spark.spark import table
 
 
 def payload_to_spark(payload: pa.Schema | None) -> StructType:
@@ -49,12 +52,18 @@ class Wal3DataSource(DataSource):
     def name(cls) -> str:
         return "wal3"
 
-    def _parse(self, role: str) -> opts.Wal3Options:
-        return opts.parse(self.options, role)
+    def _parse(self, role: str, schema: StructType | None = None) -> opts.Wal3Options:
+        """The role's options; a catalog table's reads and INSERTs name no path, and find their
+        log in the table's schema (`table`)."""
+        return opts.parse(table.with_table_location(self.options, schema), role)
 
     def schema(self) -> StructType:
         from wal3_spark.reader import LogReader
 
+        if table.is_table_definition(self.options):  # CREATE TABLE … USING wal3
+            log = table.table_definition(self.options)
+            manifest = LogReader(opts.location(log.options()).open_store()).manifest()
+            return table.table_schema(payload_to_spark(manifest.arrow_schema()), log)
         # Called for batch and streaming reads alike: the role's own options are checked by
         # reader()/streamReader(); here only the location matters.
         manifest = LogReader(opts.location(self.options).open_store()).manifest()
@@ -65,19 +74,25 @@ class Wal3DataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool):
         from wal3_spark.spark.batch_writer import Wal3BatchWriter
 
-        return Wal3BatchWriter.create(self._parse(opts.WRITE), schema, overwrite)
+        options = self._parse(opts.WRITE, schema)
+        log = table.table_log(schema)
+        if log is not None and options.url == log.url:
+            # an INSERT into a catalog table: its rows come with the table's _offset/_timestamp
+            return Wal3BatchWriter.create(options, table.payload_schema(schema), overwrite,
+                                          system_columns=True)
+        return Wal3BatchWriter.create(options, schema, overwrite)
 
     def reader(self, schema: StructType):
         from wal3_spark.spark.batch_reader import reader_class
 
-        return reader_class()(self._parse(opts.READ), schema)
+        return reader_class()(self._parse(opts.READ, schema), schema)
 
     # -- streaming ----------------------------------------------------------------------
 
     def streamReader(self, schema: StructType):
         from wal3_spark.spark.stream_reader import Wal3StreamReader
 
-        return Wal3StreamReader(self._parse(opts.STREAM_READ), schema)
+        return Wal3StreamReader(self._parse(opts.STREAM_READ, schema), schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool):
         from wal3_spark.spark.stream_writer import Wal3StreamWriter

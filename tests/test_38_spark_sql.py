@@ -1,0 +1,149 @@
+"""Spark SQL catalog tables over wal3 logs: CREATE TABLE (OPTIONS path / LOCATION), DESCRIBE,
+SELECT, INSERT INTO, refused statements that change nothing, DROP TABLE keeping the log,
+readStream.table and writeStream.toTable."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from tests.test_30_spark_batch import append, check_log, read, sample
+from wal3_spark.format import MANIFEST_KEY
+from wal3_spark.reader import LogReader
+from wal3_spark.storage import open_store
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture
+def table(spark):
+    """A fresh table name, dropped afterwards (dropping never touches the log)."""
+    name = f"orders_{uuid.uuid4().hex[:8]}"
+    yield name
+    spark.sql(f"DROP TABLE IF EXISTS {name}")
+
+
+def orders(spark, url: str, n: int = 5) -> None:
+    """A log of `n` orders (id, name) at `url`."""
+    append(spark.range(n).selectExpr("id", "concat('n', id) AS name"), url)
+
+
+def manifest_bytes(url: str) -> bytes:
+    return open_store(url).get(MANIFEST_KEY).data
+
+
+def test_create_select_describe_insert(spark, log_url, table):
+    orders(spark, log_url)
+    spark.sql(f"CREATE TABLE {table} USING wal3 OPTIONS (path '{log_url}')")
+    described = {r.col_name: r for r in spark.sql(f"DESCRIBE TABLE {table}").collect()}
+    assert [c for c in described if c and not c.startswith("#")][:4] == ["id", "name", "_offset", "_timestamp"]
+    assert log_url.removeprefix("file://") in described["_offset"].comment
+    row = spark.sql(f"SELECT count(*) n, min(_offset) lo, max(_offset) hi FROM {table}").first()
+    assert (row.n, row.lo, row.hi) == (5, 1, 5)
+
+    spark.sql(f"INSERT INTO {table} (id, name) SELECT id, 'x' FROM range(10, 13)")
+    spark.sql(f"INSERT INTO {table} BY NAME SELECT 'y' AS name, id FROM range(20, 22)")
+    rows = spark.sql(f"SELECT id, name, _offset, _timestamp FROM {table} ORDER BY _offset").collect()
+    assert [(r.id, r.name, r._offset) for r in rows[5:]] == [
+        (10, "x", 6), (11, "x", 7), (12, "x", 8), (20, "y", 9), (21, "y", 10)]
+    assert all(r._timestamp is not None for r in rows)
+    # each INSERT was one commit: two more txns-less appends, ten records, balanced
+    manifest = LogReader(open_store(log_url)).manifest()
+    assert manifest.next_offset == 11
+    check_log(log_url)
+    # a DataFrame read and a SQL read of the table agree
+    assert read(spark, log_url).count() == spark.table(table).count() == 10
+
+
+def test_location_and_per_statement_read_options(spark, log_url, table):
+    orders(spark, log_url, 8)
+    spark.sql(f"CREATE TABLE {table} USING wal3 LOCATION '{log_url}'")
+    assert spark.sql(f"SELECT count(*) n FROM {table}").first().n == 8
+    # read options go with the statement (a table keeps only its location)
+    limited = spark.sql(f"SELECT _offset FROM {table} WITH ('startingOffsets' = '6')").collect()
+    assert sorted(r._offset for r in limited) == [6, 7, 8]
+    assert spark.read.option("endingOffsets", "3").table(table).count() == 2
+
+
+def test_statements_an_append_only_log_cannot_run_change_nothing(spark, log_url, table):
+    orders(spark, log_url)
+    spark.sql(f"CREATE TABLE {table} USING wal3 OPTIONS (path '{log_url}')")
+    before = manifest_bytes(log_url)
+    with pytest.raises(Exception, match="a wal3 log is append-only"):
+        spark.sql(f"INSERT OVERWRITE {table} (id, name) SELECT id, 'x' FROM range(3)")
+    with pytest.raises(Exception, match="_offset is assigned by the log"):
+        spark.sql(f"INSERT INTO {table} SELECT id, 'z', id, NULL FROM range(3)")
+    with pytest.raises(Exception, match="INSERT_COLUMN_ARITY_MISMATCH"):
+        spark.sql(f"INSERT INTO {table} SELECT id, 'z' FROM range(3)")  # name the columns
+    with pytest.raises(Exception, match="does not support deletes"):
+        spark.sql(f"DELETE FROM {table} WHERE id = 1")
+    with pytest.raises(Exception, match="does not support truncates"):
+        spark.sql(f"TRUNCATE TABLE {table}")
+    assert manifest_bytes(log_url) == before
+    assert {m.key for m in open_store(log_url).list("log/")} == {
+        f.path for f in LogReader(open_store(log_url)).manifest().fragments}  # no leftovers
+    assert spark.table(table).count() == 5
+
+
+def test_drop_table_keeps_the_log(spark, log_url, table):
+    orders(spark, log_url)
+    spark.sql(f"CREATE TABLE {table} USING wal3 OPTIONS (path '{log_url}')")
+    before = sorted(m.key for m in open_store(log_url).list())
+    spark.sql(f"DROP TABLE {table}")
+    assert sorted(m.key for m in open_store(log_url).list()) == before
+    assert read(spark, log_url).count() == 5
+    check_log(log_url)
+
+
+def test_create_table_errors_change_nothing(spark, log_url, table):
+    with pytest.raises(Exception, match="no wal3 log at"):
+        spark.sql(f"CREATE TABLE {table} USING wal3 OPTIONS (path '{log_url}')")
+    assert not spark.catalog.tableExists(table)
+    orders(spark, log_url)
+    with pytest.raises(Exception, match="table option verifyonread: Spark passes a table's options"):
+        spark.sql(f"CREATE TABLE {table} USING wal3 OPTIONS (path '{log_url}', verifyOnRead 'false')")
+    with pytest.raises(Exception, match="credentials in CREATE TABLE would be stored"):
+        spark.sql(f"CREATE TABLE {table} USING wal3 OPTIONS (path '{log_url}', secretAccessKey 'S3CR3T')")
+    assert not spark.catalog.tableExists(table)
+
+
+def test_a_column_list_table_says_how_to_create_it(spark, log_url, table):
+    """Spark runs no wal3 code for CREATE TABLE with a column list, so the table cannot know its
+    log: every use fails naming the fix, and nothing is written."""
+    orders(spark, log_url)
+    spark.sql(f"CREATE TABLE {table} (id BIGINT, name STRING) USING wal3 OPTIONS (path '{log_url}')")
+    before = manifest_bytes(log_url)
+    for statement in (f"SELECT * FROM {table}", f"INSERT INTO {table} VALUES (1, 'a')"):
+        with pytest.raises(Exception, match="without a column list"):
+            spark.sql(statement).collect()
+    assert manifest_bytes(log_url) == before
+
+
+def test_read_stream_table_and_write_stream_to_table(spark, log_url, tmp_path, table):
+    source, sink = log_url, log_url + "-sink"
+    orders(spark, source, 30)
+    orders(spark, sink, 0)  # the sink log exists with the same schema, empty
+    spark.sql(f"CREATE TABLE {table} USING wal3 OPTIONS (path '{source}')")
+    sink_table = table + "_sink"
+    spark.sql(f"CREATE TABLE {sink_table} USING wal3 OPTIONS (path '{sink}')")
+    try:
+        q = (spark.readStream.option("maxRecordsPerTrigger", "10").table(table)
+             .drop("_offset", "_timestamp")
+             .writeStream.option("checkpointLocation", str(tmp_path / "ckpt"))
+             .option("path", sink)  # Spark does not hand a table's location to a stream sink
+             .trigger(availableNow=True).toTable(sink_table))
+        q.awaitTermination(240)
+        assert q.exception() is None
+        assert [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]] == [10, 10, 10]
+        rows = spark.sql(f"SELECT id, _offset FROM {sink_table}").collect()
+        assert sorted(r.id for r in rows) == list(range(30))
+        with pytest.raises(Exception, match="no log URL"):
+            q = (spark.readStream.table(table).drop("_offset", "_timestamp").writeStream
+                 .option("checkpointLocation", str(tmp_path / "ckpt2")).toTable(sink_table))
+            q.awaitTermination(240)
+            if q.exception():
+                raise q.exception()
+    finally:
+        spark.sql(f"DROP TABLE IF EXISTS {sink_table}")
+    check_log(sink)
