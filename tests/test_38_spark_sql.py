@@ -4,10 +4,14 @@ readStream.table and writeStream.toTable."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import uuid
 
 import pytest
 
+from tests.support.spark import spark_env
 from tests.test_30_spark_batch import append, check_log, read, sample
 from wal3_spark.format import MANIFEST_KEY
 from wal3_spark.reader import LogReader
@@ -147,3 +151,39 @@ def test_read_stream_table_and_write_stream_to_table(spark, log_url, tmp_path, t
     finally:
         spark.sql(f"DROP TABLE IF EXISTS {sink_table}")
     check_log(sink)
+
+
+S3_TABLE_SCRIPT = """
+import json, sys
+from pyspark.sql import SparkSession
+from wal3_spark.spark import ensure_worker_python
+ensure_worker_python()
+spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+         .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+url, endpoint = sys.argv[1], sys.argv[2]
+spark.range(4).selectExpr("id", "'a' AS name").write.format("wal3").mode("append") \\
+    .option("endpoint", endpoint).option("pathStyle", "true").save(url)
+spark.sql(f"CREATE TABLE s3_orders USING wal3 OPTIONS (path '{url}', endpoint '{endpoint}', "
+          "pathStyle 'true')")
+spark.sql("INSERT INTO s3_orders (id, name) SELECT id, 'b' FROM range(4, 6)")
+rows = spark.sql("SELECT id, name, _offset FROM s3_orders ORDER BY _offset").collect()
+print(json.dumps([[r.id, r.name, r._offset] for r in rows]))
+spark.stop()
+"""
+
+
+def test_a_table_on_s3_keeps_its_endpoint_and_takes_credentials_from_the_environment(request, tmp_path):
+    """The endpoint given at CREATE TABLE reaches every read and INSERT (no AWS_ENDPOINT_URL*
+    in the environment); the credentials come from the environment, never the catalog."""
+    seaweed = request.getfixturevalue("seaweed")
+    url = seaweed.new_url("sql-table")
+    env = {k: v for k, v in spark_env().items() if not k.startswith("AWS_ENDPOINT_URL")}
+    env.update({k: v for k, v in seaweed.env.items() if not k.startswith("AWS_ENDPOINT_URL")})
+    script = tmp_path / "s3_table.py"
+    script.write_text(S3_TABLE_SCRIPT)
+    result = subprocess.run([sys.executable, str(script), url, seaweed.endpoint], cwd=tmp_path,
+                            env=env, capture_output=True, text=True, timeout=280)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-5000:]
+    rows = json.loads(result.stdout.strip().splitlines()[-1])
+    assert rows == [[0, "a", 1], [1, "a", 2], [2, "a", 3], [3, "a", 4], [4, "b", 5], [5, "b", 6]]
+    check_log(url, dict(seaweed.options))
