@@ -187,7 +187,27 @@ def test_07_unknown_outcomes_may_land_at_most_once_and_all_or_nothing() -> None:
     assert violations(ledger) == {"duplicated": 2, "lost": 1}  # append 2 landed torn
 
 
-def test_08_corrupt_and_unannounced_records_are_violations() -> None:
+def test_08_unknown_appends_of_a_killed_writer_are_decided_once_the_log_moved_past_its_death() -> None:
+    ledger = Ledger(SEED)
+    ledger.note("w0.1", intent(0, 1))
+    ledger.note("w0.1", intent(1, 2))
+    ledger.note("w0.1", End(KILLED, tail=2))  # nothing of w0.1 had landed when it was reaped
+    ledger.note("w1.1", intent(0, 1))
+    ledger.note("w1.1", Outcome(0, ACK, 1, 2))
+    ledger.observe(1, body("w1.1", 0, 0))
+    ledger.settle()
+    assert ledger.undecided() == 2  # a write w0.1 left in flight may still land at offset 2
+    ledger.observe(2, body("w0.1", 1, 0))  # and one does
+    ledger.settle()
+    assert ledger.undecided() == 1  # offset 2 exists now: append 0 never lands; append 1 is half read
+    ledger.observe(3, body("w0.1", 1, 1))
+    ledger.settle()
+    assert ledger.undecided() == 0
+    assert (ledger.counts.unknown_landed, ledger.counts.unknown_absent) == (1, 1)
+    assert violations(ledger) == {}
+
+
+def test_09_corrupt_and_unannounced_records_are_violations() -> None:
     ledger = Ledger(SEED)
     good = body("w0.1", 0, 0)
     ledger.observe(1, good[:-1] + bytes([good[-1] ^ 0xFF]))
@@ -197,7 +217,7 @@ def test_08_corrupt_and_unannounced_records_are_violations() -> None:
     assert violations(ledger) == {"corrupt": 2, "unexpected": 1}
 
 
-def test_09_a_skipped_range_is_unreadable_and_its_acknowledged_records_lost() -> None:
+def test_10_a_skipped_range_is_unreadable_and_its_acknowledged_records_lost() -> None:
     ledger = Ledger(SEED)
     ledger.note("w0.1", intent(0, 3))
     ledger.note("w0.1", Outcome(0, ACK, 1, 4))
@@ -209,7 +229,7 @@ def test_09_a_skipped_range_is_unreadable_and_its_acknowledged_records_lost() ->
         ledger.observe(7, body("w0.1", 0, 0))
 
 
-def test_10_the_ledger_survives_a_json_round_trip_mid_run() -> None:
+def test_11_the_ledger_survives_a_json_round_trip_mid_run() -> None:
     import json
 
     ledger = Ledger(SEED)
@@ -258,7 +278,7 @@ def _read_all(run: RunDir, url: str) -> StressReader:
     return reader
 
 
-def test_11_stress_readers_verify_a_real_log_and_resume_from_their_saved_state(tmp_path: Path) -> None:
+def test_12_stress_readers_verify_a_real_log_and_resume_from_their_saved_state(tmp_path: Path) -> None:
     run = RunDir(tmp_path / "run").create()
     url = file_url(str(tmp_path / "log"))
     _write_some(run, url, "w0.1", 12)
@@ -277,7 +297,7 @@ def test_11_stress_readers_verify_a_real_log_and_resume_from_their_saved_state(t
     assert counts.appends_verified == 17
 
 
-def test_12_stress_readers_report_a_fragment_lost_from_under_the_log(tmp_path: Path) -> None:
+def test_13_stress_readers_report_a_fragment_lost_from_under_the_log(tmp_path: Path) -> None:
     run = RunDir(tmp_path / "run").create()
     url = file_url(str(tmp_path / "log"))
     _write_some(run, url, "w0.1", 6)
@@ -290,7 +310,7 @@ def test_12_stress_readers_report_a_fragment_lost_from_under_the_log(tmp_path: P
     assert counts.verified == counts.records_read
 
 
-def test_13_stress_readers_catch_records_of_appends_journaled_as_failed(tmp_path: Path) -> None:
+def test_14_stress_readers_catch_records_of_appends_journaled_as_failed(tmp_path: Path) -> None:
     run = RunDir(tmp_path / "run").create()
     url = file_url(str(tmp_path / "log"))
     _write_some(run, url, "w0.1", 3)

@@ -3,7 +3,7 @@
     wal3 stress [URL] [--s3] [--duration S] [--run-dir DIR] [--seed N] [--writers N]
                 [--readers N] [--collectors N] [--streams N] [--kill-every S]
                 [--seaweed-restart-every S] [--summary-every S] [--gc-grace S] [--fault-scale F]
-                [--require-every-fault]
+                [--without KIND]... [--require-every-fault]
 
 Exit status 0 when the run verified a 1:1 mapping of acknowledged appends to records (and
 `verify` found the log clean), 1 otherwise, 2 on bad arguments.
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import signal
 import sys
 import tempfile
 from dataclasses import fields, replace
@@ -82,6 +83,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"the collectors' grace interval in seconds (default {defaults.gc_grace_s:.0f})")
     p.add_argument("--fault-scale", type=_non_negative, default=1.0,
                    help="multiply every fault probability (default 1; 0: no store faults)")
+    p.add_argument("--without", action="append", default=[], choices=PROBABILITIES + ("storm",),
+                   metavar="KIND", help="inject no faults of this kind (repeatable): "
+                                        + ", ".join(PROBABILITIES + ("storm",)))
     p.add_argument("--require-every-fault", action="store_true",
                    help="go on past --duration (at most 3 times as long again) until every fault "
                         "kind was injected at least once")
@@ -93,6 +97,9 @@ def config_from_args(args: argparse.Namespace, url: str) -> StressConfig:
               if f.name in PROBABILITIES}
     if any(p > 1 for p in scaled.values()) or sum(scaled.values()) - scaled["delay"] > 1:
         raise argparse.ArgumentTypeError(f"--fault-scale {args.fault_scale} makes a probability exceed 1")
+    scaled.update({kind: 0.0 for kind in args.without if kind in PROBABILITIES})
+    if "storm" in args.without:
+        scaled["storm_rate"] = 0.0
     return StressConfig(
         url=url, seed=args.seed, duration_s=args.duration, writers=args.writers, readers=args.readers,
         collectors=args.collectors, streams=args.streams, kill_every_s=args.kill_every,
@@ -120,5 +127,7 @@ def main(args: argparse.Namespace, out: IO[str], options: dict[str, str]) -> int
     run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="wal3-stress-"))
     config = replace(scaled, url=args.url or file_url(str(run_dir / "log")), options=options)
     out.write(f"wal3 stress: run directory {run_dir}\n")
+    # SIGTERM ends the run like Ctrl-C: its processes are killed and its SeaweedFS stopped
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     summary = run_stress(config, run_dir, s3=args.s3, out=out)
     return 0 if summary.ok else 1

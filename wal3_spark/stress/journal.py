@@ -7,7 +7,8 @@ One JSON line per event, in a file of its own (`journals/<writer>.jsonl`):
 - `Outcome`: what `append` returned or raised (`ack` with offsets [start, limit), `unknown`, or
   `failed`), written as soon as the writer learns it;
 - `End`: the incarnation is over: `exit` (stopped cleanly) or `killed`, which the supervisor
-  appends after reaping a process it killed (intents without an outcome then stay unknown).
+  appends after reaping a process it killed (intents without an outcome then stay unknown),
+  with the log's tail as it read it after the process died.
 
 Each line goes out in one `write(2)` on an `O_APPEND` descriptor, so a kill -9 leaves whole
 lines; a reader consumes complete lines only and remembers how far it got.
@@ -47,6 +48,10 @@ class Outcome:
 @dataclass(frozen=True)
 class End:
     how: str
+    #: for `killed`: the log's next offset, read after the process was reaped. A write the dead
+    #: process left in flight can only land on the manifest of that moment (every manifest
+    #: write is conditional), so once the log holds offset `tail` it never will.
+    tail: int | None = None
 
 
 Entry = Intent | Outcome | End
@@ -62,7 +67,7 @@ def to_json(entry: Entry) -> dict:
         if entry.error:
             line["error"] = entry.error
         return line
-    return {"end": entry.how}
+    return {"end": entry.how} if entry.tail is None else {"end": entry.how, "tail": entry.tail}
 
 
 def from_json(line: dict) -> Entry:
@@ -71,7 +76,7 @@ def from_json(line: dict) -> Entry:
     if "outcome" in line:
         return Outcome(int(line["outcome"]), line["kind"], line.get("start"), line.get("limit"),
                        line.get("error"))
-    return End(line["end"])
+    return End(line["end"], line.get("tail"))
 
 
 class Journal:
@@ -92,11 +97,12 @@ class Journal:
             os.close(self._fd)
 
 
-def mark_killed(path: Path) -> None:
-    """Record that the incarnation writing `path` was killed (call after reaping it)."""
+def mark_killed(path: Path, tail: int | None) -> None:
+    """Record that the incarnation writing `path` was killed (call after reaping it), and the
+    tail read since (None if it could not be read)."""
     journal = Journal(path)
     try:
-        journal.write(End(KILLED))
+        journal.write(End(KILLED, tail))
     finally:
         journal.close()
 

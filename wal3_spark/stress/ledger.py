@@ -13,8 +13,9 @@ about each append once nothing more can be learnt about it:
   read is `unexpected`;
 - *unknown* (the outcome could not be established, or the writer died first): it may appear at
   most once, all or nothing. It is decided as landed as soon as each of its records was read
-  once; otherwise it waits for the end of the run (a late write may still land), and is then
-  absent if none of it was read, or its missing records are `lost` if only part was.
+  once; otherwise it waits until no late write can land any more: until the reader has read
+  past the tail recorded when its writer was killed (`End.tail`), or the end of the run. It is
+  then absent if none of it was read, or its missing records are `lost` if only part was.
 
 Decided appends are remembered as intervals of append numbers per writer (appends are decided
 nearly in order, so these stay small), so that a copy read later, however much later, still
@@ -134,6 +135,8 @@ class Ledger:
         self.absent: dict[str, IntervalSet] = {}
         #: writer incarnation -> how it ended ("exit" or "killed")
         self.ended: dict[str, str] = {}
+        #: killed writer incarnation -> the tail after its death (see `End.tail`)
+        self.end_tails: dict[str, int] = {}
         self.examples: dict[str, list[str]] = {}
 
     # -- input ---------------------------------------------------------------------------
@@ -169,6 +172,8 @@ class Ledger:
         """One journal entry of `writer` (entries of one writer must come in journal order)."""
         if isinstance(entry, End):
             self.ended[writer] = entry.how
+            if entry.tail is not None:
+                self.end_tails[writer] = entry.tail
             return
         pending = self._pending(writer, entry.append)
         if isinstance(entry, Intent):
@@ -231,14 +236,17 @@ class Ledger:
     def _decide_unknown(self, writer: str, append: int, p: Pending, name: str, final: bool) -> bool:
         assert p.records is not None
         once = all(len(p.seen.get(i, ())) == 1 for i in range(len(p.records)))
-        if not once and not final:
-            return False  # not (fully) landed: a late write may still land
+        cannot_land = self.position > self.end_tails.get(writer, self.position)
         if not p.seen:
+            if not (final or cannot_land):
+                return False  # a late write may still land
             self.counts.unknown_absent += 1
             self.absent.setdefault(writer, IntervalSet()).add(append)
             return True
         first = min(x[0] for v in p.seen.values() for x in v)
         start = first - min(p.seen)  # where it landed, by its first record read
+        if not (once or final or (cannot_land and self.position >= start + len(p.records))):
+            return False  # partly read: the rest may be just ahead
         self._check_records(p, start, f"{name} (outcome unknown, landed)")
         self.counts.unknown_landed += 1
         self.present.setdefault(writer, IntervalSet()).add(append)
@@ -291,6 +299,7 @@ class Ledger:
             "present": {w: s.spans() for w, s in self.present.items()},
             "absent": {w: s.spans() for w, s in self.absent.items()},
             "ended": self.ended,
+            "end_tails": self.end_tails,
             "examples": self.examples,
         }
 
@@ -305,5 +314,6 @@ class Ledger:
         ledger.present = {w: IntervalSet(s) for w, s in d["present"].items()}
         ledger.absent = {w: IntervalSet(s) for w, s in d["absent"].items()}
         ledger.ended = dict(d["ended"])
+        ledger.end_tails = dict(d["end_tails"])
         ledger.examples = {k: list(v) for k, v in d["examples"].items()}
         return ledger

@@ -26,7 +26,7 @@ from typing import IO
 
 from wal3_spark.committer import Committer
 from wal3_spark.cursors import CursorStore
-from wal3_spark.errors import Wal3Error
+from wal3_spark.errors import StorageError, Wal3Error
 from wal3_spark.reader import LogReader
 from wal3_spark.storage import open_store
 from wal3_spark.storage.retry import retry
@@ -77,6 +77,8 @@ class Supervisor:
         self.crashes: Counter[str] = Counter()
         self.seaweed_restarts = 0
         self.tally = AppendTally()
+        #: reads the log without faults
+        self.reader = LogReader(open_store(config.url, config.options))
         self.started = time.monotonic()
         #: why the run stopped early, if it did
         self.aborted: str | None = None
@@ -246,7 +248,7 @@ class Supervisor:
 
     def ended(self, p: Process, *, killed: bool) -> None:
         if killed and p.role == "writer" and self.run_dir.journal(p.name).exists():
-            mark_killed(self.run_dir.journal(p.name))
+            mark_killed(self.run_dir.journal(p.name), self.tail_now())
         if p in self.processes:
             self.processes.remove(p)
 
@@ -283,8 +285,15 @@ class Supervisor:
     # -- the log ----------------------------------------------------------------------
 
     def final_tail(self) -> int:
-        reader = LogReader(open_store(self.config.url, self.config.options))
-        return retry(lambda: reader.manifest().next_offset, attempts=10, what="read the final tail")
+        return retry(lambda: self.reader.manifest().next_offset, attempts=10, what="read the final tail")
+
+    def tail_now(self) -> int | None:
+        """The log's next offset, or None while the store is unreachable (a server restart)."""
+        try:
+            return self.reader.manifest().next_offset
+        except StorageError as exc:
+            log.warning("could not read the tail: %s", exc)
+            return None
 
     def verify(self) -> list[str]:
         report = verify(open_store(self.config.url, self.config.options))
