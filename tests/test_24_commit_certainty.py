@@ -40,7 +40,6 @@ def late_manifest_writes(store, **kw) -> LateLandingStore:
     return LateLandingStore(store, keys=[MANIFEST_KEY], **kw)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 7: fixed by the next commits")
 def test_00_a_manifest_write_landing_right_after_the_reload_is_committed_once(store):
     LogWriter(store).append(b"r0")
     late = late_manifest_writes(store, writes=[1], land="after_get")
@@ -51,7 +50,6 @@ def test_00_a_manifest_write_landing_right_after_the_reload_is_committed_once(st
     assert verify(store).ok
 
 
-@pytest.mark.xfail(strict=True, reason="issue 7: fixed by the next commits")
 def test_01_an_idempotent_commit_whose_own_write_landed_late_is_not_a_duplicate(store):
     LogWriter(store).append(b"r0")
     late = late_manifest_writes(store, writes=[1], land="after_get")
@@ -62,7 +60,6 @@ def test_01_an_idempotent_commit_whose_own_write_landed_late_is_not_a_duplicate(
     assert LogReader(store).manifest().txns["q"].version == 0
 
 
-@pytest.mark.xfail(strict=True, reason="issue 7: fixed by the next commits")
 def test_02_the_spark_commit_path_deletes_nothing_when_the_outcome_is_unknown(store, monkeypatch):
     """Every manifest write times out; the commit gives up; the first write lands afterwards."""
     monkeypatch.setattr(committer_module, "Committer", functools.partial(Committer, max_attempts=3))
@@ -78,7 +75,6 @@ def test_02_the_spark_commit_path_deletes_nothing_when_the_outcome_is_unknown(st
     assert verify(store).ok
 
 
-@pytest.mark.xfail(strict=True, reason="issue 7: fixed by the next commits")
 def test_03_a_spark_abort_after_an_unknown_commit_outcome_keeps_the_fragments(store, monkeypatch):
     """Spark calls abort() when commit() raised: every task's message is there then."""
     from wal3_spark.spark.batch_writer import FragmentSink, Wal3CommitMessage

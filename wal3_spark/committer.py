@@ -2,27 +2,37 @@
 in one compare-and-swap of the manifest.
 
 A `Committer` is what a Spark driver (or `LogWriter`) holds: it creates the log, checks schemas
-before any data is written, and places already-written fragments at the tail, atomically,
-rebasing on conflicts and resolving ambiguous writes by looking at what landed. Every manifest it
-writes is scrubbed first, so a bug here cannot publish a manifest that does not balance.
+before any data is written, and places already-written fragments at the tail, atomically. The
+compare-and-swap itself (rebasing on lost races, resolving ambiguous writes by looking at what
+landed) is `wal3_spark.cas`; this module supplies the decisions. Every manifest it writes is
+scrubbed first, so a bug here cannot publish a manifest that does not balance or that references
+a fragment twice.
+
+Outcomes of `commit` (docs/design.md section 3):
+- a `CommitResult`: the fragments are in the log, once, at [start, limit);
+- `CommitFailed`, `LogSealed`, `SchemaMismatch`: definitely not committed, and no write that may
+  still land is outstanding: the caller may delete the fragments;
+- `CommitOutcomeUnknown`: a manifest write may still land. The caller must delete nothing (the
+  fragments may be data; if they are not, garbage collection removes them as orphans) and must
+  not blindly retry with new fragments (the records could appear twice).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-import itertools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
 
+from wal3_spark.cas import CasObject, CasPolicy, CasResult, Outcome
 from wal3_spark.errors import (
     AmbiguousWrite,
     CommitFailed,
+    CommitOutcomeUnknown,
     LogNotFound,
     LogSealed,
-    ObjectNotFound,
     PreconditionFailed,
     SchemaMismatch,
     TransientError,
@@ -32,7 +42,7 @@ from wal3_spark.format import MANIFEST_KEY
 from wal3_spark.manifest import Manifest, NewFragment, Snapshot, SnapshotOptions, Txn
 from wal3_spark.schema import reconcile
 from wal3_spark.storage.base import ObjectStore
-from wal3_spark.storage.retry import backoff_delays, retry
+from wal3_spark.storage.retry import retry
 from wal3_spark.uuid7 import uuid7_timestamp_us
 
 log = logging.getLogger(__name__)
@@ -55,6 +65,18 @@ def now_us() -> int:
     return time.time_ns() // 1000
 
 
+def manifest_object(store: ObjectStore, policy: CasPolicy | None = None) -> CasObject[Manifest]:
+    """The manifest under compare-and-swap: every value written is scrubbed first."""
+    return CasObject(
+        store,
+        MANIFEST_KEY,
+        parse=Manifest.from_json,
+        serialise=Manifest.to_json,
+        validate=Manifest.scrub,
+        policy=policy,
+    )
+
+
 class Committer:
     """Reads and compare-and-swaps one log's manifest. Not thread-safe; cheap to create."""
 
@@ -68,50 +90,35 @@ class Committer:
         deadline_s: float = 300.0,
         backoff_base_s: float = 0.002,
         backoff_cap_s: float = 0.1,
-        check_fragments_older_than_s: float = 300.0,
     ) -> None:
         self.store = store
         self.writer = writer
         self.snapshot_options = snapshot_options or SnapshotOptions()
-        self.max_attempts = max_attempts
-        self.deadline_s = deadline_s
-        self.backoff_base_s = backoff_base_s
-        self.backoff_cap_s = backoff_cap_s
-        self.check_fragments_older_than_s = check_fragments_older_than_s
-        #: the last manifest seen and its ETag; a fresh ETag lets a commit skip the GET
-        self._cached: tuple[Manifest, str] | None = None
-        self.requests = {"get": 0, "put": 0}
+        self._manifest = manifest_object(
+            store, CasPolicy(max_attempts, deadline_s, backoff_base_s, backoff_cap_s)
+        )
 
     @property
     def url(self) -> str:
         return self.store.url
 
     @property
+    def requests(self) -> dict[str, int]:
+        """Manifest GETs and PUTs made so far (a warm commit is one PUT)."""
+        return self._manifest.requests
+
+    @property
     def last_seen(self) -> Manifest | None:
         """The newest manifest this committer read or wrote (no I/O)."""
-        return self._cached[0] if self._cached else None
-
-    def _delays(self) -> Iterator[float]:
-        """Full-jitter backoff between attempts: racing committers spread out, and a lost race
-        (cheap: the loser only re-reads) is retried quickly."""
-        return itertools.chain(
-            backoff_delays(self.max_attempts, self.backoff_base_s, self.backoff_cap_s, jitter=1.0),
-            itertools.repeat(self.backoff_cap_s),
-        )
+        last = self._manifest.last
+        return last.value if last is not None else None
 
     # -- reading ------------------------------------------------------------------------
 
     def load(self) -> tuple[Manifest, str] | None:
         """The current manifest and its ETag, or None if the log does not exist."""
-        self.requests["get"] += 1
-        try:
-            blob = self.store.get(MANIFEST_KEY)
-        except ObjectNotFound:
-            self._cached = None
-            return None
-        manifest = Manifest.from_json(blob.data)
-        self._cached = (manifest, blob.etag)
-        return self._cached
+        loaded = self._manifest.load()
+        return None if loaded is None else (loaded.value, loaded.etag)
 
     def manifest(self) -> Manifest:
         loaded = self.load()
@@ -126,23 +133,19 @@ class Committer:
 
         An existing log is returned as is: callers check its schema with `prepare`.
         """
-        manifest = Manifest.empty(self.writer, schema)
-        delays = self._delays()
-        for _ in range(self.max_attempts):
-            try:
-                self.requests["put"] += 1
-                etag = self.store.put_if_absent(MANIFEST_KEY, manifest.to_json())
-                self._cached = (manifest, etag)
-                log.info("created log %s", self.url)
-                return self._cached
-            except (PreconditionFailed, AmbiguousWrite, TransientError) as exc:
-                loaded = self.load()
-                if loaded is not None:
-                    return loaded
-                if isinstance(exc, PreconditionFailed):
-                    raise CommitFailed(f"{self.url}: manifest exists but cannot be read") from exc
-                time.sleep(next(delays))
-        raise CommitFailed(f"could not create the log at {self.url}")
+        empty = Manifest.empty(self.writer, schema)
+        result = self._manifest.apply(
+            lambda current: empty if current is None else None,
+            landed=lambda current: current is not None,
+        )
+        if result.outcome is Outcome.UNKNOWN or result.current is None:
+            raise CommitOutcomeUnknown(
+                f"could not establish whether the log at {self.url} was created (the store kept "
+                "failing): run `wal3 info` on it, or retry"
+            )
+        if result.outcome is Outcome.WRITTEN:
+            log.info("created log %s", self.url)
+        return result.current.value, result.current.etag
 
     def prepare(
         self, schema: pa.Schema | None, *, merge_schema: bool = False, create: bool = True
@@ -177,135 +180,99 @@ class Committer:
 
         `schema` is the schema the fragments were written in (None: raw). With `app_id` and
         `version` the commit is idempotent: it is skipped when that writer already committed
-        `version` or later, and the version is recorded in the same manifest write.
+        `version` or later, and the version is recorded in the same manifest write. See the
+        module docstring for what each outcome allows the caller to do with the fragments.
         """
         if (app_id is None) != (version is None):
             raise ValueError("app_id and version go together")
-        self._check_old_fragments_exist(fragments)
-        paths = {f.path for f in fragments}
+        paths = [f.path for f in fragments]
+        if len(set(paths)) != len(paths):
+            raise ValueError("a commit lists the same fragment twice")
+        #: where the fragments were placed: first ("since", the lowest) and last ("start")
         placed: dict[str, int] = {}
 
-        def decide(manifest: Manifest) -> Manifest | None:
-            if manifest.sealed:
+        def decide(current: Manifest | None) -> Manifest | None:
+            if current is None:
+                if not create:
+                    raise LogNotFound(self.url)
+                current = Manifest.empty(self.writer, schema)
+            if current.sealed:
                 raise LogSealed(self.url)
             if app_id is not None:
-                txn = manifest.txns.get(app_id)
+                txn = current.txns.get(app_id)
                 if txn is not None and txn.version >= version:
                     return None
-            if manifest.uses_seq_nos:
+            if current.uses_seq_nos:
                 raise Wal3Error(
                     f"{self.url} was written by Chroma's S3 backend (sequence-numbered fragments); "
                     "wal3-spark can read and verify it but appends only to UUID-fragment logs. "
                     "Copy it to a new log (`wal3 copy`) and append there"
                 )
-            new_schema = _target_schema(manifest, schema, merge_schema, self.url)
-            placed["start"] = manifest.next_offset
+            _check_orphan_horizon(current, fragments, self.url)
+            new_schema = _target_schema(current, schema, merge_schema, self.url)
+            placed.setdefault("since", current.next_offset)
+            placed["start"] = current.next_offset
             txn_entry = (app_id, Txn(version, now_us())) if app_id is not None else None
-            changed = new_schema is not None and new_schema != manifest.arrow_schema()
-            return manifest.with_fragments(
+            changed = new_schema is not None and new_schema != current.arrow_schema()
+            return current.with_fragments(
                 fragments, self.writer, txn=txn_entry, schema=new_schema if changed else None
             )
 
-        def landed(manifest: Manifest, since: int) -> bool:
-            return bool(paths) and _contains_paths(self.store, manifest, paths, since)
+        def landed(current: Manifest | None) -> bool | None:
+            if current is None or "since" not in placed:
+                return False
+            if not paths:  # nothing to find: an idempotent empty commit recorded its version
+                txn = current.txns.get(app_id) if app_id is not None else None
+                return txn is not None and txn.version >= version
+            start = _locate(self.store, current, set(paths), placed["since"])
+            if start is not None:
+                placed["start"] = start
+                return True
+            if current.oldest_offset > placed["since"]:
+                return None  # garbage collection moved past where they would be: cannot tell
+            return False
 
-        result, attempts, conflicts = self._update(decide, landed, create=create, schema=schema)
-        records = sum(f.records for f in fragments)
-        if result is None:
+        result = self._manifest.apply(decide, landed=landed, prepare=self._roll_snapshots)
+        if result.outcome is Outcome.UNKNOWN:
+            raise CommitOutcomeUnknown(_unknown_message(self.url, paths, app_id, version))
+        assert result.current is not None
+        if result.outcome is Outcome.NOTHING_TO_DO:
             log.info("%s: txn %s version %s already committed; skipped", self.url, app_id, version)
-            manifest = self._cached[0] if self._cached else self.manifest()
-            return CommitResult(0, 0, manifest, duplicate=True, attempts=attempts, conflicts=conflicts)
-        # The last `decide` call placed the fragments that landed (an ambiguous write that
-        # landed returns without deciding again).
+            return CommitResult(0, 0, result.current.value, duplicate=True,
+                                attempts=result.attempts, conflicts=result.conflicts)
         start = placed["start"]
-        return CommitResult(start, start + records, result, attempts=attempts, conflicts=conflicts)
-
-    def _check_old_fragments_exist(self, fragments: Sequence[NewFragment]) -> None:
-        """Refuse to reference fragments that garbage collection may already have deleted.
-
-        GC deletes unreferenced fragments older than its grace interval (an hour by default),
-        so a commit of fragments written long ago (a long Spark job) first checks that they are
-        still there: failing loudly beats publishing a manifest that points at nothing.
-        """
-        horizon_us = now_us() - int(self.check_fragments_older_than_s * 1e6)
-        old = [f for f in fragments if (uuid7_timestamp_us(f.uuid) or 0) < horizon_us]
-        missing = [f.path for f in old if not self.store.exists(f.path)]
-        if missing:
-            raise CommitFailed(
-                f"{len(missing)} of this commit's fragments no longer exist (e.g. {missing[0]}): "
-                "they were written before the garbage-collection grace interval and collected as "
-                "orphans. Nothing was committed; rerun the append, and give `wal3 gc --grace` more "
-                "time than your longest append job"
-            )
+        records = sum(f.records for f in fragments)
+        return CommitResult(start, start + records, result.current.value,
+                            attempts=result.attempts, conflicts=result.conflicts)
 
     def update(self, decide: Callable[[Manifest], Manifest | None]) -> Manifest | None:
         """Apply `decide` to the current manifest with compare-and-swap (seal, GC, txn pruning).
 
         `decide` returns the new manifest, or None when there is nothing to do; it is called
         again on the fresh manifest after every lost race, so it must be a pure function of it.
+        After an ambiguous write, "nothing to do" on a fresh manifest means the change is there.
+        Returns the manifest written, or None when there was nothing to do.
         """
-        def landed(manifest: Manifest, since: int) -> bool:
-            return decide(manifest) is None
+        result = self.update_result(decide)
+        return result.current.value if result.outcome is Outcome.WRITTEN and result.current else None
 
-        return self._update(decide, landed, create=False, schema=None)[0]
+    def update_result(self, decide: Callable[[Manifest], Manifest | None]) -> CasResult[Manifest]:
+        """`update`, returning the compare-and-swap's result (the manifest decided on included)."""
 
-    def _update(
-        self,
-        decide: Callable[[Manifest], Manifest | None],
-        landed: Callable[[Manifest, int], bool],
-        *,
-        create: bool,
-        schema: pa.Schema | None,
-    ) -> tuple[Manifest | None, int, int]:
-        deadline = time.monotonic() + self.deadline_s
-        delays = self._delays()
-        conflicts = 0
-        current = self._cached or self.load()
-        for attempt in range(1, self.max_attempts + 1):
+        def on_log(current: Manifest | None) -> Manifest | None:
             if current is None:
-                if not create:
-                    raise LogNotFound(self.url)
-                current = self.create(schema if schema is not None else None)
-            manifest, etag = current
-            new = decide(manifest)
-            if new is None:
-                return None, attempt, conflicts
-            new = self._roll_snapshots(new)
-            new.scrub()
-            try:
-                self.requests["put"] += 1
-                new_etag = self.store.put_if_match(MANIFEST_KEY, new.to_json(), etag)
-                self._cached = (new, new_etag)
-                return new, attempt, conflicts
-            except PreconditionFailed:
-                conflicts += 1
-                log.debug("%s: manifest changed under us (attempt %d); rebasing", self.url, attempt)
-            except AmbiguousWrite as exc:
-                log.warning("%s: %s; checking whether it landed", self.url, exc)
-                current = self._reload_after_ambiguity(deadline)
-                if current is not None and landed(current[0], manifest.next_offset):
-                    return current[0], attempt, conflicts
-                continue
-            except TransientError as exc:
-                log.warning("%s: transient error writing the manifest: %s", self.url, exc)
-            if time.monotonic() > deadline:
-                break
-            time.sleep(next(delays))
-            current = self.load()
-        raise CommitFailed(
-            f"gave up committing to {self.url} after {attempt} attempts ({conflicts} conflicts); "
-            "nothing was committed. Too many concurrent writers, or the store is failing: retry"
-        )
+                raise LogNotFound(self.url)
+            return decide(current)
 
-    def _reload_after_ambiguity(self, deadline: float) -> tuple[Manifest, str] | None:
-        delays = self._delays()
-        while True:
-            try:
-                return self.load()
-            except TransientError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(next(delays))
+        result = self._manifest.apply(
+            on_log, landed=lambda current: current is not None and decide(current) is None
+        )
+        if result.outcome is Outcome.UNKNOWN:
+            raise CommitOutcomeUnknown(
+                f"a manifest update of {self.url} may or may not have landed (the store kept "
+                "failing until the deadline); run `wal3 info` on it to see, then retry"
+            )
+        return result
 
     def _roll_snapshots(self, manifest: Manifest) -> Manifest:
         """Write the snapshots the manifest needs before it is published (FORMAT.md section 5)."""
@@ -318,8 +285,59 @@ class Committer:
 
     def seal(self) -> Manifest:
         """Seal the log: every later append fails, readers keep working."""
-        result = self.update(lambda m: None if m.sealed else m.sealed_by(self.writer))
-        return result if result is not None else self.manifest()
+        result = self.update_result(lambda m: None if m.sealed else m.sealed_by(self.writer))
+        assert result.current is not None
+        return result.current.value
+
+
+def _check_orphan_horizon(manifest: Manifest, fragments: Sequence[NewFragment], url: str) -> None:
+    """Refuse fragments that garbage collection may have deleted as orphans.
+
+    GC raises the manifest's orphan horizon (by compare-and-swap) before it deletes any
+    unreferenced fragment created before it; a commit checks the horizon of the very manifest
+    it compare-and-swaps against, so either GC saw the fragments referenced, or the commit sees
+    the horizon and refuses (docs/design.md section 10). A fragment whose age is unknown (not a
+    UUIDv7) counts as older than any horizon.
+    """
+    horizon = manifest.orphan_horizon_us
+    if horizon is None:
+        return
+    old = [f.path for f in fragments if (uuid7_timestamp_us(f.uuid) or 0) < horizon]
+    if old:
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(horizon / 1e6))
+        raise CommitFailed(
+            f"{len(old)} of this commit's fragments (e.g. {old[0]}) were written before {when}, "
+            f"the orphan horizon of {url}: garbage collection may have deleted them as orphans. "
+            "Nothing was committed; rerun the append. If appends take longer than that, give "
+            "`wal3 gc --grace` more time than your longest append job"
+        )
+
+
+def _unknown_message(url: str, paths: Sequence[str], app_id: str | None, version: int | None) -> str:
+    rerun = (
+        f"rerunning with the same writer id and version ({app_id!r}, {version}) is safe: it is "
+        "skipped if the first attempt landed"
+        if app_id is not None
+        else "an idempotent rerun needs a writer id and version (Spark's writerId option, or "
+        "Committer.commit(app_id=..., version=...))"
+    )
+    return (
+        f"the append to {url} may or may not be in the log: a manifest write timed out and the "
+        "store kept failing until the deadline, so it could not be established whether it landed "
+        f"(or whether it may still land). Nothing was deleted. To find out, run `wal3 verify {url}`"
+        f" (or look for {paths[0] if paths else 'the writer version'} in the manifest); {rerun}"
+    )
+
+
+def _locate(store: ObjectStore, manifest: Manifest, paths: set[str], since: int) -> int | None:
+    """Where the first of `paths` sits in the manifest at or after offset `since` (fragments
+    rolled into a snapshot in the meantime are found through the snapshot tree), or None."""
+    from wal3_spark.reader import iter_fragments
+
+    for ref in iter_fragments(store, manifest, since):
+        if ref.path in paths:
+            return ref.start
+    return None
 
 
 def write_snapshot(store: ObjectStore, snapshot: Snapshot) -> None:
@@ -355,11 +373,3 @@ def _target_schema(
         # An empty raw log created without a schema: the first structured append defines it.
         return reconcile(None, schema, merge=merge, raw_log=False)
     return reconcile(manifest.arrow_schema(), schema, merge=merge, raw_log=False)
-
-
-def _contains_paths(store: ObjectStore, manifest: Manifest, paths: set[str], since: int) -> bool:
-    """Whether the manifest holds any of `paths` at or after offset `since` (fragments rolled
-    into a snapshot in the meantime are found through the snapshot tree)."""
-    from wal3_spark.reader import iter_fragments
-
-    return any(ref.path in paths for ref in iter_fragments(store, manifest, since))

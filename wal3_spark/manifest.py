@@ -103,12 +103,23 @@ def _check_uniform_ids(obj: str, fragments: Sequence[FragmentRef]) -> None:
         )
 
 
+def _check_unique(obj: str, paths: Iterable[str], what: str) -> None:
+    """A path referenced twice is a record appended twice (the setsum balances all the same:
+    the fragment's setsum was added twice), or a snapshot counted twice."""
+    seen: set[str] = set()
+    for path in paths:
+        if path in seen:
+            raise CorruptLog(f"{what} paths are unique", obj, f"{path} is referenced twice")
+        seen.add(path)
+
+
 def _check_fragments(obj: str, fragments: Sequence[FragmentRef]) -> None:
     for frag in fragments:
         if not frag.start < frag.limit:
             raise CorruptLog("start < limit for every fragment", obj, f"{frag.path}")
     _check_contiguous(obj, fragments, "fragments")
     _check_uniform_ids(obj, fragments)
+    _check_unique(obj, (f.path for f in fragments), "fragment")
 
 
 @dataclass(frozen=True)
@@ -169,6 +180,7 @@ class Snapshot:
         if not self.path.endswith(self.setsum.hexdigest()):
             raise CorruptLog("snapshot path ends in its setsum", obj, self.setsum.hexdigest())
         _check_contiguous(obj, self.snapshots, "snapshot pointers")
+        _check_unique(obj, (s.path_to_snapshot for s in self.snapshots), "snapshot")
         _check_fragments(obj, self.fragments)
 
     def to_json(self) -> bytes:
@@ -216,6 +228,10 @@ class Manifest:
     schema: str | None = None
     sealed: bool = False
     txns: Mapping[str, Txn] = field(default_factory=dict)
+    #: wal3-spark extension (docs/design.md section 10): garbage collection may have deleted
+    #: unreferenced fragments created before this time (µs since the epoch), so no commit may
+    #: reference them any more
+    orphan_horizon_us: int | None = None
 
     # -- construction -------------------------------------------------------------------
 
@@ -245,6 +261,9 @@ class Manifest:
         schema = doc.get("schema") if isinstance(doc, dict) else None
         if schema is not None and not isinstance(schema, str):
             raise CorruptLog("field type", obj, f"'schema' is {schema!r}")
+        horizon = doc.get("orphan_horizon_us") if isinstance(doc, dict) else None
+        if horizon is not None and (not isinstance(horizon, int) or isinstance(horizon, bool) or horizon < 0):
+            raise CorruptLog("field type", obj, f"'orphan_horizon_us' is {horizon!r}")
         return cls(
             setsum=parse_setsum(require_field(doc, "setsum", obj, str), obj, "setsum"),
             collected=parse_setsum(collected, obj, "collected") if collected is not None else Setsum(),
@@ -264,6 +283,7 @@ class Manifest:
                 app: Txn(require_field(t, "version", obj, int), require_field(t, "epoch_us", obj, int))
                 for app, t in txns.items()
             },
+            orphan_horizon_us=horizon,
         )
 
     def to_json(self) -> bytes:
@@ -290,6 +310,8 @@ class Manifest:
             extras["txns"] = {
                 app: {"version": t.version, "epoch_us": t.epoch_us} for app, t in self.txns.items()
             }
+        if self.orphan_horizon_us is not None:
+            extras["orphan_horizon_us"] = self.orphan_horizon_us
         parts.extend(f",{json_text(key)}:{json_text(value)}" for key, value in extras.items())
         parts.append("}")
         return "".join(parts).encode()
@@ -339,6 +361,7 @@ class Manifest:
             if not snap.start < snap.limit:
                 raise CorruptLog("start < limit for every snapshot", obj, snap.path_to_snapshot)
         _check_contiguous(obj, self.snapshots, "snapshots")
+        _check_unique(obj, (s.path_to_snapshot for s in self.snapshots), "snapshot")
         _check_fragments(obj, self.fragments)
         if self.snapshots and self.fragments and self.snapshots[-1].limit != self.fragments[0].start:
             raise CorruptLog(
@@ -431,3 +454,10 @@ class Manifest:
 
     def sealed_by(self, writer: str) -> Manifest:
         return replace(self, sealed=True, writer=writer)
+
+    def with_orphan_horizon(self, horizon_us: int, writer: str) -> Manifest | None:
+        """The manifest with its orphan horizon raised to `horizon_us`, or None if it is there
+        already (the horizon never moves back)."""
+        if self.orphan_horizon_us is not None and self.orphan_horizon_us >= horizon_us:
+            return None
+        return replace(self, orphan_horizon_us=horizon_us, writer=writer)

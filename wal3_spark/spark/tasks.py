@@ -4,7 +4,9 @@ Writing: `write_partition` streams a task's Arrow batches into fragments of abou
 `fragment_bytes`, each written straight to the store as soon as it is full, so that a task holds
 at most one fragment (about twice `fragment_bytes` while encoding) whatever its partition size.
 `commit_files` places every task's fragments in one manifest compare-and-swap; `delete_files`
-cleans up after aborts, never deleting a fragment that some manifest references.
+cleans up after aborts, never deleting a fragment that some manifest references. Nothing is
+deleted after a commit whose outcome is unknown: a manifest write may still land and publish the
+fragments (if it never does, garbage collection removes them as orphans).
 
 Reading: `pack` bin-packs fragment ranges into input partitions; `read_partition` yields each
 range's records as Arrow batches in exactly the schema Spark declared.
@@ -22,7 +24,14 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from wal3_spark.errors import CommitFailed, LogNotFound, LogSealed, SchemaMismatch, Wal3Error
+from wal3_spark.errors import (
+    CommitFailed,
+    CommitOutcomeUnknown,
+    LogNotFound,
+    LogSealed,
+    SchemaMismatch,
+    Wal3Error,
+)
 from wal3_spark.schema import RAW_SCHEMA, conform
 
 log = logging.getLogger(__name__)
@@ -103,7 +112,8 @@ def commit_files(
     app_id: str | None = None,
     version: int | None = None,
 ):
-    """One manifest CAS for all of `files` (in order). Definite failures delete the files."""
+    """One manifest CAS for all of `files` (in order). Definite failures delete the files; an
+    unknown outcome (`CommitOutcomeUnknown`) deletes nothing."""
     from wal3_spark.committer import Committer
 
     committer = Committer(store, writer=writer)
@@ -114,6 +124,9 @@ def commit_files(
         )
     except (CommitFailed, LogSealed, SchemaMismatch):
         delete_files(store, files, since)
+        raise
+    except CommitOutcomeUnknown:
+        log.warning("the commit of %d fragments has an unknown outcome; none deleted", len(files))
         raise
     elapsed = time.perf_counter() - t0
     log.info("committed %d fragments to offsets [%d, %d) in %.1f ms (%d attempts)",
