@@ -114,7 +114,7 @@ def test_02_verify_exit_status(url, tmp_path):
 
 
 def test_03_cursor_commands(url):
-    ok("init", url)
+    LogWriter(open_store(url)).append([b"r"] * 9)  # offsets [1, 10)
     ok("cursor", "set", url, "reader", "5")
     ok("cursor", "set", url, "other", "9")
     assert ok("cursor", "get", url, "reader") == "5\n"

@@ -34,7 +34,6 @@ def bodies(store) -> list[bytes]:
     return LogReader(store).read_table().column("body").to_pylist()
 
 
-@pytest.mark.xfail(strict=True, reason="issue 7: fixed by the next commits")
 def test_00_gc_grace_0_between_upload_and_commit_loses_nothing(store, store_url, request, monkeypatch):
     if store_url.startswith("s3://"):
         for name, value in request.getfixturevalue("seaweed").env.items():
@@ -48,7 +47,6 @@ def test_00_gc_grace_0_between_upload_and_commit_loses_nothing(store, store_url,
     assert verify(store).ok
 
 
-@pytest.mark.xfail(strict=True, reason="issue 7: fixed by the next commits")
 def test_01_a_commit_of_fragments_gc_swept_as_orphans_is_refused_and_commits_nothing(store):
     LogWriter(store).append(b"r0")
     files = upload(store, [b"r1"])
@@ -60,3 +58,75 @@ def test_01_a_commit_of_fragments_gc_swept_as_orphans_is_refused_and_commits_not
     assert bodies(store) == [b"r0"]
     assert verify(store).ok
     assert LogWriter(store).append(b"r1 again").start == 2  # a rerun works
+
+
+def append_until(url: str, options: dict, writer: int, stop, refused, results) -> None:
+    """An appender process: appends of two fragments each until `stop` is set; an append
+    refused by the orphan horizon is rerun (new fragments, same records) and counted."""
+    store = open_store(url, options)
+    committer = Committer(store, writer=f"appender-{writer}")
+    acknowledged = []
+    c = 0
+    while not stop.is_set():
+        records = [f"w{writer}/c{c}/r{r}".encode() for r in range(3)]
+        while True:
+            files = upload(store, records[:1]) + upload(store, records[1:])
+            try:
+                result = committer.commit(files)
+                break
+            except CommitFailed as exc:
+                assert "orphan horizon" in str(exc), exc
+                with refused.get_lock():
+                    refused.value += 1
+        acknowledged.append((result.start, records))
+        c += 1
+    results.put(acknowledged)
+
+
+def test_02_appender_processes_and_repeated_gc_lose_no_acknowledged_record(store, store_url, store_options):
+    """Three appender processes; meanwhile a consumer's cursor follows the tail and GC runs in
+    a loop: alternately as `wal3 gc --grace 0` would (the orphan grace floor keeps in-flight
+    fragments) and with a clock ahead by the whole floor, so that every unreferenced fragment it
+    lists, in flight or not, is an orphan: the orphan horizon must turn those commits into
+    refusals. It runs until refusals were seen (the race really happened)."""
+    import multiprocessing
+
+    from wal3_spark.cursors import CursorStore
+    from wal3_spark.gc import MIN_ORPHAN_GRACE_S
+
+    LogWriter(store).append(b"r0")
+    ctx = multiprocessing.get_context("spawn")
+    stop, refused, results = ctx.Event(), ctx.Value("i", 0), ctx.Queue()
+    procs = [ctx.Process(target=append_until, args=(store_url, store_options, w, stop, refused, results))
+             for w in range(3)]
+    for p in procs:
+        p.start()
+    cursors = CursorStore(store)
+    runs = orphans = 0
+    give_up = time.monotonic() + 300
+    try:
+        while (refused.value < 3 or runs < 10) and time.monotonic() < give_up:
+            ahead = MIN_ORPHAN_GRACE_S if runs % 2 else 0.0
+            tail = LogReader(store).manifest().next_offset
+            cursors.advance("consumer", max(1, tail - 6))
+            report = GarbageCollector(store, grace_s=0, force=True, now=lambda: time.time() + ahead).run()
+            orphans += len(report.orphans_deleted)
+            runs += 1
+    finally:
+        stop.set()
+    outcomes = [results.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    assert orphans > 0 and refused.value >= 3, (orphans, refused.value)
+    report = verify(store)
+    assert report.ok, report.problems  # no reference to a deleted fragment
+    oldest = LogReader(store).manifest().oldest_offset
+    table = LogReader(store).read_table(oldest)
+    got = dict(zip(table.column("_offset").to_pylist(), table.column("body").to_pylist()))
+    expected = {start + i: body for acked in outcomes for start, bodies in acked
+                for i, body in enumerate(bodies)}
+    kept = {o: b for o, b in expected.items() if o >= oldest}
+    assert {o: got.get(o) for o in kept} == kept  # every acknowledged record still in the log
+    assert len(got) == len(set(got.values()))  # and none twice
+    assert len(kept) > 0

@@ -29,7 +29,6 @@ def put_cursor_object(url: str, key: str, doc) -> None:
     open_store(url).put_if_absent(key, data)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 7: fixed by the next commits")
 def test_00_negative_and_beyond_the_tail_offsets_are_refused(url):
     proc = wal3("cursor", "set", url, "c", "-3")
     assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
@@ -45,7 +44,6 @@ def test_00_negative_and_beyond_the_tail_offsets_are_refused(url):
             cursors.create("d", bad)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 7: fixed by the next commits")
 def test_01_below_the_oldest_offset_only_when_forced(url):
     ok("cursor", "set", url, "c", "4")
     ok("gc", url, "--grace", "0", "--force")
@@ -55,7 +53,6 @@ def test_01_below_the_oldest_offset_only_when_forced(url):
     ok("cursor", "set", url, "d", "1", "--force")
 
 
-@pytest.mark.xfail(strict=True, reason="issue 7: fixed by the next commits")
 @pytest.mark.parametrize("key, doc", [
     ("cursor/c.json", {"position": {"offset": -3}, "epoch_us": 1, "writer": "x"}),
     ("cursor/c.json", b"{not json"),
@@ -77,7 +74,6 @@ def test_02_a_malformed_cursor_object_is_shown_blocks_gc_and_can_be_removed(url,
     ok("gc", url, "--grace", "0")
 
 
-@pytest.mark.xfail(strict=True, reason="issue 7: fixed by the next commits")
 def test_03_set_force_repairs_a_cursor_holding_a_bad_offset(url):
     put_cursor_object(url, "cursor/c.json", {"position": {"offset": -3}, "epoch_us": 1, "writer": "x"})
     fails("cursor", "get", url, "c", match="broken")

@@ -287,6 +287,7 @@ def log_info(store) -> dict[str, Any]:
     from wal3_spark.reader import LogReader, iter_fragments
 
     manifest = LogReader(store).manifest()
+    cursors, broken = CursorStore(store).scan()
     refs = list(iter_fragments(store, manifest, 0))
     try:
         manifest.scrub()
@@ -312,7 +313,8 @@ def log_info(store) -> dict[str, Any]:
         "schema": None if schema is None else [f"{f.name}: {f.type}{'' if f.nullable else ' not null'}" for f in schema],
         "raw": manifest.is_raw,
         "sealed": manifest.sealed,
-        "cursors": {c.name: c.cursor.offset for c in CursorStore(store).list()},
+        "cursors": {c.name: c.cursor.offset for c in cursors},
+        "broken_cursors": {b.name: b.problem for b in broken},
         "pending_garbage": None if garbage.is_empty() else garbage.summary(),
         "txns": {app: t.version for app, t in manifest.txns.items()},
         "writer": manifest.writer,
@@ -332,8 +334,9 @@ def cmd_info(args, out) -> int:
     out.write(f"balanced       {'yes' if info['balanced'] else 'NO: ' + str(info['balance_problem'])}\n")
     out.write(f"schema         {'raw (body: binary)' if info['raw'] else ', '.join(info['schema'])}\n")
     out.write(f"sealed         {'yes' if info['sealed'] else 'no'}\n")
-    cursors = ", ".join(f"{k}={v}" for k, v in sorted(info["cursors"].items())) or "none"
-    out.write(f"cursors        {cursors}\n")
+    cursors = [f"{k}={v}" for k, v in sorted(info["cursors"].items())]
+    cursors += [f"{k} (broken: {v})" for k, v in sorted(info["broken_cursors"].items())]
+    out.write(f"cursors        {', '.join(cursors) or 'none'}\n")
     pending = info["pending_garbage"]
     out.write(
         "garbage        "
@@ -395,8 +398,11 @@ def cmd_cursor(args, out) -> int:
 
     cursors = CursorStore(_store(args.url, args), writer="wal3 cli")
     if args.action == "list":
-        for state in sorted(cursors.list(), key=lambda s: s.name):
-            out.write(f"{state.name}\t{state.cursor.offset}\n")
+        states, broken = cursors.scan()
+        rows = [(s.name, str(s.cursor.offset)) for s in states]
+        rows += [(b.name, f"broken: {b.problem} (fix: {b.fix(args.url)})") for b in broken]
+        for name, text in sorted(rows):
+            out.write(f"{name}\t{text}\n")
         return EXIT_OK
     if not args.name:
         raise Wal3Error(f"`wal3 cursor {args.action}` needs a cursor NAME")
@@ -541,7 +547,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("url", type=url_arg)
     p.add_argument("name", nargs="?")
     p.add_argument("offset", nargs="?", type=int)
-    p.add_argument("--force", action="store_true", help="allow moving a cursor backwards")
+    p.add_argument("--force", action="store_true",
+                   help="allow moving a cursor backwards, below the oldest offset, or over a broken cursor")
 
     p = add("gc", cmd_gc, "garbage-collect below the lowest cursor")
     p.add_argument("url", type=url_arg)

@@ -296,7 +296,7 @@ def _check_orphan_horizon(manifest: Manifest, fragments: Sequence[NewFragment], 
     GC raises the manifest's orphan horizon (by compare-and-swap) before it deletes any
     unreferenced fragment created before it; a commit checks the horizon of the very manifest
     it compare-and-swaps against, so either GC saw the fragments referenced, or the commit sees
-    the horizon and refuses (docs/design.md section 10). A fragment whose age is unknown (not a
+    the horizon and refuses (docs/design.md section 14). A fragment whose age is unknown (not a
     UUIDv7) counts as older than any horizon.
     """
     horizon = manifest.orphan_horizon_us

@@ -14,8 +14,11 @@ FORMAT.md section 8 and seed 001 ("Garbage Collection Dance"); one run does what
    to empty.
 
 Every run also deletes orphans: UUID fragments the manifest does not reference that are older
-than the orphan grace interval (failed or aborted appends; writers finish within it). The
-manifest is read after the listing, so a fragment committed before the listing is never one.
+than the orphan grace interval (failed or aborted appends), which is never shorter than
+`MIN_ORPHAN_GRACE_S` whatever `grace_s` says. Before deleting any, GC raises the manifest's
+orphan horizon past them by compare-and-swap, and committers refuse to reference fragments older
+than the horizon of the manifest they compare-and-swap against: so a fragment GC deletes is
+either referenced by no commit, or its commit fails cleanly (docs/design.md section 14).
 
 Each step is idempotent and recognisable from storage, so a run that crashes after any step is
 finished by the next one. Nothing the current manifest references is ever deleted.
@@ -24,18 +27,15 @@ finished by the next one. Nothing the current manifest references is ever delete
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
+from wal3_spark.cas import CasObject, Outcome
 from wal3_spark.committer import Committer, write_snapshot
 from wal3_spark.cursors import CursorStore
-from wal3_spark.errors import (
-    AmbiguousWrite,
-    ObjectNotFound,
-    PreconditionFailed,
-    Wal3Error,
-)
+from wal3_spark.errors import ObjectNotFound, Wal3Error
 from wal3_spark.format import FRAGMENT_PREFIX, GARBAGE_KEY, SnapshotPointer
 from wal3_spark.garbage import (
     Garbage,
@@ -53,13 +53,17 @@ from wal3_spark.uuid7 import uuid7_timestamp_us
 log = logging.getLogger(__name__)
 
 DEFAULT_GRACE_S = 3600.0
+#: the shortest orphan grace: three times the commit deadline (`CasPolicy.deadline_s`, 300 s),
+#: so that an append's fragments are not taken for orphans while it is still committing
+MIN_ORPHAN_GRACE_S = 900.0
 #: refuse (without force) to drop more than this share of the records in the log
 DEFAULT_MAX_DROP_SHARE = 0.9
 PHASES = ("compute", "apply", "mark", "delete", "reset")
 
 
 class GCRefused(Wal3Error):
-    """A safety check refused to collect (too much of the log would go); `force` overrides."""
+    """A safety check refused to collect: too much of the log would go (`force` overrides), or
+    a cursor cannot be read (it may be pinning data: repair or delete it first)."""
 
 
 class GCStopped(Exception):
@@ -98,6 +102,11 @@ class _Referenced:
     snapshots: frozenset[str]
 
 
+def garbage_object(store: ObjectStore) -> CasObject[Garbage]:
+    """`gc/GARBAGE` under compare-and-swap (absent and zero bytes are the empty garbage)."""
+    return CasObject(store, GARBAGE_KEY, parse=Garbage.from_json, serialise=Garbage.to_json)
+
+
 def load_garbage(store: ObjectStore) -> tuple[Garbage, str | None]:
     """The current garbage and its ETag (None when `gc/GARBAGE` does not exist)."""
     try:
@@ -124,14 +133,12 @@ def referenced(store: ObjectStore, manifest: Manifest) -> _Referenced:
     return _Referenced(frozenset(fragments), frozenset(snapshots))
 
 
-def fragment_created_s(meta: ObjectMeta) -> float:
-    """When a fragment object was created: from its UUIDv7 path, else its last_modified."""
+def fragment_created_us(meta: ObjectMeta) -> int:
+    """When a fragment object was created (µs since the epoch): exactly, from its UUIDv7 path;
+    else its last_modified (a fragment the committer counts as older than any horizon)."""
     parsed = parse_fragment_uuid(meta.key)
-    if parsed is not None:
-        ts = uuid7_timestamp_us(parsed)
-        if ts is not None:
-            return ts / 1e6
-    return meta.last_modified
+    ts = uuid7_timestamp_us(parsed) if parsed is not None else None
+    return ts if ts is not None else int(meta.last_modified * 1e6)
 
 
 class GarbageCollector:
@@ -153,12 +160,22 @@ class GarbageCollector:
     ) -> None:
         if stop_after is not None and stop_after not in PHASES:
             raise ValueError(f"stop_after must be one of {PHASES}")
-        if grace_s < 0:
-            raise ValueError("grace_s must be >= 0")
+        if not (math.isfinite(grace_s) and grace_s >= 0):
+            raise ValueError(f"grace_s must be a number of seconds >= 0, got {grace_s}")
+        if orphan_grace_s is not None and not orphan_grace_s >= MIN_ORPHAN_GRACE_S:
+            raise ValueError(
+                f"orphan_grace_s must be at least {MIN_ORPHAN_GRACE_S:.0f} s, got {orphan_grace_s}: "
+                "younger unreferenced fragments may belong to appends still committing"
+            )
+        if not 0.0 <= max_drop_share <= 1.0:
+            raise ValueError(f"max_drop_share must be within [0, 1], got {max_drop_share}")
         self.store = store
         self.grace_s = grace_s
-        #: how old an unreferenced fragment must be to be an orphan (writers finish within it)
-        self.orphan_grace_s = grace_s if orphan_grace_s is None else orphan_grace_s
+        #: how old an unreferenced fragment must be to be an orphan (appends still committing
+        #: have younger ones; the orphan horizon makes even a too-short grace safe)
+        self.orphan_grace_s = (
+            max(grace_s, MIN_ORPHAN_GRACE_S) if orphan_grace_s is None else orphan_grace_s
+        )
         self.max_drop_share = max_drop_share
         self.force = force
         self.now = now
@@ -167,6 +184,7 @@ class GarbageCollector:
         self.progress = progress
         self.committer = Committer(store, writer=writer)
         self.cursors = CursorStore(store, writer=writer)
+        self.garbage = garbage_object(store)
 
     @property
     def url(self) -> str:
@@ -178,16 +196,24 @@ class GarbageCollector:
         """Do every step that is due; see the module docstring."""
         report = GCReport(self.url, dry_run=dry_run)
         manifest = self.committer.manifest()  # LogNotFound for a missing log
-        report.cursors = {c.name: c.cursor.offset for c in self.cursors.list()}
+        states, broken = self.cursors.scan()
+        if broken:
+            raise GCRefused(
+                f"{self.url}: {len(broken)} cursor(s) cannot be read, and each may be pinning data, "
+                "so nothing is collected: "
+                + "; ".join(f"{b.key}: {b.problem} (fix: {b.fix(self.url)})" for b in broken)
+            )
+        report.cursors = {c.name: c.cursor.offset for c in states}
         report.cutoff = self._cutoff(report.cursors, keep_from)
         computed = False
         for _ in range(8):
-            garbage, etag = load_garbage(self.store)
+            loaded = self.garbage.load()
+            garbage = Garbage.empty() if loaded is None else loaded.value
             if garbage.is_empty():
                 if computed or report.cutoff is None:
                     break
                 computed = True
-                if not self._compute(garbage, etag, report, dry_run):
+                if not self._compute(report, dry_run):
                     break
                 continue
             manifest = self.committer.manifest()
@@ -200,18 +226,17 @@ class GarbageCollector:
                 except GarbageStale as exc:
                     log.warning("%s: %s; computing it again", self.url, exc)
                     report.notes.append(f"stale garbage reset: {exc}")
-                    self._write_garbage(Garbage.empty(), etag)
+                    self._replace_garbage(garbage, Garbage.empty())
                     computed = False
                     continue
                 self._step(report, "apply")
             if garbage.applied_epoch_us is None:
                 if dry_run:
                     break
-                garbage = replace(garbage, applied_epoch_us=int(self.now() * 1e6))
-                try:
-                    etag = self._write_garbage(garbage, etag)
-                except PreconditionFailed:
+                marked = replace(garbage, applied_epoch_us=int(self.now() * 1e6))
+                if not self._replace_garbage(garbage, marked):
                     continue  # another collector moved it on: look again
+                garbage = marked
                 self._step(report, "mark")
             delete_after = garbage.applied_epoch_us / 1e6 + self.grace_s
             if self.now() < delete_after:
@@ -227,10 +252,7 @@ class GarbageCollector:
                 break
             self._delete(garbage, report)
             self._step(report, "delete")
-            try:
-                self._write_garbage(Garbage.empty(), etag)
-            except PreconditionFailed:
-                pass  # another collector reset it
+            self._replace_garbage(garbage, Garbage.empty())  # unless another collector reset it
             self._step(report, "reset")
         report.orphans_deleted = self._sweep_orphans(dry_run=dry_run)
         final = self.committer.manifest()
@@ -253,7 +275,7 @@ class GarbageCollector:
 
     # -- phase 1 ------------------------------------------------------------------------
 
-    def _compute(self, empty: Garbage, etag: str | None, report: GCReport, dry_run: bool) -> bool:
+    def _compute(self, report: GCReport, dry_run: bool) -> bool:
         manifest = self.committer.manifest()
         cutoff = report.cutoff
         assert cutoff is not None
@@ -279,9 +301,7 @@ class GarbageCollector:
             return False
         for snapshot in garbage.snapshots_to_make:
             write_snapshot(self.store, snapshot)
-        try:
-            self._write_garbage(garbage, etag)
-        except PreconditionFailed:
+        if not self._replace_garbage(Garbage.empty(), garbage):
             report.notes.append("another garbage collection started at the same time")
             return True  # look again: finish whatever the other one wrote
         self._step(report, "compute")
@@ -297,20 +317,21 @@ class GarbageCollector:
 
     # -- the garbage file ---------------------------------------------------------------
 
-    def _write_garbage(self, garbage: Garbage, etag: str | None) -> str:
-        data = garbage.to_json()
-        try:
-            if etag is None:
-                return self.store.put_if_absent(GARBAGE_KEY, data)
-            return self.store.put_if_match(GARBAGE_KEY, data, etag)
-        except AmbiguousWrite:
-            try:
-                blob = self.store.get(GARBAGE_KEY)
-            except ObjectNotFound:
-                raise PreconditionFailed(GARBAGE_KEY, "the write did not land") from None
-            if blob.data == data:
-                return blob.etag
-            raise PreconditionFailed(GARBAGE_KEY, "the write did not land") from None
+    def _replace_garbage(self, expected: Garbage, new: Garbage) -> bool:
+        """Compare-and-swap `gc/GARBAGE` from `expected` (the empty garbage also matches an
+        absent file) to `new`; False when another collector changed it first."""
+
+        def decide(current: Garbage | None) -> Garbage | None:
+            current = Garbage.empty() if current is None else current
+            return new if current == expected else None
+
+        result = self.garbage.apply(decide)
+        if result.outcome is Outcome.UNKNOWN:
+            raise Wal3Error(
+                f"{self.url}: could not establish whether {GARBAGE_KEY} was written (the store "
+                "kept failing until the deadline); run gc again: it finishes whatever landed"
+            )
+        return result.outcome is Outcome.WRITTEN
 
     # -- phase 3 ------------------------------------------------------------------------
 
@@ -340,20 +361,30 @@ class GarbageCollector:
                 self.progress(done, len(paths))
 
     def _sweep_orphans(self, *, dry_run: bool) -> list[str]:
-        """Delete UUID fragments nobody references that are older than the grace interval."""
+        """Delete UUID fragments nobody references that are older than the orphan grace.
+
+        The orphan horizon is raised (by compare-and-swap) past every candidate before any is
+        deleted, and the references are taken from the manifest that carries it: a commit that
+        landed before the horizon is seen there, a commit after it is refused by the committer.
+        """
         listed = [m for m in self.store.list(FRAGMENT_PREFIX) if parse_fragment_uuid(m.key) is not None]
-        if not listed:
+        cutoff_us = int((self.now() - self.orphan_grace_s) * 1e6)
+        old = [m for m in listed if fragment_created_us(m) < cutoff_us]
+        if not old:
             return []
-        # The manifest is read after listing: a fragment committed before the listing is seen.
         refs = referenced(self.store, self.committer.manifest())
-        horizon = self.now() - self.orphan_grace_s
+        candidates = [m for m in old if m.key not in refs.fragments]
+        if not candidates or dry_run:
+            return [m.key for m in candidates]
+        horizon_us = max(fragment_created_us(m) for m in candidates) + 1
+        result = self.committer.update_result(lambda m: m.with_orphan_horizon(horizon_us, self.writer))
+        assert result.current is not None
+        refs = referenced(self.store, result.current.value)
         deleted = []
-        for meta in listed:
-            if meta.key in refs.fragments or fragment_created_s(meta) > horizon:
-                continue
-            if not dry_run:
+        for meta in candidates:
+            if meta.key not in refs.fragments:
                 self.store.delete(meta.key)
-            deleted.append(meta.key)
+                deleted.append(meta.key)
         return deleted
 
 
@@ -375,6 +406,7 @@ def collect_garbage(
 __all__ = [
     "DEFAULT_GRACE_S",
     "DEFAULT_MAX_DROP_SHARE",
+    "MIN_ORPHAN_GRACE_S",
     "GCRefused",
     "GCReport",
     "GCStopped",

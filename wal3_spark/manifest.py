@@ -228,7 +228,7 @@ class Manifest:
     schema: str | None = None
     sealed: bool = False
     txns: Mapping[str, Txn] = field(default_factory=dict)
-    #: wal3-spark extension (docs/design.md section 10): garbage collection may have deleted
+    #: wal3-spark extension (docs/design.md section 14): garbage collection may have deleted
     #: unreferenced fragments created before this time (µs since the epoch), so no commit may
     #: reference them any more
     orphan_horizon_us: int | None = None
