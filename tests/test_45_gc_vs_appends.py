@@ -12,7 +12,7 @@ import pytest
 
 from wal3_spark.cli import main as wal3_main
 from wal3_spark.committer import Committer
-from wal3_spark.errors import CommitFailed
+from wal3_spark.errors import CommitFailed, InvalidOption
 from wal3_spark.gc import GarbageCollector
 from wal3_spark.reader import LogReader
 from wal3_spark.storage import open_store
@@ -130,3 +130,42 @@ def test_02_appender_processes_and_repeated_gc_lose_no_acknowledged_record(store
     assert {o: got.get(o) for o in kept} == kept  # every acknowledged record still in the log
     assert len(got) == len(set(got.values()))  # and none twice
     assert len(kept) > 0
+
+
+@pytest.mark.parametrize("options", [
+    {"grace_s": 0},
+    {"grace_s": 0, "force": True, "max_drop_share": 0.0},
+    {"grace_s": 3600, "orphan_grace_s": 900},
+    {"grace_s": 10**9},
+])
+@pytest.mark.parametrize("clock_ahead_s", [0, 900, 7 * 86400])
+def test_03_every_gc_setting_between_upload_and_commit_is_safe(local_url, options, clock_ahead_s):
+    """Whatever the options and the collector's clock: the commit lands with its records, or
+    fails definitely with nothing committed; never a manifest pointing at a deleted fragment."""
+    from wal3_spark.cursors import CursorStore
+
+    store = open_store(local_url)
+    LogWriter(store).append([b"r0", b"r0b"])
+    CursorStore(store).create("consumer", 2)
+    files = upload(store, [b"r1"])
+    GarbageCollector(store, now=lambda: time.time() + clock_ahead_s, **options).run()
+    try:
+        Committer(store).commit(files)
+        committed = True
+    except CommitFailed:
+        committed = False
+    assert verify(store).ok
+    assert bodies(store)[-1:] == ([b"r1"] if committed else [b"r0b"])
+    assert committed == store.exists(files[0].path)
+
+
+@pytest.mark.parametrize("options, match", [
+    ({"grace_s": -5}, "grace_s"),
+    ({"grace_s": float("nan")}, "grace_s"),
+    ({"orphan_grace_s": 0}, "orphan_grace_s must be at least 900"),
+    ({"max_drop_share": 5}, "max_drop_share"),
+    ({"max_drop_share": -1}, "max_drop_share"),
+])
+def test_04_gc_settings_that_cannot_be_safe_are_refused_with_the_valid_range(local_url, options, match):
+    with pytest.raises(InvalidOption, match=match):
+        GarbageCollector(open_store(local_url), **options)

@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field, replace
 from wal3_spark.cas import CasObject, Outcome
 from wal3_spark.committer import Committer, write_snapshot
 from wal3_spark.cursors import CursorStore
-from wal3_spark.errors import ObjectNotFound, Wal3Error
+from wal3_spark.errors import InvalidOption, ObjectNotFound, Wal3Error
 from wal3_spark.format import FRAGMENT_PREFIX, GARBAGE_KEY, SnapshotPointer
 from wal3_spark.garbage import (
     Garbage,
@@ -161,14 +161,14 @@ class GarbageCollector:
         if stop_after is not None and stop_after not in PHASES:
             raise ValueError(f"stop_after must be one of {PHASES}")
         if not (math.isfinite(grace_s) and grace_s >= 0):
-            raise ValueError(f"grace_s must be a number of seconds >= 0, got {grace_s}")
+            raise InvalidOption(f"grace_s must be a number of seconds >= 0, got {grace_s}")
         if orphan_grace_s is not None and not orphan_grace_s >= MIN_ORPHAN_GRACE_S:
-            raise ValueError(
+            raise InvalidOption(
                 f"orphan_grace_s must be at least {MIN_ORPHAN_GRACE_S:.0f} s, got {orphan_grace_s}: "
                 "younger unreferenced fragments may belong to appends still committing"
             )
         if not 0.0 <= max_drop_share <= 1.0:
-            raise ValueError(f"max_drop_share must be within [0, 1], got {max_drop_share}")
+            raise InvalidOption(f"max_drop_share must be within [0, 1], got {max_drop_share}")
         self.store = store
         self.grace_s = grace_s
         #: how old an unreferenced fragment must be to be an orphan (appends still committing
