@@ -80,3 +80,10 @@ def test_03_set_force_repairs_a_cursor_holding_a_bad_offset(url):
     ok("cursor", "set", url, "c", "2", "--force")
     assert ok("cursor", "get", url, "c") == "2\n"
     ok("gc", url, "--grace", "0")
+
+
+def test_04_a_consumer_advancing_its_cursor_replaces_a_broken_object_of_that_name(url):
+    put_cursor_object(url, "cursor/c.json", b"{not json")
+    cursors = CursorStore(open_store(url))
+    assert cursors.advance("c", 3).cursor.offset == 3
+    assert cursors.get("c").cursor.offset == 3 and cursors.scan()[1] == []

@@ -184,13 +184,18 @@ class CursorStore:
 
     def advance(self, name: str, offset: int) -> CursorState:
         """Move the cursor forward to `offset` (never back), creating it if absent; a cursor
-        already at or past `offset` is left alone, so concurrent advances never regress it."""
+        already at or past `offset` is left alone, so concurrent advances never regress it.
+
+        A broken object of that name is replaced: the consumer advancing it knows where it is
+        (this is what a stream's `cursor` option does after each batch), so its stream is never
+        wedged by it."""
         self._check_offset(name, offset, False)
 
         def decide(current: Cursor | BrokenCursor | None) -> Cursor | None:
             if isinstance(current, BrokenCursor):
-                raise self._broken(current)
-            if current is not None and current.offset >= offset:
+                log.warning("%s: replacing broken cursor %s (%s) at offset %d",
+                            self.url, current.key, current.problem, offset)
+            elif current is not None and current.offset >= offset:
                 return None
             return Cursor(offset, now_us(), self.writer)
 
