@@ -75,7 +75,6 @@ def test_02_the_spark_commit_path_deletes_nothing_when_the_outcome_is_unknown(st
     assert verify(store).ok
 
 
-@pytest.mark.xfail(strict=True, reason="the abort fix (spark/batch_writer.py) lands next")
 def test_03_a_spark_abort_after_an_unknown_commit_outcome_keeps_the_fragments(store, monkeypatch):
     """Spark calls abort() when commit() raised: every task's message is there then."""
     from wal3_spark.spark.batch_writer import FragmentSink, Wal3CommitMessage

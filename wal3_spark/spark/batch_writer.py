@@ -3,12 +3,13 @@
 On the driver, `Wal3BatchWriter.create` checks the log (exists or is created, not sealed, schema
 compatible) before any task runs. Each task streams its Arrow batches into fragments written
 straight to the store and returns their descriptions; the driver's `commit` places all of them in
-one manifest compare-and-swap (rebasing on conflicts), `abort` deletes them. Fragments of failed
-or speculative attempts are never in a commit message, so never referenced.
+one manifest compare-and-swap (rebasing on conflicts), `abort` deletes them when that is safe.
+Fragments of failed or speculative attempts are never in a commit message, so never referenced.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -18,6 +19,8 @@ from pyspark.sql.types import StructType
 from wal3_spark.errors import InvalidOption
 from wal3_spark.spark.options import Wal3Options
 from wal3_spark.spark.table import drop_system_columns
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -116,8 +119,20 @@ class FragmentSink:
         )
 
     def abort_messages(self, messages) -> None:
+        """Delete the job's fragments, unless `commit` may have run.
+
+        Spark aborts a job whose task failed (that task's message is None: commit never ran)
+        and a job whose commit raised (every message is there). After a definite commit failure
+        the commit deleted the fragments itself; after an unknown outcome a manifest write may
+        still land and publish them, so they must stay: garbage collection removes them as
+        orphans if it never does.
+        """
         from wal3_spark.spark.tasks import delete_files
 
+        if messages and all(m is not None for m in messages):
+            log.warning("abort after a commit attempt: %d fragments left to garbage collection",
+                        len(self.files(messages)))
+            return
         delete_files(self.options.open_store(), self.files(messages), self.since)
 
 
