@@ -132,7 +132,7 @@ def test_a_read_keeps_the_query_schema_when_the_log_gained_a_column():
     reader = LogReader(store)
     manifest = reader.manifest()
     batches = list(read_partition(store, Part(tuple(reader.plan())), manifest.arrow_schema(),
-                                  query_schema, verify=True))
+                                  query_schema, verify=True, item_hash=manifest.item_hash))
     table = pa.Table.from_batches(batches)
     assert table.schema == query_schema
     assert table.column("id").to_pylist() == [1, 2, 3]

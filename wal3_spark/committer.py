@@ -210,6 +210,7 @@ class Committer:
                 )
             _check_orphan_horizon(current, fragments, self.url)
             new_schema = _target_schema(current, schema, merge_schema, self.url)
+            _check_item_hash(fragments, current.append_item_hash(new_schema is not None), self.url)
             placed.setdefault("since", current.next_offset)
             placed["start"] = current.next_offset
             txn_entry = (app_id, Txn(version, now_us())) if app_id is not None else None
@@ -373,3 +374,15 @@ def _target_schema(
         # An empty raw log created without a schema: the first structured append defines it.
         return reconcile(None, schema, merge=merge, raw_log=False)
     return reconcile(manifest.arrow_schema(), schema, merge=merge, raw_log=False)
+
+
+def _check_item_hash(fragments: Sequence[NewFragment], expected: str | None, url: str) -> None:
+    """Writers never change a log's `item_hash`: fragments hashed otherwise would never verify."""
+    wrong = [f.path for f in fragments if f.item_hash != expected]
+    if wrong:
+        raise CommitFailed(
+            f"{len(wrong)} fragment(s) (e.g. {wrong[0]}) hash their setsum items otherwise than "
+            f"{url} does (item_hash {expected!r}); nothing was committed. Write them with the "
+            "item hash the log's manifest names (Manifest.append_item_hash) and append again"
+        )
+

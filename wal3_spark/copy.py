@@ -13,6 +13,10 @@ sequence-number paths) are rewritten as UUID fragments with relative offsets, wh
 differ by construction; their records are checked one for one instead. The copy is a log
 wal3-spark can append to, never sealed; the schema and the idempotent writers' `txns` go with it
 (so exactly-once writers carry on), and so do cursors at or after the copy's start.
+
+The copy keeps the source's `item_hash` (FORMAT.md section 3): fragments copied byte for byte
+keep their setsums only with the item hash they were written with, so a log created before
+BLAKE3 items stays a SHA3-item log when copied (upgrading it would rewrite every fragment).
 """
 
 from __future__ import annotations
@@ -71,13 +75,15 @@ class CopyReport:
         return asdict(self)
 
 
-def _copy_fragment(src: ObjectStore, dst: ObjectStore, ref: FragmentRef, raw: bool) -> FragmentRef:
+def _copy_fragment(
+    src: ObjectStore, dst: ObjectStore, ref: FragmentRef, raw: bool, item_hash: str | None
+) -> FragmentRef:
     """Copy one fragment after the checks a verifying read makes (`reader.load_fragment`: record
-    count, where its stored offsets start, setsum), so a corrupt source fails the copy instead
-    of being silently "repaired" by a rewrite."""
+    count, where its stored offsets start, setsum under the log's `item_hash`), so a corrupt
+    source fails the copy instead of being silently "repaired" by a rewrite."""
     data = fetch_fragment(src, ref)
     try:
-        decoded = check_fragment_data(data, ref, raw)
+        decoded = check_fragment_data(data, ref, raw, item_hash=item_hash)
     except CorruptLog as exc:
         raise CopyError(
             f"refusing to copy {ref.path}: {exc} (run `wal3 verify {src.url}` for the full report)"
@@ -87,7 +93,10 @@ def _copy_fragment(src: ObjectStore, dst: ObjectStore, ref: FragmentRef, raw: bo
         return ref
     # A Chroma S3 fragment: rewrite it with relative offsets at a UUID path.
     timestamps = np.asarray(decoded.timestamp_us).reshape(-1)
-    encoded = encode_table(decoded.payload, None if raw else decoded.payload.schema, int(timestamps[0]))
+    encoded = encode_table(
+        decoded.payload, None if raw else decoded.payload.schema, int(timestamps[0]),
+        item_hash=item_hash,
+    )
     fragment_uuid = new_uuid7(encoded.timestamp_us)
     path = fragment_path(fragment_uuid)
     _put(dst, path, encoded.data)
@@ -132,9 +141,12 @@ def copy_log(
     refs = list(iter_fragments(source, manifest, start))
     raw = manifest.is_raw
 
+    def copy_one(ref: FragmentRef) -> FragmentRef:
+        return _copy_fragment(source, destination, ref, raw, manifest.item_hash)
+
     copied: list[FragmentRef] = []
     with ThreadPoolExecutor(max_workers=max(1, parallelism)) as pool:
-        for done, ref in enumerate(pool.map(lambda r: _copy_fragment(source, destination, r, raw), refs), 1):
+        for done, ref in enumerate(pool.map(copy_one, refs), 1):
             copied.append(ref)
             if progress is not None:
                 progress(done, len(refs))
@@ -151,6 +163,7 @@ def copy_log(
         fragments=tuple(copied),
         initial_offset=first,
         schema=manifest.schema,
+        item_hash=manifest.item_hash,
         txns=dict(manifest.txns),
     )
     options = snapshot_options or SnapshotOptions()

@@ -6,6 +6,10 @@ bounded by the compressed fragment plus one row group of input. `write_fragment`
 result with create-if-absent at a fresh UUIDv7 path; the `FragmentFile` it returns is all the
 committer needs and is small enough to travel from a Spark executor to the driver.
 
+Structured fragments hash their chunk items the way their log's manifest says (`item_hash`,
+FORMAT.md section 3); the fragment records which in what it hands the committer, which refuses
+fragments hashed otherwise than the log.
+
 Readers `decode_fragment` the bytes, `recompute_setsum` to verify them against the manifest, and
 `project_payload` onto the log's current schema (fragments written before a schema evolution
 lack the newer nullable columns).
@@ -26,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from wal3_spark.chunk_encoding import CHUNK_ROWS, raw_setsum, structured_setsum
+from wal3_spark.chunk_encoding import CHUNK_ROWS, check_item_hash, raw_setsum, structured_setsum
 from wal3_spark.errors import (
     AmbiguousWrite,
     CorruptLog,
@@ -101,6 +105,8 @@ class EncodedFragment:
     records: int
     setsum: Setsum
     timestamp_us: int
+    #: how the setsum's chunk items were hashed (the log's `item_hash`; None for raw logs)
+    item_hash: str | None = None
 
 
 @dataclass(frozen=True)
@@ -113,12 +119,14 @@ class FragmentFile:
     num_bytes: int
     setsum: Setsum
     timestamp_us: int
+    item_hash: str | None = None
 
     def __reduce__(self):  # positional: no field names in every Spark commit message
         return (
             FragmentFile,
-            (self.path, self.uuid, self.records, self.num_bytes, self.setsum, self.timestamp_us),
-        )
+            (self.path, self.uuid, self.records, self.num_bytes, self.setsum, self.timestamp_us,
+             self.item_hash),
+        )  # fmt: skip
 
 
 class FragmentBuilder:
@@ -127,6 +135,7 @@ class FragmentBuilder:
     Rows are written in row groups of exactly `row_group_rows` (the last may be shorter), so a
     fragment's bytes depend only on its rows, never on how the caller batched them. Because
     `row_group_rows` is a multiple of `CHUNK_ROWS`, every row group is hashed on its own.
+    `item_hash` must be the log's (`Manifest.append_item_hash`): the setsum depends on it.
     """
 
     def __init__(
@@ -136,12 +145,17 @@ class FragmentBuilder:
         compression: str = "snappy",
         *,
         row_group_rows: int = DEFAULT_ROW_GROUP_ROWS,
+        item_hash: str | None = None,
     ) -> None:
         if row_group_rows <= 0 or row_group_rows % CHUNK_ROWS:
             raise ValueError(f"row_group_rows must be a positive multiple of {CHUNK_ROWS}")
         if not 0 <= timestamp_us < 1 << 64:
             raise ValueError(f"timestamp_us {timestamp_us} is not a u64")
+        check_item_hash(item_hash)
+        if schema is None and item_hash is not None:
+            raise ValueError("raw fragments hash Chroma's per-record items: they take no item_hash")
         self.raw = schema is None
+        self.item_hash = item_hash
         self.payload_schema = RAW_SCHEMA if schema is None else schema.remove_metadata()
         clashes = {RELATIVE_OFFSET, ABSOLUTE_OFFSET, TIMESTAMP} & set(self.payload_schema.names)
         if clashes:
@@ -217,7 +231,7 @@ class FragmentBuilder:
         self._writer.close()
         data = self._sink.getvalue().to_pybytes()
         logger.debug("encoded a fragment of %d records in %d bytes", self._records, len(data))
-        return EncodedFragment(data, self._records, self._setsum, self.timestamp_us)
+        return EncodedFragment(data, self._records, self._setsum, self.timestamp_us, self.item_hash)
 
     def _conform(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         if self.raw:
@@ -242,7 +256,9 @@ class FragmentBuilder:
             if self.raw:
                 self._setsum += raw_setsum(offsets, self.timestamp_us, columns[0])
             else:
-                self._setsum += structured_setsum(columns, rows, self.timestamp_us, first)
+                self._setsum += structured_setsum(
+                    columns, rows, self.timestamp_us, first, item_hash=self.item_hash
+                )
         finally:
             written.result()
         self._records += rows
@@ -311,10 +327,15 @@ def encode_raw(bodies: Sequence[bytes] | pa.Array, timestamp_us: int) -> Encoded
 
 
 def encode_table(
-    table: pa.Table | pa.RecordBatch, schema: pa.Schema | None, timestamp_us: int
+    table: pa.Table | pa.RecordBatch,
+    schema: pa.Schema | None,
+    timestamp_us: int,
+    *,
+    item_hash: str | None = None,
 ) -> EncodedFragment:
-    """One fragment holding every row of `table`, in `schema` (None: a raw log)."""
-    builder = FragmentBuilder(schema, timestamp_us)
+    """One fragment holding every row of `table`, in `schema` (None: a raw log), its chunk
+    items hashed as `item_hash` says."""
+    builder = FragmentBuilder(schema, timestamp_us, item_hash=item_hash)
     builder.add(table)
     return builder.finish()
 
@@ -355,6 +376,7 @@ def write_fragment(
         num_bytes=len(encoded.data),
         setsum=encoded.setsum,
         timestamp_us=encoded.timestamp_us,
+        item_hash=encoded.item_hash,
     )
 
 
@@ -460,12 +482,13 @@ def _metadata_records(value: str | None, path: str) -> int | None:
     return int(value)
 
 
-def recompute_setsum(decoded: DecodedFragment, raw: bool) -> Setsum:
+def recompute_setsum(decoded: DecodedFragment, raw: bool, *, item_hash: str | None = None) -> Setsum:
     """The fragment's setsum from its content alone (never from its metadata).
 
     Raw: one item per record with the offset and timestamp as stored. Structured: one item per
-    chunk; the chunk header holds only the first row's offset and the timestamp, so the other
-    rows' values are checked here instead (0..n-1, one timestamp), else they would go unverified.
+    chunk, hashed as the log's `item_hash` says; the chunk header holds only the first row's
+    offset and the timestamp, so the other rows' values are checked here instead (0..n-1, one
+    timestamp), else they would go unverified.
     """
     n = decoded.records
     if raw:
@@ -491,6 +514,7 @@ def recompute_setsum(decoded: DecodedFragment, raw: bool) -> Setsum:
             b - a,
             timestamp_us,
             first_offset=a,
+            item_hash=item_hash,
         )
         for a, b in _blocks(n)
     )

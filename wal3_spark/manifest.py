@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
+from wal3_spark.chunk_encoding import BLAKE3, ITEM_HASHES
 from wal3_spark.errors import CorruptLog
 from wal3_spark.format import (
     FIRST_OFFSET,
@@ -57,6 +58,8 @@ class NewFragment(Protocol):
     records: int
     num_bytes: int
     setsum: Setsum
+    #: how its setsum's chunk items were hashed (`Manifest.append_item_hash`)
+    item_hash: str | None
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,20 @@ def decode_schema(text: str) -> pa.Schema:
         return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
     except (ValueError, pa.ArrowInvalid) as exc:
         raise CorruptLog("schema is base64 Arrow IPC", MANIFEST_KEY, str(exc)) from None
+
+
+def _parse_item_hash(doc: Any, raw: bool, obj: str) -> str | None:
+    item_hash = doc.get("item_hash") if isinstance(doc, dict) else None
+    if item_hash not in ITEM_HASHES:
+        raise CorruptLog(
+            "item_hash names a setsum item hash this wal3-spark knows",
+            obj,
+            f"'item_hash' is {item_hash!r}, known: {[h for h in ITEM_HASHES if h]}; a newer "
+            "wal3-spark may have written it: upgrade to read this log",
+        )
+    if raw and item_hash is not None:
+        raise CorruptLog("raw logs carry no item_hash", obj, f"'item_hash' is {item_hash!r}")
+    return item_hash
 
 
 def _sum_parts(snapshots: Iterable[SnapshotPointer], fragments: Iterable[FragmentRef]) -> Setsum:
@@ -227,6 +244,9 @@ class Manifest:
     #: base64 Arrow IPC schema; None for a raw (Chroma-style `body`) log
     schema: str | None = None
     sealed: bool = False
+    #: how a structured log's setsum chunk items are hashed (FORMAT.md section 3): "blake3",
+    #: or None for logs created before the field (and always for raw logs). Fixed at creation.
+    item_hash: str | None = None
     txns: Mapping[str, Txn] = field(default_factory=dict)
     #: wal3-spark extension (docs/design.md section 14): garbage collection may have deleted
     #: unreferenced fragments created before this time (µs since the epoch), so no commit may
@@ -245,6 +265,7 @@ class Manifest:
             snapshots=(),
             fragments=(),
             schema=encode_schema(schema) if schema is not None else None,
+            item_hash=BLAKE3 if schema is not None else None,
         )
 
     @classmethod
@@ -264,6 +285,7 @@ class Manifest:
         horizon = doc.get("orphan_horizon_us") if isinstance(doc, dict) else None
         if horizon is not None and (not isinstance(horizon, int) or isinstance(horizon, bool) or horizon < 0):
             raise CorruptLog("field type", obj, f"'orphan_horizon_us' is {horizon!r}")
+        item_hash = _parse_item_hash(doc, schema is None, obj)
         return cls(
             setsum=parse_setsum(require_field(doc, "setsum", obj, str), obj, "setsum"),
             collected=parse_setsum(collected, obj, "collected") if collected is not None else Setsum(),
@@ -279,6 +301,7 @@ class Manifest:
             initial_seq_no=doc.get("initial_seq_no"),
             schema=schema,
             sealed=sealed,
+            item_hash=item_hash,
             txns={
                 app: Txn(require_field(t, "version", obj, int), require_field(t, "epoch_us", obj, int))
                 for app, t in txns.items()
@@ -306,6 +329,8 @@ class Manifest:
             extras["schema"] = self.schema
         if self.sealed:
             extras["sealed"] = True
+        if self.item_hash is not None:
+            extras["item_hash"] = self.item_hash
         if self.txns:
             extras["txns"] = {
                 app: {"version": t.version, "epoch_us": t.epoch_us} for app, t in self.txns.items()
@@ -324,6 +349,14 @@ class Manifest:
 
     def arrow_schema(self) -> pa.Schema | None:
         return decode_schema(self.schema) if self.schema is not None else None
+
+    def append_item_hash(self, structured: bool) -> str | None:
+        """The `item_hash` an append's fragments must be hashed with: the log's own, except
+        that an empty log created without a schema becomes a new structured log (BLAKE3) when
+        its first structured append sets the schema (`with_fragments`)."""
+        if not structured:
+            return None
+        return self.item_hash if self.schema is not None else BLAKE3
 
     @property
     def next_offset(self) -> int:
@@ -405,6 +438,7 @@ class Manifest:
             writer=writer,
             fragments=self.fragments + tuple(refs),
             schema=encode_schema(schema) if schema is not None else self.schema,
+            item_hash=self.append_item_hash(structured=True) if schema is not None else self.item_hash,
             txns=txns,
         )
 

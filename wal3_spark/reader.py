@@ -211,7 +211,7 @@ class LogReader:
         manifest = manifest or self.manifest()
         payload = manifest.arrow_schema()
         for part in self.plan(start, limit, manifest=manifest, fail_on_data_loss=fail_on_data_loss):
-            yield read_range(self.store, part, payload, verify=verify)
+            yield read_range(self.store, part, payload, verify=verify, item_hash=manifest.item_hash)
 
     def read_table(
         self,
@@ -256,15 +256,32 @@ def fetch_fragment(store: ObjectStore, ref: FragmentRef) -> bytes:
         raise missing_error(store, MISSING_FRAGMENT, ref.path, ref.start) from None
 
 
-def load_fragment(store: ObjectStore, ref: FragmentRef, raw: bool, *, verify: bool = True) -> DecodedFragment:
+def load_fragment(
+    store: ObjectStore,
+    ref: FragmentRef,
+    raw: bool,
+    *,
+    verify: bool = True,
+    item_hash: str | None = None,
+) -> DecodedFragment:
     """A referenced fragment, fetched and checked (`check_fragment_data`)."""
-    return check_fragment_data(fetch_fragment(store, ref), ref, raw, verify=verify)
+    return check_fragment_data(
+        fetch_fragment(store, ref), ref, raw, verify=verify, item_hash=item_hash
+    )
 
 
-def check_fragment_data(data: bytes, ref: FragmentRef, raw: bool, *, verify: bool = True) -> DecodedFragment:
+def check_fragment_data(
+    data: bytes,
+    ref: FragmentRef,
+    raw: bool,
+    *,
+    verify: bool = True,
+    item_hash: str | None = None,
+) -> DecodedFragment:
     """A fragment's bytes, decoded and checked against the manifest's pointer: its record
-    count, where its stored offsets start and (with `verify`) its recomputed setsum, as a Kafka
-    consumer checks CRCs. Any mismatch raises CorruptLog naming the fragment, never skips."""
+    count, where its stored offsets start and (with `verify`) its recomputed setsum under the
+    log's `item_hash` (the manifest's), as a Kafka consumer checks CRCs. Any mismatch raises
+    CorruptLog naming the fragment, never skips."""
     decoded = decode_fragment(data, path=ref.path, raw=raw)
     n = len(decoded.offsets)
     if n != ref.records:
@@ -279,7 +296,7 @@ def check_fragment_data(data: bytes, ref: FragmentRef, raw: bool, *, verify: boo
             f"first stored offset {first}, manifest start {ref.start}",
         )
     if verify:
-        actual = recompute_setsum(decoded, raw=raw)
+        actual = recompute_setsum(decoded, raw=raw, item_hash=item_hash)
         if actual != ref.setsum:
             raise CorruptLog(
                 "a fragment's content matches its setsum in the manifest",
@@ -291,12 +308,17 @@ def check_fragment_data(data: bytes, ref: FragmentRef, raw: bool, *, verify: boo
 
 
 def read_range(
-    store: ObjectStore, part: ReadRange, payload: pa.Schema | None, *, verify: bool = True
+    store: ObjectStore,
+    part: ReadRange,
+    payload: pa.Schema | None,
+    *,
+    verify: bool = True,
+    item_hash: str | None = None,
 ) -> pa.RecordBatch:
     """The records of one fragment in [part.start, part.limit), as the read schema says."""
     ref = part.ref
     raw = payload is None
-    decoded = load_fragment(store, ref, raw, verify=verify)
+    decoded = load_fragment(store, ref, raw, verify=verify, item_hash=item_hash)
     n = len(decoded.offsets)
     table = project_payload(decoded.payload, RAW_SCHEMA if raw else payload)
     lo, hi = part.start - ref.start, part.limit - ref.start

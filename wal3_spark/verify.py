@@ -35,8 +35,10 @@ FAILING = frozenset({"invariant", "missing", "corrupt", "unreadable", "collected
 ATTEMPTS = 3
 
 #: checks fragments somewhere (threads here, Spark executors in `wal3_spark.spark.scrub`):
-#: (store, refs, raw) -> one `check_fragment` result per ref, in any order
-FragmentChecker = Callable[[ObjectStore, list[FragmentRef], bool], Iterable["Problem | None"]]
+#: (store, refs, raw, item_hash) -> one `check_fragment` result per ref, in any order
+FragmentChecker = Callable[
+    [ObjectStore, list[FragmentRef], bool, str | None], Iterable["Problem | None"]
+]
 
 
 @dataclass(frozen=True)
@@ -124,16 +126,22 @@ def _verify_once(store: ObjectStore, check: FragmentChecker | None) -> VerifyRep
         _check_order(report, refs, manifest)
 
     if check is not None:
-        report.problems.extend(p for p in check(store, refs, manifest.is_raw) if p is not None)
+        problems = check(store, refs, manifest.is_raw, manifest.item_hash)
+        report.problems.extend(p for p in problems if p is not None)
     if whole_tree:
         _report_extras(store, report, {r.path for r in refs}, snapshot_paths)
     return report
 
 
 def _threads(parallelism: int, progress: Callable[[int, int], None] | None) -> FragmentChecker:
-    def check(store: ObjectStore, refs: list[FragmentRef], raw: bool) -> Iterator[Problem | None]:
+    def check(
+        store: ObjectStore, refs: list[FragmentRef], raw: bool, item_hash: str | None
+    ) -> Iterator[Problem | None]:
+        def one(ref: FragmentRef) -> Problem | None:
+            return check_fragment(store, ref, raw, item_hash)
+
         with ThreadPoolExecutor(max_workers=max(1, parallelism)) as pool:
-            for done, problem in enumerate(pool.map(lambda r: check_fragment(store, r, raw), refs), 1):
+            for done, problem in enumerate(pool.map(one, refs), 1):
                 if progress is not None:
                     progress(done, len(refs))
                 yield problem
@@ -182,10 +190,12 @@ def _check_order(report: VerifyReport, refs: list[FragmentRef], manifest: Manife
         )
 
 
-def check_fragment(store: ObjectStore, ref: FragmentRef, raw: bool) -> Problem | None:
+def check_fragment(
+    store: ObjectStore, ref: FragmentRef, raw: bool, item_hash: str | None = None
+) -> Problem | None:
     """Check one fragment as a verifying read does (`reader.load_fragment`), as a Problem."""
     try:
-        load_fragment(store, ref, raw)
+        load_fragment(store, ref, raw, item_hash=item_hash)
     except (CorruptLog, DataLost, LogNotFound, StorageError) as exc:
         return _problem(ref.path, exc)
     return None

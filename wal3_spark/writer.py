@@ -63,10 +63,11 @@ def write_fragments(
     *,
     fragment_bytes: int,
     timestamp_us: int | None = None,
+    item_hash: str | None = None,
 ) -> list[FragmentFile]:
     """Write `batches` (already in `schema`) as fragments of about `fragment_bytes` each."""
     return list(iter_write_fragments(store, batches, schema, fragment_bytes=fragment_bytes,
-                                     timestamp_us=timestamp_us))
+                                     timestamp_us=timestamp_us, item_hash=item_hash))
 
 
 def iter_write_fragments(
@@ -76,15 +77,17 @@ def iter_write_fragments(
     *,
     fragment_bytes: int,
     timestamp_us: int | None = None,
+    item_hash: str | None = None,
 ) -> Iterator[FragmentFile]:
     """Each fragment as soon as it is uploaded, so that a caller holds at most one fragment in
-    memory and knows what to clean up if a later one fails."""
+    memory and knows what to clean up if a later one fails. `item_hash` is the log's
+    (`Manifest.append_item_hash`)."""
     builder: FragmentBuilder | None = None
     for batch in batches:
         if batch.num_rows == 0:
             continue
         if builder is None:
-            builder = FragmentBuilder(schema, timestamp_us or now_us())
+            builder = FragmentBuilder(schema, timestamp_us or now_us(), item_hash=item_hash)
         builder.add(batch)
         if builder.bytes_buffered >= fragment_bytes:
             encoded, builder = builder.finish(), None
@@ -138,9 +141,12 @@ class LogWriter:
     def _write_and_commit(self, batches: list[pa.RecordBatch], schema: pa.Schema | None) -> CommitResult:
         with self._commit_lock:
             target = self.committer.prepare(schema, merge_schema=self.merge_schema)
+            item_hash = self.committer.last_seen.append_item_hash(target is not None)
         if target is not None:
             batches = [conform(b, target) for b in batches]
-        files = write_fragments(self.store, batches, target, fragment_bytes=self.fragment_bytes)
+        files = write_fragments(
+            self.store, batches, target, fragment_bytes=self.fragment_bytes, item_hash=item_hash
+        )
         with self._commit_lock:
             return self.committer.commit(files, schema=target, merge_schema=self.merge_schema)
 

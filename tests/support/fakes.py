@@ -33,6 +33,7 @@ class FakeFragment:
     records: int
     num_bytes: int
     setsum: Setsum
+    item_hash: str | None = None
 
 
 def shared_testdata(name: str) -> Path:

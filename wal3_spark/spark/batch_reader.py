@@ -35,13 +35,15 @@ TIMESTAMP_SLACK_US = 0
 
 
 class Wal3Partition(InputPartition):
-    """Fragment ranges to read and the log's payload schema (nothing is re-planned)."""
+    """Fragment ranges to read, the log's payload schema and its setsum `item_hash` (nothing is
+    re-planned)."""
 
-    def __init__(self, index: int, part, payload: pa.Schema | None) -> None:
+    def __init__(self, index: int, part, payload: pa.Schema | None, item_hash: str | None) -> None:
         super().__init__(index)
         self.index = index
         self.part = part
         self.payload = payload
+        self.item_hash = item_hash
 
 
 @dataclass
@@ -154,7 +156,7 @@ class Wal3BatchReader(DataSourceReader):
                     kept.append(r)
             ranges = kept
         parts = pack(ranges, self.options.max_partition_bytes, self.options.min_partitions)
-        return [Wal3Partition(i, p, payload) for i, p in enumerate(parts)]
+        return [Wal3Partition(i, p, payload, manifest.item_hash) for i, p in enumerate(parts)]
 
     def read(self, partition: Wal3Partition):
         from wal3_spark.spark.tasks import read_partition
@@ -163,7 +165,7 @@ class Wal3BatchReader(DataSourceReader):
             return
         yield from read_partition(
             self.options.open_store(), partition.part, partition.payload, self.target,
-            verify=self.options.verify_on_read,
+            verify=self.options.verify_on_read, item_hash=partition.item_hash,
         )
 
 

@@ -41,15 +41,17 @@ def check_not_overwrite(overwrite: bool, url: str) -> None:
         )
 
 
-def prepare(options: Wal3Options, schema: StructType) -> tuple[pa.Schema | None, int]:
-    """Driver-side checks before any task runs: the target schema and the log's tail now."""
+def prepare(options: Wal3Options, schema: StructType) -> tuple[pa.Schema | None, int, str | None]:
+    """Driver-side checks before any task runs: the target schema, the log's tail now and the
+    `item_hash` the tasks must hash setsum items with (the log's, never changed by a writer)."""
     from wal3_spark.committer import Committer
     from wal3_spark.spark.source import appended_schema
 
     store = options.open_store()
     committer = Committer(store, writer=writer_name(options))
     target = committer.prepare(appended_schema(schema), merge_schema=options.merge_schema)
-    return target, committer.last_seen.next_offset
+    manifest = committer.last_seen
+    return target, manifest.next_offset, manifest.append_item_hash(target is not None)
 
 
 def writer_name(options: Wal3Options) -> str:
@@ -74,20 +76,29 @@ class FragmentSink:
     """What the batch and streaming sinks share: the driver-side checks before any task runs,
     and the task side, which streams its rows into fragments and reports them."""
 
-    def __init__(self, options: Wal3Options, target: pa.Schema | None, since: int,
-                 system_columns: bool = False) -> None:
+    def __init__(
+        self,
+        options: Wal3Options,
+        target: pa.Schema | None,
+        since: int,
+        system_columns: bool = False,
+        *,
+        item_hash: str | None = None,
+    ) -> None:
         self.options = options
         self.target = target
         self.since = since
         #: rows come with a catalog table's `_offset`/`_timestamp` (null), to drop (an INSERT)
         self.system_columns = system_columns
+        #: the log's setsum item hash, read by the driver: tasks never read the manifest
+        self.item_hash = item_hash
 
     @classmethod
     def create(cls, options: Wal3Options, schema: StructType, overwrite: bool, *,
                system_columns: bool = False) -> FragmentSink:
         check_not_overwrite(overwrite, options.url)
-        target, since = prepare(options, schema)
-        return cls(options, target, since, system_columns)
+        target, since, item_hash = prepare(options, schema)
+        return cls(options, target, since, system_columns, item_hash=item_hash)
 
     def write(self, iterator):
         from wal3_spark.spark.tasks import write_partition
@@ -96,7 +107,8 @@ class FragmentSink:
             iterator = drop_system_columns(iterator)
         partition, attempt = task_context()
         files = write_partition(
-            self.options.open_store(), iterator, self.target, self.options.fragment_bytes
+            self.options.open_store(), iterator, self.target, self.options.fragment_bytes,
+            self.item_hash,
         )
         return Wal3CommitMessage(tuple(files), partition, attempt)
 

@@ -15,14 +15,14 @@ def scrub(spark, url: str, options: dict[str, str] | None = None, partitions: in
 
     opts = location({"path": url, **(options or {})})
 
-    def on_executors(store, refs, raw):
+    def on_executors(store, refs, raw, item_hash):
         if not refs:
             return []
         n = partitions or max(1, min(len(refs), spark.sparkContext.defaultParallelism * 4))
 
         def run(items):
             executor_store = opts.open_store()
-            return [check_fragment(executor_store, ref, raw) for ref in items]
+            return [check_fragment(executor_store, ref, raw, item_hash) for ref in items]
 
         return spark.sparkContext.parallelize(refs, n).mapPartitions(run).collect()
 

@@ -179,7 +179,7 @@ class Wal3StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                              fail_on_data_loss=self.options.fail_on_data_loss)
         payload = manifest.arrow_schema()
         parts = pack(ranges, self.options.max_partition_bytes, self.options.min_partitions)
-        return [Wal3Partition(i, p, payload) for i, p in enumerate(parts)]
+        return [Wal3Partition(i, p, payload, manifest.item_hash) for i, p in enumerate(parts)]
 
     def commit(self, end: dict) -> None:
         if self.options.cursor is None:
@@ -205,7 +205,7 @@ class Wal3StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         yield from read_partition(
             self.options.open_store(), partition.part, partition.payload, self.target,
-            verify=self.options.verify_on_read,
+            verify=self.options.verify_on_read, item_hash=partition.item_hash,
         )
 
     def __getstate__(self):

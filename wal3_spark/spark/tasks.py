@@ -50,15 +50,19 @@ def write_partition(
     batches: Iterable[pa.RecordBatch],
     target: pa.Schema | None,
     fragment_bytes: int,
+    item_hash: str | None = None,
 ) -> list:
-    """Write a task's batches as fragments; on failure delete what this attempt wrote."""
+    """Write a task's batches as fragments, their setsum items hashed as the log's `item_hash`
+    (read by the driver); on failure delete what this attempt wrote."""
     from wal3_spark.writer import iter_write_fragments
 
     schema = RAW_SCHEMA if target is None else target
     conformed = (conform(batch, schema) for batch in batches if batch.num_rows)
     files: list = []
     try:
-        for written in iter_write_fragments(store, conformed, target, fragment_bytes=fragment_bytes):
+        for written in iter_write_fragments(
+            store, conformed, target, fragment_bytes=fragment_bytes, item_hash=item_hash
+        ):
             files.append(written)
     except BaseException:
         _delete_quietly(store, [f.path for f in files])
@@ -222,6 +226,7 @@ def read_partition(
     *,
     verify: bool,
     batch_rows: int = READ_BATCH_ROWS,
+    item_hash: str | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """The records of `part` in offset order, as batches of the declared Arrow schema."""
     from concurrent.futures import ThreadPoolExecutor
@@ -229,7 +234,7 @@ def read_partition(
     from wal3_spark.reader import read_range
 
     def load(r):
-        return rebuild(read_range(store, r, payload, verify=verify), target)
+        return rebuild(read_range(store, r, payload, verify=verify, item_hash=item_hash), target)
 
     # Fetch, decode and verify the next fragment while Spark consumes this one (Parquet decoding
     # and SHA3 release the GIL); at most two fragments are in memory.
