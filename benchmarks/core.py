@@ -75,6 +75,10 @@ class CountingStore(ObjectStore):
         self._count("list", prefix)
         return self.inner.list(prefix)
 
+    def list_children(self, prefix=""):
+        self._count("list", prefix)
+        return self.inner.list_children(prefix)
+
     def delete(self, key):
         self._count("delete", key)
         return self.inner.delete(key)

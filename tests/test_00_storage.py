@@ -45,6 +45,7 @@ from wal3_spark.storage import (
     join_url,
     open_store,
 )
+from wal3_spark.storage.prefixed import PrefixedStore
 from wal3_spark.storage.retry import backoff_delays, retry
 
 
@@ -167,6 +168,38 @@ def test_list_is_recursive_sorted_relative_and_prefix_filtered(store: ObjectStor
     assert list(store.list("../")) == []
     store.delete("ab")
     assert "ab" not in [m.key for m in store.list()]
+
+
+def test_list_children_names_the_directories_directly_under_a_prefix(store: ObjectStore) -> None:
+    keys = ["a/manifest/MANIFEST", "a/log/f1", "a-b/x", "b/c/d/e", "top", "b/c/f", "_dirty/m"]
+    for key in keys:
+        store.put_if_absent(key, b"")
+    assert list(store.list_children()) == ["_dirty", "a", "a-b", "b"]
+    assert list(store.list_children("b/")) == ["c"]
+    assert list(store.list_children("b/c/")) == ["d"]
+    assert list(store.list_children("a/log/")) == []
+    assert list(store.list_children("zz/")) == []
+    for bad in ("a", "/", "../", "a//"):
+        with pytest.raises(ValueError):
+            list(store.list_children(bad))
+
+
+def test_list_children_of_a_prefixed_store_are_relative(store: ObjectStore) -> None:
+    for key in ("logs/a/manifest/MANIFEST", "logs/b/log/f", "other/c/x"):
+        store.put_if_absent(key, b"1")
+    logs = PrefixedStore(store, "logs")
+    assert logs.url == join_url(store.url, "logs")
+    assert list(logs.list_children()) == ["a", "b"]
+    a = PrefixedStore(logs, "a")
+    assert [m.key for m in a.list()] == ["manifest/MANIFEST"]
+    assert a.head("manifest/MANIFEST").key == "manifest/MANIFEST"
+    a.put_if_absent("log/f", b"2")
+    assert store.get("logs/a/log/f").data == b"2"
+    assert [(m.key, m.etag) for m in logs.list("a/")] == [
+        ("a/log/f", md5(b"2")), ("a/manifest/MANIFEST", md5(b"1"))
+    ]
+    a.delete("log/f")
+    assert not store.exists("logs/a/log/f")
 
 
 def test_stores_are_isolated_by_root(store: ObjectStore) -> None:
@@ -589,6 +622,27 @@ def test_s3_list_paginates(s3_store: S3Store) -> None:
         s3_store.put_if_absent(key, b"")
     s3_store.list_page_size = 2
     assert [m.key for m in s3_store.list()] == keys
+
+
+def test_s3_list_children_paginates_and_never_lists_the_objects(s3_store: S3Store) -> None:
+    names = [f"log{i}" for i in range(5)]
+    for name in names:
+        for j in range(3):
+            s3_store.put_if_absent(f"{name}/log/f{j}", b"")
+    s3_store.list_page_size = 2
+    calls: list[dict] = []
+    client = s3_store._s3()
+    original = client.list_objects_v2
+
+    def spy(**kwargs: Any) -> Any:
+        page = original(**kwargs)
+        calls.append(page)
+        return page
+
+    client.list_objects_v2 = spy
+    assert list(s3_store.list_children()) == names
+    assert len(calls) == 3  # 5 children, 2 per page
+    assert all(not page.get("Contents") for page in calls)  # no object was listed
 
 
 class _Raw:

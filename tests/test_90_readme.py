@@ -19,3 +19,14 @@ def test_00_readme_python_api_example_runs():
     assert lines[0] == "1 4 [5, 6, 7, 8, 9]"
     assert lines[1] == "[2, 3, 4] [2, 3, 4]"
     assert lines[2].startswith("9 records, setsum ")
+
+
+def test_01_readme_log_set_example_runs():
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    example = next(b for b in blocks if "LogSet(prefix)" in b)
+    result = subprocess.run([sys.executable, "-c", example], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "['acme', 'globex', 'initech']",
+        "{'acme': 2, 'globex': 2}",
+    ]

@@ -14,6 +14,8 @@ _EXPORTS = {
     "Committer": "wal3_spark.committer",
     "CursorStore": "wal3_spark.cursors",
     "LogReader": "wal3_spark.reader",
+    "LogSelection": "wal3_spark.logset",
+    "LogSet": "wal3_spark.logset",
     "LogWriter": "wal3_spark.writer",
     "Manifest": "wal3_spark.manifest",
     "Setsum": "wal3_spark.setsum",

@@ -142,3 +142,7 @@ class CommitOutcomeUnknown(Wal3Error):
 
 class CursorError(Wal3Error):
     """A cursor operation failed (missing cursor, lost race, invalid name or move)."""
+
+
+class InvalidLogName(Wal3Error, ValueError):
+    """A name cannot be the name of a log in a log set (see `wal3_spark.logset.check_log_name`)."""

@@ -26,6 +26,8 @@ import abc
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from wal3_spark.storage.common import check_children_prefix
+
 
 @dataclass(frozen=True)
 class ObjectMeta:
@@ -90,6 +92,25 @@ class ObjectStore(abc.ABC):
     @abc.abstractmethod
     def list(self, prefix: str = "") -> Iterator[ObjectMeta]:
         """Every object whose key starts with `prefix`, in key order."""
+
+    def list_children(self, prefix: str = "") -> Iterator[str]:
+        """The names of the "directories" directly under `prefix`, sorted: each distinct key
+        segment that follows `prefix` and is itself followed by `/` (S3's `ListObjectsV2` with
+        `Delimiter="/"`, its CommonPrefixes). `prefix` is `""` or ends with `/`.
+
+        Backends answer with one request per page of children, never per object: that is what
+        lets a prefix of thousands of logs, each with thousands of fragments, be listed in
+        O(logs). This default walks every key (O(objects)) for wrappers that do not forward
+        it. The local store may also name a directory that holds no object (S3 has no empty
+        directories); callers look inside each child anyway.
+        """
+        check_children_prefix(prefix)
+        seen: set[str] = set()
+        for meta in self.list(prefix):
+            name, sep, _ = meta.key[len(prefix) :].partition("/")
+            if sep:
+                seen.add(name)
+        return iter(sorted(seen))
 
     @abc.abstractmethod
     def delete(self, key: str) -> None:

@@ -29,6 +29,16 @@ def check_key(key: str) -> str:
     return key
 
 
+def check_children_prefix(prefix: str) -> str:
+    """Return `prefix` if `list_children` accepts it (`""`, or a valid key prefix ending with
+    `/`), else raise `ValueError`."""
+    if prefix != "":
+        if not isinstance(prefix, str) or not prefix.endswith("/"):
+            raise ValueError(f"list_children needs a prefix ending with '/' (or ''), got {prefix!r}")
+        check_key(prefix[:-1])
+    return prefix
+
+
 def join_url(url: str, child: str) -> str:
     """`url` with the relative path `child` appended (`join_url("s3://b/logs", "a")` is
     `"s3://b/logs/a"`); an empty `child` returns `url` without its trailing slash."""

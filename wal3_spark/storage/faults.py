@@ -181,6 +181,11 @@ class FaultyStore(ObjectStore):
     def list(self, prefix: str = "") -> Iterator[ObjectMeta]:
         return iter(self._idempotent(f"list {prefix!r}", lambda: list(self.inner.list(prefix))))
 
+    def list_children(self, prefix: str = "") -> Iterator[str]:
+        return iter(
+            self._idempotent(f"list_children {prefix!r}", lambda: list(self.inner.list_children(prefix)))
+        )
+
     def delete(self, key: str) -> None:
         self._idempotent(f"delete {key!r}", lambda: self.inner.delete(key))
 
@@ -371,6 +376,9 @@ class LateLandingStore(ObjectStore):
 
     def list(self, prefix: str = "") -> Iterator[ObjectMeta]:
         return iter(self._request(lambda: list(self.inner.list(prefix))))
+
+    def list_children(self, prefix: str = "") -> Iterator[str]:
+        return iter(self._request(lambda: list(self.inner.list_children(prefix))))
 
     def delete(self, key: str) -> None:
         self._request(lambda: self.inner.delete(key))

@@ -33,6 +33,9 @@ class ForwardingStore(ObjectStore):
     def list(self, prefix: str = "") -> Iterator[ObjectMeta]:
         return self.inner.list(prefix)
 
+    def list_children(self, prefix: str = "") -> Iterator[str]:
+        return self.inner.list_children(prefix)
+
     def delete(self, key: str) -> None:
         self.inner.delete(key)
 

@@ -38,7 +38,7 @@ from collections.abc import Iterator
 
 from wal3_spark.errors import AccessDenied, ObjectNotFound, PreconditionFailed, StorageError
 from wal3_spark.storage.base import Blob, ContentBlob, ObjectMeta, ObjectStore
-from wal3_spark.storage.common import check_key, file_url, md5_etag
+from wal3_spark.storage.common import check_children_prefix, check_key, file_url, md5_etag
 
 _CHUNK = 1 << 20
 
@@ -203,6 +203,17 @@ class LocalStore(ObjectStore):
                     if stat.S_ISREG(st.st_mode):
                         found.append(_ListedMeta(key, st.st_size, st.st_mtime, self._path(key)))
         return iter(sorted(found, key=lambda meta: meta.key))
+
+    def list_children(self, prefix: str = "") -> Iterator[str]:
+        # One directory read: the children's own contents are never walked.
+        directory = os.path.join(self.root, *check_children_prefix(prefix).split("/"))
+        with self._os_errors("list_children", prefix or "/"):
+            try:
+                with os.scandir(directory) as entries:
+                    names = [e.name for e in entries if not e.name.startswith(".") and e.is_dir()]
+            except (FileNotFoundError, NotADirectoryError):
+                return iter(())
+        return iter(sorted(names))
 
     # ----------------------------------------------------------------------------- writes
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from wal3_spark.errors import ObjectNotFound, PreconditionFailed
 from wal3_spark.storage.base import Blob, ObjectMeta, ObjectStore
-from wal3_spark.storage.common import check_key, md5_etag
+from wal3_spark.storage.common import check_children_prefix, check_key, md5_etag
 
 
 @dataclass
@@ -95,6 +95,16 @@ class MemoryStore(ObjectStore):
             )
         for full, (data, etag, modified) in entries:
             yield ObjectMeta(full[len(self._root) :], len(data), etag, modified)
+
+    def list_children(self, prefix: str = "") -> Iterator[str]:
+        full_prefix = self._root + check_children_prefix(prefix)
+        with self._ns.lock:
+            names = {
+                rest.partition("/")[0]
+                for k in self._ns.objects
+                if k.startswith(full_prefix) and "/" in (rest := k[len(full_prefix) :])
+            }
+        return iter(sorted(names))
 
     def delete(self, key: str) -> None:
         full = self._full(key)

@@ -49,7 +49,7 @@ from wal3_spark.errors import (
     TransientError,
 )
 from wal3_spark.storage.base import Blob, ObjectMeta, ObjectStore
-from wal3_spark.storage.common import check_key, join_url
+from wal3_spark.storage.common import check_children_prefix, check_key, join_url
 from wal3_spark.storage.retry import retry
 
 log = logging.getLogger(__name__)
@@ -437,6 +437,28 @@ class S3Store(ObjectStore):
                 break
             kwargs["ContinuationToken"] = page["NextContinuationToken"]
         return iter(sorted(found, key=lambda meta: meta.key))
+
+    def list_children(self, prefix: str = "") -> Iterator[str]:
+        start = self._root + check_children_prefix(prefix)
+        kwargs: dict[str, Any] = {
+            "Bucket": self.bucket,
+            "Prefix": start,
+            "Delimiter": "/",
+            "MaxKeys": self.list_page_size,
+        }
+        names = []
+        while True:
+            page = self._idempotent(
+                "list_children", prefix or "/", lambda s3: s3.list_objects_v2(**kwargs)
+            )
+            for common in page.get("CommonPrefixes", ()):
+                name = common["Prefix"][len(start) :].rstrip("/")
+                if name:
+                    names.append(name)
+            if not page.get("IsTruncated"):
+                break
+            kwargs["ContinuationToken"] = page["NextContinuationToken"]
+        return iter(sorted(names))
 
     def delete(self, key: str) -> None:
         full = self._full(key)
