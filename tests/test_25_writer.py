@@ -1,4 +1,9 @@
-"""The batched LogWriter: `submit` batches appends into fragments, `flush` waits for them."""
+"""The batched LogWriter: `submit` batches appends into fragments, uploads the next fragments
+while a manifest write is in flight, commits every landed batch in one CAS, in submit order; a
+failure fails exactly the appends it carried; `flush` waits for everything submitted before it.
+
+Interleavings are forced with store wrappers that block chosen requests until the test releases
+them (no sleeps)."""
 
 from __future__ import annotations
 
@@ -8,10 +13,10 @@ import threading
 import pyarrow as pa
 import pytest
 
-from wal3_spark.errors import SchemaMismatch
+from wal3_spark.errors import AccessDenied, CommitOutcomeUnknown, SchemaMismatch
 from wal3_spark.format import MANIFEST_KEY
 from wal3_spark.reader import LogReader
-from wal3_spark.storage import open_store
+from wal3_spark.storage import FaultyStore, open_store
 from wal3_spark.storage.forwarding import ForwardingStore
 from wal3_spark.writer import LogWriter
 
@@ -37,6 +42,59 @@ class GatedUploads(ForwardingStore):
             self.entered.set()
             self.gate.wait()
         return self.inner.put_if_absent(key, data)
+
+
+class Gates(ForwardingStore):
+    """Every fragment upload (numbered from 0 in call order) and, while `cas_gate` is closed,
+    every manifest CAS wait for the test. `entered[i]` / `landed[i]` say where upload i is;
+    `fail[i]` makes upload i raise instead of writing."""
+
+    def __init__(self, inner, uploads=8):
+        super().__init__(inner)
+        self.entered = [threading.Event() for _ in range(uploads)]
+        self.gate = [threading.Event() for _ in range(uploads)]
+        self.landed = [threading.Event() for _ in range(uploads)]
+        self.fail: dict[int, BaseException] = {}
+        self.cas_gate = threading.Event()
+        self.cas_gate.set()
+        self.cas_entered = threading.Event()
+        self.manifest_writes = 0
+        self._uploads = itertools.count()
+
+    def put_if_absent(self, key, data):
+        if key == MANIFEST_KEY:
+            return self.inner.put_if_absent(key, data)
+        i = next(self._uploads)
+        self.entered[i].set()
+        self.gate[i].wait()
+        if i in self.fail:
+            raise self.fail[i]
+        etag = self.inner.put_if_absent(key, data)
+        self.landed[i].set()
+        return etag
+
+    def put_if_match(self, key, data, etag):
+        if key == MANIFEST_KEY:
+            self.cas_entered.set()
+            self.cas_gate.wait()
+            self.manifest_writes += 1
+        return self.inner.put_if_match(key, data, etag)
+
+    def open_all(self):
+        for gate in self.gate:
+            gate.set()
+        self.cas_gate.set()
+
+
+def submit_in_own_batch(writer, gates, i, data):
+    """Submit `data` and wait until its batch was cut and its upload (number `i`) began."""
+    future = writer.submit(data)
+    assert gates.entered[i].wait(timeout=60)
+    return future
+
+
+def bodies(store):
+    return LogReader(store).read_table().column("body").to_pylist()
 
 
 def test_00_batched_submits_share_fragments_and_report_their_offsets(store):
@@ -92,3 +150,197 @@ def test_04_flush_waits_for_a_batch_whose_upload_is_in_flight(store):
         assert first.result().start == 2
         assert LogReader(store).read_table().column("body").to_pylist() == [b"r0", b"r1"]
     releaser.join()
+
+
+def test_05_fragments_upload_while_a_commit_is_in_flight_and_land_in_one_cas(store):
+    LogWriter(store).append(b"r0")
+    gates = Gates(store)
+    with LogWriter(gates, batch_bytes=1) as writer:
+        gates.cas_gate.clear()
+        a = submit_in_own_batch(writer, gates, 0, b"a")
+        gates.gate[0].set()
+        assert gates.cas_entered.wait(timeout=60)  # a's commit is in flight and held
+        b = submit_in_own_batch(writer, gates, 1, b"b")
+        c = submit_in_own_batch(writer, gates, 2, b"c")
+        gates.gate[1].set()
+        gates.gate[2].set()
+        assert gates.landed[1].wait(timeout=60) and gates.landed[2].wait(timeout=60)
+        assert not a.done()  # both uploads landed while a's manifest write was in flight
+        gates.open_all()
+        writer.flush()
+        assert [(f.result().start, f.result().limit) for f in (a, b, c)] == [(2, 3), (3, 4), (4, 5)]
+    assert gates.manifest_writes == 2  # a's, then one for b and c together
+    assert bodies(store) == [b"r0", b"a", b"b", b"c"]
+
+
+def test_06_a_batch_that_lands_first_still_commits_after_the_batches_cut_before_it(store):
+    LogWriter(store).append(b"r0")
+    gates = Gates(store)
+    with LogWriter(gates, batch_bytes=1) as writer:
+        a = submit_in_own_batch(writer, gates, 0, b"a")
+        b = submit_in_own_batch(writer, gates, 1, b"b")
+        gates.gate[1].set()
+        assert gates.landed[1].wait(timeout=60)
+        assert not b.done()  # b's fragment landed, but a was submitted first
+        gates.open_all()
+        assert (a.result(timeout=60).start, b.result(timeout=60).start) == (2, 3)
+    assert bodies(store) == [b"r0", b"a", b"b"]
+
+
+def test_07_a_failed_fragment_upload_fails_exactly_the_appends_it_carried(store):
+    LogWriter(store).append(b"r0")
+    gates = Gates(store)
+    gates.fail[1] = AccessDenied("injected: the upload of b's fragment was refused")
+    with LogWriter(gates, batch_bytes=1) as writer:
+        a = submit_in_own_batch(writer, gates, 0, b"a")
+        b = submit_in_own_batch(writer, gates, 1, [b"b1", b"b2"])
+        c = submit_in_own_batch(writer, gates, 2, b"c")
+        gates.open_all()
+        with pytest.raises(AccessDenied, match="injected"):
+            b.result(timeout=60)
+        assert (a.result(timeout=60).start, c.result(timeout=60).start) == (2, 3)
+        assert writer.submit(b"d").result(timeout=60).start == 4  # the writer keeps serving
+    assert bodies(store) == [b"r0", b"a", b"c", b"d"]
+
+
+class FailManifestWrites(ForwardingStore):
+    """The manifest CAS numbered in `failing` (from 0) raises `AccessDenied`."""
+
+    def __init__(self, inner, failing):
+        super().__init__(inner)
+        self.failing, self.calls = set(failing), itertools.count()
+
+    def put_if_match(self, key, data, etag):
+        if key == MANIFEST_KEY and next(self.calls) in self.failing:
+            raise AccessDenied("injected: the manifest write was refused")
+        return self.inner.put_if_match(key, data, etag)
+
+
+def test_08_a_failed_commit_fails_exactly_the_appends_it_carried(store):
+    LogWriter(store).append(b"r0")
+    with LogWriter(FailManifestWrites(store, failing={1}), batch_bytes=1) as writer:
+        assert writer.submit(b"a").result(timeout=60).start == 2
+        b = writer.submit([b"b1", b"b2"])
+        with pytest.raises(AccessDenied, match="injected"):
+            b.result(timeout=60)
+        assert writer.submit(b"c").result(timeout=60).start == 3  # b took no offsets
+    assert bodies(store) == [b"r0", b"a", b"c"]
+    manifest_paths = {f.path for f in LogReader(store).manifest().fragments}
+    fragments = [m.key for m in store.list("log/")]
+    assert len(fragments) == 4 and len(set(fragments) - manifest_paths) == 1  # b's: kept, for GC
+
+
+def test_09_an_unknown_commit_outcome_surfaces_as_such_and_keeps_the_fragments(store, monkeypatch):
+    LogWriter(store).append(b"r0")
+    with LogWriter(store, batch_bytes=1) as writer:
+        real_commit = writer.committer.commit
+        calls = itertools.count()
+
+        def commit(files, **kw):
+            if next(calls) == 0:
+                raise CommitOutcomeUnknown("injected: whether the manifest write landed is unknown")
+            return real_commit(files, **kw)
+
+        monkeypatch.setattr(writer.committer, "commit", commit)
+        a = writer.submit(b"a")
+        with pytest.raises(CommitOutcomeUnknown):
+            a.result(timeout=60)
+        assert writer.submit(b"b").result(timeout=60).start == 2
+    assert len(list(store.list("log/"))) == 3  # a's fragment was not deleted
+
+
+def test_10_a_commit_that_loses_a_race_rebases_and_keeps_submit_order(store):
+    """Another writer commits just before each of our first two manifest writes: ours rebase
+    (412, reload, retry) while later batches land behind them; offsets still follow submits."""
+    LogWriter(store).append(b"r0")
+
+    class Competitor(ForwardingStore):
+        races = 2
+
+        def put_if_match(self, key, data, etag):
+            if key == MANIFEST_KEY and self.races:
+                self.races -= 1
+                LogWriter(store).append(b"other")
+            return self.inner.put_if_match(key, data, etag)
+
+    with LogWriter(Competitor(store), batch_interval_s=0.0) as writer:
+        futures = [writer.submit(f"m{i}".encode()) for i in range(50)]
+        writer.flush()
+    starts = [f.result().start for f in futures]
+    assert starts == sorted(starts) and len(set(starts)) == 50
+    log = bodies(store)
+    assert [log[s - 1] for s in starts] == [f"m{i}".encode() for i in range(50)]
+    assert log.count(b"other") == 2
+
+
+def test_11_mixed_schemas_in_one_batch_commit_in_submit_order(store):
+    with LogWriter(store, merge_schema=True, batch_interval_s=3600, batch_bytes=1 << 30) as writer:
+        futures = [
+            writer.submit(pa.table({"id": pa.array([1, 2], pa.int64())})),
+            writer.submit(pa.table({"id": pa.array([3], pa.int64()), "extra": ["x"]})),
+            writer.submit(pa.table({"id": pa.array(["not an int"])})),  # fails alone
+            writer.submit(pa.table({"id": pa.array([4], pa.int64())})),
+        ]
+        writer.flush()
+    assert [(f.result().start, f.result().limit) for f in futures if not f.exception()] == [
+        (1, 3), (3, 4), (4, 5)]
+    with pytest.raises(SchemaMismatch):
+        futures[2].result()
+    table = LogReader(store).read_table()
+    assert table.column("id").to_pylist() == [1, 2, 3, 4]
+    assert table.column("extra").to_pylist() == [None, None, "x", None]
+
+
+def test_12_a_cancelled_submit_is_never_written(store):
+    gates = Gates(store)
+    with LogWriter(gates, batch_bytes=1) as writer:
+        first = submit_in_own_batch(writer, gates, 0, b"first")
+        cancelled = writer.submit(b"cancelled")
+        assert cancelled.cancel()
+        gates.open_all()
+        assert first.result(timeout=60).start == 1
+        assert writer.submit(b"after").result(timeout=60).start == 2
+    assert bodies(store) == [b"first", b"after"]
+
+
+def test_13_bad_raw_records_are_refused_at_submit(store):
+    with LogWriter(store) as writer:
+        with pytest.raises(ValueError, match="must be bytes"):
+            writer.submit([b"ok", None])
+        with pytest.raises(ValueError, match="must be bytes"):
+            writer.submit(["text"])
+
+
+def test_14_many_threads_under_faults_every_future_tells_the_truth(store):
+    """Submits from 4 threads through a store that drops, fails, times out after writing and
+    storms 412s: each future resolves to its own offsets or raises; every acknowledged record
+    is in the log exactly there, each thread's acknowledged records in its submit order, and
+    nothing else is in the log except appends whose future raised."""
+    LogWriter(store).append(b"r0")
+    faulty = FaultyStore(store, seed=7, drop=0.05, error_5xx=0.05, timeout_after_write=0.05,
+                         precondition_storm=0.05)
+    results: dict[bytes, object] = {}
+
+    def produce(t):
+        with LogWriter(faulty, batch_interval_s=0.001) as writer:
+            futures = {f"t{t}-{i}".encode(): writer.submit(f"t{t}-{i}".encode()) for i in range(60)}
+            writer.flush()
+        for body, future in futures.items():
+            results[body] = future.exception() or future.result()
+
+    threads = [threading.Thread(target=produce, args=(t,)) for t in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    log = bodies(store)
+    acked = {body: r for body, r in results.items() if not isinstance(r, BaseException)}
+    assert acked, "no append succeeded: the fault rates are too high to test anything"
+    for body, appended in acked.items():
+        assert appended.limit == appended.start + 1 and log[appended.start - 1] == body
+    for t in range(4):
+        mine = [acked[b].start for b in (f"t{t}-{i}".encode() for i in range(60)) if b in acked]
+        assert mine == sorted(mine)
+    assert len(log) == len(set(log))
+    assert set(log) - set(acked) <= {b"r0"} | {b for b, r in results.items() if isinstance(r, BaseException)}
+    assert sum(faulty.counts.values()) > 0

@@ -2,10 +2,13 @@
 
 Two ways to append:
 - `append(data)` writes the data as one fragment (or several past `fragment_bytes`) and commits
-  it before returning: simple, one manifest write per call;
-- `submit(data)` returns a future and lets a background thread batch many small appends into one
-  fragment, flushed when `batch_bytes` are waiting or `batch_interval_s` has passed (Chroma's
-  throttle defaults are 64 MB / 100 ms; ours are smaller because Python holds the batch in memory).
+  it before returning: simple, one fragment upload and one manifest write per call;
+- `submit(data)` returns a future and pipelines many small appends (seed 000, "Reduced Tail
+  Latency"): appends are cut into a batch every `batch_interval_s` (Chroma's default, 20 ms) or
+  once `batch_bytes` wait; each batch becomes a fragment, uploaded while earlier batches are
+  still uploading or committing; every batch that has landed is committed, in cut order, by one
+  manifest compare-and-swap. Under object-store latency an append then costs about one fragment
+  upload, the wait for the manifest write in flight, and one manifest write.
 """
 
 from __future__ import annotations
@@ -14,12 +17,14 @@ import logging
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import Future
-from dataclasses import dataclass
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 
 from wal3_spark.committer import Committer, CommitResult, now_us
+from wal3_spark.errors import CommitFailed, LogNotFound, LogSealed, SchemaMismatch
 from wal3_spark.fragment import FragmentBuilder, FragmentFile, write_fragment
 from wal3_spark.manifest import SnapshotOptions
 from wal3_spark.schema import RAW_SCHEMA, conform, is_raw_schema
@@ -96,8 +101,72 @@ def iter_write_fragments(
         yield write_fragment(store, builder.finish())
 
 
+@dataclass(frozen=True)
+class _FragmentFormat:
+    """How an appended schema's fragments are written: in the log's schema (None: raw), with
+    the log's setsum item hash."""
+
+    schema: pa.Schema | None
+    item_hash: str | None
+
+    def write(self, store: ObjectStore, batches: list[pa.RecordBatch], fragment_bytes: int) -> list[FragmentFile]:
+        return write_fragments(store, batches, self.schema, fragment_bytes=fragment_bytes,
+                               item_hash=self.item_hash)
+
+
+@dataclass(slots=True)
+class _Append:
+    """One submitted append: raw bodies, or record batches of `schema`."""
+
+    payload: list[bytes] | list[pa.RecordBatch]
+    schema: pa.Schema | None
+    records: int
+    nbytes: int
+    future: Future
+
+
+@dataclass
+class _Run:
+    """Consecutive appends of one batch that share a schema: they share fragments and a commit.
+
+    Filled by the upload stage: how the fragments were written (`format`), the fragments, or
+    the error that failed exactly these appends."""
+
+    appends: list[_Append]
+    format: _FragmentFormat | None = None
+    files: list[FragmentFile] = field(default_factory=list)
+    error: BaseException | None = None
+
+    @property
+    def schema(self) -> pa.Schema | None:
+        return self.appends[0].schema
+
+    def batches(self, target: pa.Schema | None) -> list[pa.RecordBatch]:
+        if target is None:
+            bodies = [body for a in self.appends for body in a.payload]
+            return [pa.RecordBatch.from_arrays([pa.array(bodies, pa.binary())], schema=RAW_SCHEMA)]
+        return [conform(b, target) for a in self.appends for b in a.payload]
+
+
+@dataclass
+class _Batch:
+    """What the batcher cut at one moment; batches commit in the order they were cut."""
+
+    seq: int
+    runs: list[_Run]
+    uploaded: bool = False
+
+
 class LogWriter:
-    """Appends to one log from one process. Thread-safe; use as a context manager."""
+    """Appends to one log from one process. Thread-safe; use as a context manager.
+
+    `submit` pipelines its work (seed 000, "Reduced Tail Latency"): a batcher thread cuts the
+    waiting appends into a batch every `batch_interval_s` (or once `batch_bytes` wait), an upload
+    pool writes each batch's fragment while earlier ones are still uploading or committing, and a
+    commit thread places every batch that has landed, in cut order, in one manifest
+    compare-and-swap. An append therefore waits for one fragment upload and about one and a half
+    manifest writes, not for the appends queued before it; and offsets follow submit order.
+    """
 
     def __init__(
         self,
@@ -108,24 +177,41 @@ class LogWriter:
         writer: str = "wal3-spark LogWriter",
         fragment_bytes: int = 64 << 20,
         batch_bytes: int = 8 << 20,
-        batch_interval_s: float = 0.1,
+        batch_interval_s: float = 0.02,
+        max_uploads: int = 16,
         snapshot_options: SnapshotOptions | None = None,
     ) -> None:
+        if batch_interval_s < 0 or batch_bytes <= 0 or fragment_bytes <= 0 or max_uploads < 1:
+            raise ValueError(
+                "LogWriter needs batch_interval_s >= 0, batch_bytes > 0, fragment_bytes > 0 and "
+                f"max_uploads >= 1; got {batch_interval_s}, {batch_bytes}, {fragment_bytes}, {max_uploads}"
+            )
         self.store = url if isinstance(url, ObjectStore) else open_store(url, options)
         self.committer = Committer(self.store, writer=writer, snapshot_options=snapshot_options)
         self.merge_schema = merge_schema
         self.fragment_bytes = fragment_bytes
         self.batch_bytes = batch_bytes
         self.batch_interval_s = batch_interval_s
+        self.max_uploads = max_uploads
         self._commit_lock = threading.Lock()
-        self._cond = threading.Condition()
-        self._pending: list[tuple[list[pa.RecordBatch], pa.Schema | None, Future]] = []
+        #: how appends of each schema are written, found once (the commit re-checks it)
+        self._formats: dict[pa.Schema | None, _FragmentFormat] = {}
+        self._schema_committer = Committer(self.store, writer=writer)
+        self._schema_lock = threading.Lock()
+        lock = threading.Lock()
+        self._wake_batcher = threading.Condition(lock)  # appends waiting, flush, close
+        self._progress = threading.Condition(lock)  # a batch landed or finished
+        self._pending: list[_Append] = []
         self._pending_bytes = 0
-        #: every future not yet resolved, whether waiting, uploading or committing
-        self._unresolved: set[Future] = set()
         self._oldest = 0.0
+        self._cut_now = False
+        self._batches: deque[_Batch] = deque()  # cut, not yet finished, in cut order
+        self._next_seq = 0
+        self._finished_through = -1
         self._closed = False
-        self._thread: threading.Thread | None = None
+        self._batcher_done = False
+        self._threads: list[threading.Thread] = []
+        self._uploads: ThreadPoolExecutor | None = None
 
     @property
     def url(self) -> str:
@@ -136,65 +222,74 @@ class LogWriter:
     def append(self, data: Appendable) -> CommitResult:
         """Write `data` as fragments and commit them; returns the offsets it got."""
         batches, schema = to_batches(data)
-        return self._write_and_commit(batches, schema)
+        fmt = self._format(schema)
+        if fmt.schema is not None:
+            batches = [conform(b, fmt.schema) for b in batches]
+        return self._commit(fmt.write(self.store, batches, self.fragment_bytes), fmt)
 
-    def _write_and_commit(self, batches: list[pa.RecordBatch], schema: pa.Schema | None) -> CommitResult:
-        with self._commit_lock:
-            target = self.committer.prepare(schema, merge_schema=self.merge_schema)
-            item_hash = self.committer.last_seen.append_item_hash(target is not None)
-        if target is not None:
-            batches = [conform(b, target) for b in batches]
-        files = write_fragments(
-            self.store, batches, target, fragment_bytes=self.fragment_bytes, item_hash=item_hash
-        )
-        with self._commit_lock:
-            return self.committer.commit(files, schema=target, merge_schema=self.merge_schema)
+    def _format(self, schema: pa.Schema | None) -> _FragmentFormat:
+        """How appends of `schema` are written; creates the log on first use. Asked of the store
+        once per schema: the commit checks it again against the manifest it replaces, so a log
+        that changed since fails that commit, not silently."""
+        with self._schema_lock:
+            if schema not in self._formats:
+                target = self._schema_committer.prepare(schema, merge_schema=self.merge_schema)
+                manifest = self._schema_committer.last_seen
+                assert manifest is not None  # prepare read or created it
+                item_hash = manifest.append_item_hash(target is not None)
+                self._formats[schema] = _FragmentFormat(target, item_hash)
+            return self._formats[schema]
+
+    def _commit(self, files: list[FragmentFile], fmt: _FragmentFormat) -> CommitResult:
+        try:
+            with self._commit_lock:
+                return self.committer.commit(files, schema=fmt.schema, merge_schema=self.merge_schema)
+        except (SchemaMismatch, LogSealed, LogNotFound, CommitFailed):
+            with self._schema_lock:
+                self._formats.clear()  # the log may have changed under us: ask again next time
+            raise
 
     # -- batched ------------------------------------------------------------------------
 
     def submit(self, data: Appendable) -> Future:
-        """Queue `data` for a batched append; the future resolves to `Appended` when durable."""
-        batches, schema = to_batches(data)
-        future: Future = Future()
-        with self._cond:
+        """Queue `data` for a batched append; the future resolves to `Appended` when committed,
+        or raises what failed the fragment or commit that carried it."""
+        append = _to_append(data)
+        with self._wake_batcher:
             if self._closed:
                 raise RuntimeError("LogWriter is closed")
+            if not self._threads:
+                self._start()
             if not self._pending:
                 self._oldest = time.monotonic()
-            self._pending.append((batches, schema, future))
-            self._unresolved.add(future)
-            future.add_done_callback(self._resolved)
-            self._pending_bytes += sum(b.nbytes for b in batches)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="wal3-writer", daemon=True)
-                self._thread.start()
-            self._cond.notify_all()
-        return future
-
-    def _resolved(self, future: Future) -> None:
-        with self._cond:
-            self._unresolved.discard(future)
+                self._wake_batcher.notify()
+            self._pending.append(append)
+            self._pending_bytes += append.nbytes
+            if self._pending_bytes >= self.batch_bytes:
+                self._wake_batcher.notify()
+        return append.future
 
     def flush(self) -> None:
-        """Block until everything submitted so far is committed (or failed, its future raising).
-
-        Waits on every unresolved future, including those of a batch the background thread
-        already took, and cuts the waiting batch now instead of at its interval.
-        """
-        with self._cond:
-            futures = list(self._unresolved)
-            self._oldest = float("-inf")
-            self._cond.notify_all()
-        for future in futures:
-            future.exception()
+        """Block until everything submitted before this call is committed (or failed, its future
+        raising). The waiting appends are cut into a batch now instead of at their interval."""
+        with self._wake_batcher:
+            last = self._next_seq if self._pending else self._next_seq - 1
+            if self._pending:
+                self._cut_now = True
+                self._wake_batcher.notify()
+            while self._finished_through < last:
+                self._progress.wait()
 
     def close(self) -> None:
         self.flush()
-        with self._cond:
+        with self._wake_batcher:
             self._closed = True
-            self._cond.notify_all()
-        if self._thread is not None:
-            self._thread.join()
+            self._wake_batcher.notify_all()
+            self._progress.notify_all()
+        for thread in self._threads:
+            thread.join()
+        if self._uploads is not None:
+            self._uploads.shutdown()
 
     def __enter__(self) -> LogWriter:
         return self
@@ -202,47 +297,155 @@ class LogWriter:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _run(self) -> None:
+    def _start(self) -> None:
+        self._uploads = ThreadPoolExecutor(self.max_uploads, thread_name_prefix="wal3-upload")
+        for target, name in ((self._batch_loop, "wal3-batcher"), (self._commit_loop, "wal3-committer")):
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    # -- stage 1: cut batches -----------------------------------------------------------
+
+    def _batch_loop(self) -> None:
+        assert self._uploads is not None
         while True:
-            with self._cond:
+            with self._wake_batcher:
                 while not self._due():
                     if self._closed and not self._pending:
+                        self._batcher_done = True
+                        self._progress.notify_all()
                         return
-                    timeout = None if not self._pending else self._oldest + self.batch_interval_s - time.monotonic()
-                    self._cond.wait(timeout=None if timeout is None else max(timeout, 0.0))
-                work, self._pending, self._pending_bytes = self._pending, [], 0
-            self._commit_batch(work)
+                    timeout = self._oldest + self.batch_interval_s - time.monotonic() if self._pending else None
+                    self._wake_batcher.wait(None if timeout is None else max(timeout, 0.0))
+                batch = self._cut()
+            self._uploads.submit(self._upload, batch)
 
     def _due(self) -> bool:
-        if not self._pending:
-            return False
-        return (
-            self._pending_bytes >= self.batch_bytes
-            or time.monotonic() >= self._oldest + self.batch_interval_s
+        return bool(self._pending) and (
+            self._cut_now
             or self._closed
+            or self._pending_bytes >= self.batch_bytes
+            or time.monotonic() >= self._oldest + self.batch_interval_s
         )
 
-    def _commit_batch(self, work: list[tuple[list[pa.RecordBatch], pa.Schema | None, Future]]) -> None:
-        # Appends of different schemas cannot share a fragment: commit each run of one schema.
-        runs: list[list[tuple[list[pa.RecordBatch], pa.Schema | None, Future]]] = []
-        for item in work:
-            if runs and _same_schema(runs[-1][0][1], item[1]):
-                runs[-1].append(item)
-            else:
-                runs.append([item])
-        for run in runs:
-            futures = [f for _, _, f in run]
+    def _cut(self) -> _Batch:
+        """Take every waiting append (under the lock) as the next batch; cancelled ones drop out
+        here, and from here on their futures can no longer be cancelled."""
+        appends = [a for a in self._pending if a.future.set_running_or_notify_cancel()]
+        self._pending, self._pending_bytes, self._cut_now = [], 0, False
+        batch = _Batch(self._next_seq, _runs(appends))
+        self._next_seq += 1
+        self._batches.append(batch)
+        return batch
+
+    # -- stage 2: upload fragments, many batches at once ---------------------------------
+
+    def _upload(self, batch: _Batch) -> None:
+        for run in batch.runs:
             try:
-                result = self._write_and_commit([b for bs, _, _ in run for b in bs], run[0][1])
-            except BaseException as exc:  # every waiter learns why, the thread keeps serving
-                for future in futures:
-                    future.set_exception(exc)
+                run.format = self._format(run.schema)
+                run.files = run.format.write(self.store, run.batches(run.format.schema), self.fragment_bytes)
+            except BaseException as exc:  # fails exactly this run's appends
+                run.error = exc
+        with self._progress:
+            batch.uploaded = True
+            self._progress.notify_all()
+
+    # -- stage 3: commit every landed batch, in cut order, with one CAS -----------------
+
+    def _commit_loop(self) -> None:
+        while True:
+            with self._progress:
+                while not (self._batches and self._batches[0].uploaded):
+                    if self._batcher_done and not self._batches:
+                        return
+                    self._progress.wait()
+                landed = []
+                while self._batches and self._batches[0].uploaded:
+                    landed.append(self._batches.popleft())
+            try:
+                self._commit_landed([run for batch in landed for run in batch.runs])
+            except BaseException as exc:  # a bug here must not leave waiters hanging forever
+                log.exception("%s: the commit thread failed", self.url)
+                for batch in landed:
+                    for run in batch.runs:
+                        _fail(run.appends, exc)
+            with self._progress:
+                self._finished_through = landed[-1].seq
+                self._progress.notify_all()
+
+    def _commit_landed(self, runs: list[_Run]) -> None:
+        """Commit runs that share a fragment schema together; a failure fails exactly the appends
+        whose fragments that commit carried (their fragments stay: GC collects what no manifest
+        references, and after an unknown outcome they may be data)."""
+        for run in runs:
+            if run.error is not None:
+                _fail(run.appends, run.error)
+        for group in _groups([run for run in runs if run.error is None]):
+            files = [f for run in group for f in run.files]
+            try:
+                result = self._commit(files, group[0].format)
+            except BaseException as exc:
+                _fail([a for run in group for a in run.appends], exc)
                 continue
             start = result.start
-            for batches, _, future in run:
-                rows = sum(b.num_rows for b in batches)
-                future.set_result(Appended(start, start + rows))
-                start += rows
+            for run in group:
+                for append in run.appends:
+                    append.future.set_result(Appended(start, start + append.records))
+                    start += append.records
+
+
+def _to_append(data: Appendable) -> _Append:
+    """Raw bodies stay Python bytes until their batch is cut: building one Arrow array per batch
+    instead of per append keeps `submit` cheap at thousands of appends per second."""
+    if isinstance(data, bytes):
+        return _Append([data], None, 1, len(data), Future())
+    if isinstance(data, (bytearray, memoryview)):
+        body = bytes(data)
+        return _Append([body], None, 1, len(body), Future())
+    if not isinstance(data, (pa.Table, pa.RecordBatch)):
+        bodies = list(data)
+        for body in bodies:
+            if not isinstance(body, (bytes, bytearray, memoryview)):
+                raise ValueError(f"raw records must be bytes, got {type(body).__name__}")
+        bodies = [bytes(b) for b in bodies]
+        return _Append(bodies, None, len(bodies), sum(len(b) for b in bodies), Future())
+    batches, schema = to_batches(data)
+    if schema is None:  # a table with a single binary `body` column: raw records
+        bodies = [b for batch in batches for b in batch.column(0).to_pylist()]
+        return _Append(bodies, None, len(bodies), sum(len(b) for b in bodies), Future())
+    return _Append(batches, schema, sum(b.num_rows for b in batches), sum(b.nbytes for b in batches), Future())
+
+
+def _runs(appends: list[_Append]) -> list[_Run]:
+    """Appends of different schemas cannot share a fragment: split a batch where it changes."""
+    runs: list[_Run] = []
+    for append in appends:
+        if runs and _same_schema(runs[-1].schema, append.schema):
+            runs[-1].appends.append(append)
+        else:
+            runs.append(_Run([append]))
+    return runs
+
+
+def _groups(runs: list[_Run]) -> list[list[_Run]]:
+    """Consecutive runs written the same way: one commit each."""
+    groups: list[list[_Run]] = []
+    for run in runs:
+        if groups and _same_format(groups[-1][0].format, run.format):
+            groups[-1].append(run)
+        else:
+            groups.append([run])
+    return groups
+
+
+def _fail(appends: list[_Append], exc: BaseException) -> None:
+    for append in appends:
+        append.future.set_exception(exc)
+
+
+def _same_format(a: _FragmentFormat | None, b: _FragmentFormat | None) -> bool:
+    return a is not None and b is not None and a.item_hash == b.item_hash and _same_schema(a.schema, b.schema)
 
 
 def _same_schema(a: pa.Schema | None, b: pa.Schema | None) -> bool:
