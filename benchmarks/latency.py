@@ -2,6 +2,7 @@
 
     ./dev python benchmarks/latency.py                      # fixed 100 ms per request
     ./dev python benchmarks/latency.py --scenario tail      # 1% of requests take 10x, hedged or not
+    ./dev python benchmarks/latency.py --scenario tail --tail-methods get,put_if_absent
 
 An open-loop generator calls `LogWriter.submit` with one 100-byte record at 10,000 appends/s
 (in 1 ms ticks), against an in-memory store behind `LatencyStore` (every request waits the
@@ -34,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from wal3_spark.reader import LogReader  # noqa: E402
 from wal3_spark.storage import open_store  # noqa: E402
 from wal3_spark.storage.base import ObjectStore  # noqa: E402
+from wal3_spark.storage.hedged import HedgedStore, HedgePolicy  # noqa: E402
 from wal3_spark.storage.latency import LatencyStore  # noqa: E402
 from wal3_spark.writer import LogWriter  # noqa: E402
 
@@ -104,8 +106,9 @@ def check(store: ObjectStore, futures: list[Future], size: int) -> None:
 
 def run_once(label: str, args: argparse.Namespace, tail_share: float, writer_options: dict) -> Run:
     memory = open_store(f"memory://latency-bench-{os.getpid()}-{next(_names)}")
+    tail_methods = args.tail_methods.split(",") if args.tail_methods else None
     store = LatencyStore(memory, args.latency_ms / 1000, tail_share=tail_share,
-                         tail_factor=args.tail_factor, seed=next(_names))
+                         tail_factor=args.tail_factor, tail_methods=tail_methods, seed=next(_names))
     cpu = resource.getrusage(resource.RUSAGE_SELF)
     with LogWriter(store, **writer_options) as writer:
         writer.append(record(-1, args.record_bytes))  # creates the log: not part of the run
@@ -116,7 +119,7 @@ def run_once(label: str, args: argparse.Namespace, tail_share: float, writer_opt
     keep = scheduled >= args.warmup_s
     latencies = (resolved - scheduled)[keep] * 1000
     manifest = LogReader(memory).manifest()
-    hedges = getattr(writer.store, "hedges", 0)
+    hedges = writer.store.stats.hedged if isinstance(writer.store, HedgedStore) else 0
     return Run(label, latencies, len(futures), len(manifest.fragments), store.slow_requests, hedges, cpu_s)
 
 
@@ -128,6 +131,10 @@ def main() -> None:
     parser.add_argument("--latency-ms", type=float, default=100.0, help="added to every store request")
     parser.add_argument("--tail-factor", type=float, default=10.0, help="tail scenario: slow requests take this x latency")
     parser.add_argument("--tail-share", type=float, default=0.01, help="tail scenario: share of slow requests")
+    parser.add_argument("--tail-methods", default="", help="tail scenario: only these store methods "
+                        "(comma-separated, e.g. get,put_if_absent) draw the tail; default: all")
+    parser.add_argument("--hedges-per-s", type=float, default=HedgePolicy.hedges_per_s,
+                        help="tail scenario: the hedging budget")
     parser.add_argument("--seconds", type=float, default=20.0, help="length of one run")
     parser.add_argument("--warmup-s", type=float, default=2.0, help="appends scheduled before this are not measured")
     parser.add_argument("--repeat", type=int, default=1, help="runs per configuration, alternating")
@@ -139,7 +146,9 @@ def main() -> None:
           flush=True)
     configs: list[tuple[str, float, dict]] = [("LogWriter.submit", 0.0, {})]
     if args.scenario == "tail":
-        configs = [("no hedging", args.tail_share, {})]
+        hedge = HedgePolicy(hedges_per_s=args.hedges_per_s)
+        configs = [("no hedging", args.tail_share, {}),
+                   ("hedging", args.tail_share, {"hedge": hedge})]
     runs: dict[str, list[Run]] = {label: [] for label, _, _ in configs}
     for _ in range(args.repeat):
         for label, tail_share, options in configs:

@@ -25,11 +25,13 @@ import pyarrow as pa
 
 from wal3_spark.committer import Committer, CommitResult, now_us
 from wal3_spark.errors import CommitFailed, LogNotFound, LogSealed, SchemaMismatch
+from wal3_spark.format import FRAGMENT_PREFIX, SNAPSHOT_PREFIX
 from wal3_spark.fragment import FragmentBuilder, FragmentFile, write_fragment
 from wal3_spark.manifest import SnapshotOptions
 from wal3_spark.schema import RAW_SCHEMA, conform, is_raw_schema
 from wal3_spark.storage import open_store
 from wal3_spark.storage.base import ObjectStore
+from wal3_spark.storage.hedged import HedgedStore, HedgePolicy
 
 log = logging.getLogger(__name__)
 
@@ -179,6 +181,7 @@ class LogWriter:
         batch_bytes: int = 8 << 20,
         batch_interval_s: float = 0.02,
         max_uploads: int = 16,
+        hedge: bool | HedgePolicy = False,
         snapshot_options: SnapshotOptions | None = None,
     ) -> None:
         if batch_interval_s < 0 or batch_bytes <= 0 or fragment_bytes <= 0 or max_uploads < 1:
@@ -186,7 +189,16 @@ class LogWriter:
                 "LogWriter needs batch_interval_s >= 0, batch_bytes > 0, fragment_bytes > 0 and "
                 f"max_uploads >= 1; got {batch_interval_s}, {batch_bytes}, {fragment_bytes}, {max_uploads}"
             )
-        self.store = url if isinstance(url, ObjectStore) else open_store(url, options)
+        store = url if isinstance(url, ObjectStore) else open_store(url, options)
+        self._hedged: HedgedStore | None = None
+        if hedge:
+            # Fragment paths are fresh and snapshots content-addressed: their creates may be hedged.
+            self._hedged = HedgedStore(
+                store, hedge if isinstance(hedge, HedgePolicy) else None,
+                create_prefixes=(FRAGMENT_PREFIX, SNAPSHOT_PREFIX),
+            )
+            store = self._hedged
+        self.store = store
         self.committer = Committer(self.store, writer=writer, snapshot_options=snapshot_options)
         self.merge_schema = merge_schema
         self.fragment_bytes = fragment_bytes
@@ -290,6 +302,8 @@ class LogWriter:
             thread.join()
         if self._uploads is not None:
             self._uploads.shutdown()
+        if self._hedged is not None:
+            self._hedged.shutdown()
 
     def __enter__(self) -> LogWriter:
         return self

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 
 from wal3_spark.storage.base import Blob, ObjectMeta, ObjectStore
 from wal3_spark.storage.forwarding import ForwardingStore
@@ -20,7 +20,8 @@ from wal3_spark.storage.forwarding import ForwardingStore
 
 class LatencyStore(ForwardingStore):
     """`inner` with `latency_s` added before every request, `tail_factor` x that for a random
-    `tail_share` of them. `slow_requests` counts the requests that drew the tail."""
+    `tail_share` of them (of the methods named in `tail_methods`; all when None).
+    `slow_requests` counts the requests that drew the tail."""
 
     def __init__(
         self,
@@ -29,6 +30,7 @@ class LatencyStore(ForwardingStore):
         *,
         tail_share: float = 0.0,
         tail_factor: float = 10.0,
+        tail_methods: Collection[str] | None = None,
         seed: int = 0,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
@@ -42,41 +44,44 @@ class LatencyStore(ForwardingStore):
         self.latency_s = latency_s
         self.tail_share = tail_share
         self.tail_factor = tail_factor
+        self.tail_methods = None if tail_methods is None else frozenset(tail_methods)
         self.slow_requests = 0
         self._sleep = sleep
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
 
-    def _wait(self) -> None:
+    def _wait(self, method: str) -> None:
         with self._lock:
-            slow = self._rng.random() < self.tail_share
+            slow = self._rng.random() < self.tail_share and (
+                self.tail_methods is None or method in self.tail_methods
+            )
             self.slow_requests += slow
         self._sleep(self.latency_s * (self.tail_factor if slow else 1.0))
 
     def get(self, key: str) -> Blob:
-        self._wait()
+        self._wait("get")
         return self.inner.get(key)
 
     def get_range(self, key: str, start: int, length: int) -> bytes:
-        self._wait()
+        self._wait("get_range")
         return self.inner.get_range(key, start, length)
 
     def head(self, key: str) -> ObjectMeta:
-        self._wait()
+        self._wait("head")
         return self.inner.head(key)
 
     def put_if_absent(self, key: str, data: bytes) -> str:
-        self._wait()
+        self._wait("put_if_absent")
         return self.inner.put_if_absent(key, data)
 
     def put_if_match(self, key: str, data: bytes, etag: str) -> str:
-        self._wait()
+        self._wait("put_if_match")
         return self.inner.put_if_match(key, data, etag)
 
     def list(self, prefix: str = "") -> Iterator[ObjectMeta]:
-        self._wait()
+        self._wait("list")
         return iter(list(self.inner.list(prefix)))
 
     def delete(self, key: str) -> None:
-        self._wait()
+        self._wait("delete")
         self.inner.delete(key)
