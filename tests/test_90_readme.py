@@ -30,3 +30,17 @@ def test_01_readme_log_set_example_runs():
         "['acme', 'globex', 'initech']",
         "{'acme': 2, 'globex': 2}",
     ]
+
+
+def test_02_readme_duckdb_polars_example_runs():
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    example = next(b for b in blocks if "duckdb.from_arrow" in b)
+    result = subprocess.run([sys.executable, "-c", example], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "[('north', 100.0), ('south', 100.0)]",
+        "[(200, 300)]",
+        "(300, 4)",
+        "100",
+        "250 251",
+    ]

@@ -24,6 +24,7 @@ from wal3_spark.committer import now_us
 from wal3_spark.errors import CorruptLog, CursorError, ObjectNotFound
 from wal3_spark.format import CURSOR_PREFIX, Cursor, cursor_key, dumps, loads
 from wal3_spark.reader import LogReader
+from wal3_spark.scan import LogScan
 from wal3_spark.storage.base import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -128,6 +129,16 @@ class CursorStore:
     def list(self) -> Iterator[CursorState]:
         """The readable cursors (see `scan` for the broken ones too)."""
         yield from self.scan()[0]
+
+    def scan_from(self, name: str, *, start: int | None = None, max_records: int | None = None,
+                  verify: bool = True) -> LogScan:
+        """The records from cursor `name` to the tail (at most `max_records`), as a LogScan; a
+        cursor that does not exist yet reads from `start` (default: the oldest offset), as a new
+        Kafka consumer group does. Move the cursor to the scan's `position` once the records
+        are processed (`advance(name, scan.position)`): only then may GC drop them."""
+        state = self.get(name)
+        begin = start if state is None else state.cursor.offset
+        return LogReader(self.store).scan(begin, max_records=max_records, verify=verify)
 
     def lowest(self) -> int | None:
         """The lowest cursor position: garbage collection keeps everything at or after it.

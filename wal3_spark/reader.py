@@ -15,6 +15,7 @@ snapshot that straddled its cutoff (the offsets asked for are all still there).
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import threading
 from collections import OrderedDict
@@ -24,10 +25,11 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from wal3_spark.errors import CorruptLog, DataLost, LogNotFound, ObjectNotFound
-from wal3_spark.format import MANIFEST_KEY, FragmentRef, SnapshotPointer
+from wal3_spark.errors import CorruptLog, DataLost, InvalidOption, LogNotFound, ObjectNotFound
+from wal3_spark.format import FIRST_OFFSET, MANIFEST_KEY, FragmentRef, SnapshotPointer
 from wal3_spark.fragment import DecodedFragment, decode_fragment, project_payload, recompute_setsum
 from wal3_spark.manifest import Manifest, Snapshot
+from wal3_spark.scan import LogScan, timestamp_us
 from wal3_spark.schema import OFFSET_COLUMN, RAW_SCHEMA, TIMESTAMP_COLUMN
 from wal3_spark.storage.base import ObjectStore
 from wal3_spark.uuid7 import uuid7_timestamp_us
@@ -182,6 +184,14 @@ class LogReader:
         `fail_on_data_loss=False` starts at the oldest offset with a warning.
         """
         manifest = manifest or self.manifest()
+        start, limit = self._resolve(manifest, start, limit, fail_on_data_loss)
+        return list(self._ranges(manifest, start, limit))
+
+    def _resolve(
+        self, manifest: Manifest, start: int | None, limit: int | None, fail_on_data_loss: bool
+    ) -> tuple[int, int]:
+        """[start, limit) within the log: the oldest offset and the tail by default, the limit
+        cut at the tail, and a start below the oldest offset refused (or skipped ahead)."""
         oldest, tail = manifest.oldest_offset, manifest.next_offset
         start = oldest if start is None else start
         limit = tail if limit is None else min(limit, tail)
@@ -190,12 +200,14 @@ class LogReader:
                 raise DataLost(self.url, start, oldest)
             log.warning("%s: offsets [%d, %d) were garbage-collected; skipping", self.url, start, oldest)
             start = oldest
+        return start, limit
+
+    def _ranges(self, manifest: Manifest, start: int, limit: int) -> Iterator[ReadRange]:
+        """The fragment ranges of [start, limit), loading snapshots only as the walk needs them."""
         if start >= limit:
-            return []
-        return [
-            ReadRange(ref, max(ref.start, start), min(ref.limit, limit))
-            for ref in iter_fragments(self.store, manifest, start, limit)
-        ]
+            return
+        for ref in iter_fragments(self.store, manifest, start, limit):
+            yield ReadRange(ref, max(ref.start, start), min(ref.limit, limit))
 
     def read(
         self,
@@ -228,6 +240,59 @@ class LogReader:
         )
         return pa.Table.from_batches(list(batches), schema=output_schema(manifest.arrow_schema()))
 
+    def scan(
+        self,
+        start: int | None = None,
+        limit: int | None = None,
+        *,
+        start_time: dt.datetime | None = None,
+        end_time: dt.datetime | None = None,
+        max_records: int | None = None,
+        verify: bool = True,
+        fail_on_data_loss: bool = True,
+    ) -> LogScan:
+        """Offsets [start, limit) (by default the whole log) as a `LogScan`, whose `reader` is a
+        `pyarrow.RecordBatchReader` that fetches, verifies and decodes one fragment at a time.
+
+        `start_time`/`end_time` (datetimes; naive means UTC) replace `start`/`limit` with the
+        first offset written at or after them (by fragment write time, as Spark's
+        `startingTimestamp`); `max_records` caps the range. The range is fixed now, against one
+        manifest read. A start below the oldest offset raises DataLost (or, with
+        `fail_on_data_loss=False`, skips ahead with a warning); with `verify` (the default) a
+        fragment whose recomputed setsum differs from the manifest's fails the read.
+        """
+        manifest = self.manifest()
+        start = self._offset_or_time(manifest, "start", start, start_time)
+        limit = self._offset_or_time(manifest, "limit", limit, end_time)
+        tail = manifest.next_offset
+        if start is not None and start > tail:
+            raise InvalidOption(
+                f"start {start} is past the tail of {self.url}: it holds offsets "
+                f"[{manifest.oldest_offset}, {tail}); give a start within [{manifest.oldest_offset}, {tail}]"
+            )
+        if start is not None and limit is not None and limit < start:
+            raise InvalidOption(f"limit {limit} is below start {start}: give limit >= start")
+        start, limit = self._resolve(manifest, start, limit, fail_on_data_loss)
+        if max_records is not None:
+            limit = min(limit, start + _checked(max_records, "max_records", 0))
+        payload = manifest.arrow_schema()
+        batches = (
+            read_range(self.store, part, payload, verify=verify)
+            for part in self._ranges(manifest, start, limit)
+        )
+        return LogScan(self.url, output_schema(payload), start, max(start, limit), batches)
+
+    def _offset_or_time(
+        self, manifest: Manifest, name: str, offset: int | None, when: dt.datetime | None
+    ) -> int | None:
+        """One end of a scan, given as an offset or a time (not both)."""
+        if when is None:
+            return None if offset is None else _checked(offset, name, FIRST_OFFSET)
+        if offset is not None:
+            time_name = "start_time" if name == "start" else "end_time"
+            raise InvalidOption(f"give {name} or {time_name}, not both")
+        return self.offset_for_timestamp(timestamp_us(when), manifest)
+
     def offset_for_timestamp(self, timestamp_us: int, manifest: Manifest | None = None) -> int:
         """The first offset whose record was written at or after `timestamp_us` (the tail if
         none was), as Kafka's `startingTimestamp` does."""
@@ -236,6 +301,13 @@ class LogReader:
             if fragment_timestamp_us(self.store, ref) >= timestamp_us:
                 return ref.start
         return manifest.next_offset
+
+
+def _checked(value: int, name: str, low: int) -> int:
+    """`value` if it is an integer >= `low`, else InvalidOption naming `name`."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise InvalidOption(f"{name}={value!r}: give an integer >= {low}")
+    return value
 
 
 def fragment_timestamp_us(store: ObjectStore, ref: FragmentRef) -> int:
