@@ -36,13 +36,15 @@ import math
 import re
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
 
 from wal3_spark.errors import InvalidOption, InvalidUrl, SchemaMismatch, Wal3Error
 from wal3_spark.format import FIRST_OFFSET
+from wal3_spark.lag import CursorLag, cursor_lags
+from wal3_spark.reader import LogReader
 from wal3_spark.schema import check_columns
 from wal3_spark.storage.common import split_url
 from wal3_spark.storage.s3 import S3Settings
@@ -203,6 +205,45 @@ def record_json(row: dict[str, Any], raw: bool) -> dict[str, Any]:
     return out
 
 
+def ago(seconds: float) -> str:
+    """A duration as people read an age: 45s, 2m05s, 3h02m, 4d03h."""
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def describe_lag(lag: CursorLag) -> str:
+    """One cursor's lag on one line (`wal3 info`)."""
+    records = f"{lag.records_behind} record{'' if lag.records_behind == 1 else 's'}"
+    return f"{lag.name} at {lag.offset}: {records}, {lag.bytes_behind} bytes behind; moved {ago(lag.moved_ago_s)} ago"
+
+
+def lag_table(lags: Sequence[CursorLag], broken: Mapping[str, str]) -> str:
+    """`wal3 cursor list`: one aligned row per cursor under a header, as Kafka's consumer-group
+    tool prints lag, then the broken cursors with what is wrong; nothing when there are none."""
+    if not lags and not broken:
+        return ""
+    rows = [("CURSOR", "OFFSET", "RECORDS_BEHIND", "BYTES_BEHIND", "MOVED")]
+    rows += [(lag.name, str(lag.offset), str(lag.records_behind), str(lag.bytes_behind),
+              f"{ago(lag.moved_ago_s)} ago") for lag in lags]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    widths[0] = max([widths[0], *map(len, broken)])
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    lines += [f"{name.ljust(widths[0])}  {problem}" for name, problem in sorted(broken.items())]
+    return "".join(line + "\n" for line in lines)
+
+
+def lag_report(url: str, manifest, lags: Sequence[CursorLag], broken: Mapping[str, str]) -> dict[str, Any]:
+    """`wal3 cursor list --json`."""
+    return {"url": url, "oldest_offset": manifest.oldest_offset, "next_offset": manifest.next_offset,
+            "cursors": [lag.to_dict() for lag in lags], "broken_cursors": dict(sorted(broken.items()))}
+
+
 def _print_records(store, manifest, start: int | None, limit: int | None, out) -> int:
     from wal3_spark.reader import LogReader
 
@@ -315,6 +356,7 @@ def log_info(store) -> dict[str, Any]:
         "sealed": manifest.sealed,
         "cursors": {c.name: c.cursor.offset for c in cursors},
         "broken_cursors": {b.name: b.problem for b in broken},
+        "lag": {lag.name: lag.to_dict() for lag in cursor_lags(store, manifest, cursors)},
         "pending_garbage": None if garbage.is_empty() else garbage.summary(),
         "txns": {app: t.version for app, t in manifest.txns.items()},
         "writer": manifest.writer,
@@ -334,9 +376,9 @@ def cmd_info(args, out) -> int:
     out.write(f"balanced       {'yes' if info['balanced'] else 'NO: ' + str(info['balance_problem'])}\n")
     out.write(f"schema         {'raw (body: binary)' if info['raw'] else ', '.join(info['schema'])}\n")
     out.write(f"sealed         {'yes' if info['sealed'] else 'no'}\n")
-    cursors = [f"{k}={v}" for k, v in sorted(info["cursors"].items())]
-    cursors += [f"{k} (broken: {v})" for k, v in sorted(info["broken_cursors"].items())]
-    out.write(f"cursors        {', '.join(cursors) or 'none'}\n")
+    lines = [describe_lag(CursorLag(**lag)) for lag in info["lag"].values()]
+    lines += [f"{k} (broken: {v})" for k, v in sorted(info["broken_cursors"].items())]
+    out.write("cursors        " + ("\n" + " " * 15).join(lines or ["none"]) + "\n")
     pending = info["pending_garbage"]
     out.write(
         "garbage        "
@@ -399,10 +441,13 @@ def cmd_cursor(args, out) -> int:
     cursors = CursorStore(_store(args.url, args), writer="wal3 cli")
     if args.action == "list":
         states, broken = cursors.scan()
-        rows = [(s.name, str(s.cursor.offset)) for s in states]
-        rows += [(b.name, f"broken: {b.problem} (fix: {b.fix(args.url)})") for b in broken]
-        for name, text in sorted(rows):
-            out.write(f"{name}\t{text}\n")
+        manifest = LogReader(cursors.store).manifest()
+        lags = cursor_lags(cursors.store, manifest, states)
+        problems = {b.name: f"broken: {b.problem} (fix: {b.fix(args.url)})" for b in broken}
+        if args.json:
+            out.write(json.dumps(lag_report(cursors.store.url, manifest, lags, problems), indent=2) + "\n")
+        else:
+            out.write(lag_table(lags, problems))
         return EXIT_OK
     if not args.name:
         raise Wal3Error(f"`wal3 cursor {args.action}` needs a cursor NAME")
@@ -542,13 +587,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--no-data", action="store_true", help="check metadata only, not fragment bytes")
 
-    p = add("cursor", cmd_cursor, "list, get, set or delete cursors")
+    p = add("cursor", cmd_cursor, "list cursors with their lag, get, set or delete one")
     p.add_argument("action", choices=["list", "get", "set", "delete"])
     p.add_argument("url", type=url_arg)
     p.add_argument("name", nargs="?")
     p.add_argument("offset", nargs="?", type=int)
     p.add_argument("--force", action="store_true",
                    help="allow moving a cursor backwards, below the oldest offset, or over a broken cursor")
+    p.add_argument("--json", action="store_true", help="list: machine-readable output")
 
     p = add("gc", cmd_gc, "garbage-collect below the lowest cursor")
     p.add_argument("url", type=url_arg)
