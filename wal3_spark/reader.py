@@ -277,7 +277,7 @@ class LogReader:
             limit = min(limit, start + _checked(max_records, "max_records", 0))
         payload = manifest.arrow_schema()
         batches = (
-            read_range(self.store, part, payload, verify=verify)
+            read_range(self.store, part, payload, verify=verify, item_hash=manifest.item_hash)
             for part in self._ranges(manifest, start, limit)
         )
         return LogScan(self.url, output_schema(payload), start, max(start, limit), batches)
