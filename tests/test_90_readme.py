@@ -44,3 +44,11 @@ def test_02_readme_duckdb_polars_example_runs():
         "100",
         "250 251",
     ]
+
+
+def test_03_readme_dirty_log_example_runs():
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    example = next(b for b in blocks if "changes_since(LogSet(prefix), None)" in b)
+    result = subprocess.run([sys.executable, "-c", example], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["{'acme': 2, 'globex': 2} {'globex': 4}"]

@@ -13,6 +13,7 @@ _EXPORTS = {
     "CommitResult": "wal3_spark.committer",
     "Committer": "wal3_spark.committer",
     "CursorStore": "wal3_spark.cursors",
+    "DirtyLog": "wal3_spark.dirty",
     "LogReader": "wal3_spark.reader",
     "LogSelection": "wal3_spark.logset",
     "LogSet": "wal3_spark.logset",

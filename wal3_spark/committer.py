@@ -22,7 +22,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import Protocol
 
 import pyarrow as pa
 
@@ -59,6 +61,22 @@ class CommitResult:
     duplicate: bool = False
     attempts: int = 1
     conflicts: int = 0
+    #: the dirty-log record of this commit, when the committer has a dirty log: resolves once
+    #: the record is durable (a failure is logged; it never undoes or fails the commit)
+    dirty: Future | None = None
+
+
+class DirtyRecorder(Protocol):
+    """What a committer needs of a dirty log (`wal3_spark.dirty.DirtyLog` is one)."""
+
+    def name_of(self, log_url: str) -> str:
+        """The log's name in the dirty log's prefix; raises when it is not directly under it."""
+
+    def record_commit(self, log_store: ObjectStore, tail: int) -> Future:
+        """Record, after a commit, that the log reached `tail`; returns without waiting."""
+
+    def flush(self) -> None:
+        """Wait until every record made so far is durable (or failed)."""
 
 
 def now_us() -> int:
@@ -90,9 +108,15 @@ class Committer:
         deadline_s: float = 300.0,
         backoff_base_s: float = 0.002,
         backoff_cap_s: float = 0.1,
+        dirty_log: DirtyRecorder | None = None,
     ) -> None:
+        """`dirty_log`: record every commit's new tail there (the log must sit directly under
+        the dirty log's prefix: checked here). See `wal3_spark.dirty`."""
         self.store = store
         self.writer = writer
+        self.dirty_log = dirty_log
+        if dirty_log is not None:
+            dirty_log.name_of(store.url)
         self.snapshot_options = snapshot_options or SnapshotOptions()
         self._manifest = manifest_object(
             store, CasPolicy(max_attempts, deadline_s, backoff_base_s, backoff_cap_s)
@@ -244,7 +268,20 @@ class Committer:
         start = placed["start"]
         records = sum(f.records for f in fragments)
         return CommitResult(start, start + records, result.current.value,
-                            attempts=result.attempts, conflicts=result.conflicts)
+                            attempts=result.attempts, conflicts=result.conflicts,
+                            dirty=self._record_dirty(start + records))
+
+    def _record_dirty(self, tail: int) -> Future | None:
+        """Tell the dirty log, if any, that the log reached `tail`. After the commit, so a
+        failure here must not escape: the records are in the log, and an error would invite a
+        retry that appends them twice (readers' full scans find changes without a record)."""
+        if self.dirty_log is None:
+            return None
+        try:
+            return self.dirty_log.record_commit(self.store, tail)
+        except Exception as exc:  # noqa: BLE001 (the commit happened; see the docstring)
+            log.warning("%s: could not record the commit in the dirty log: %s", self.url, exc)
+            return None
 
     def update(self, decide: Callable[[Manifest], Manifest | None]) -> Manifest | None:
         """Apply `decide` to the current manifest with compare-and-swap (seal, GC, txn pruning).

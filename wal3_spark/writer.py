@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from wal3_spark.committer import Committer, CommitResult, now_us
+from wal3_spark.committer import Committer, CommitResult, DirtyRecorder, now_us
 from wal3_spark.errors import CommitFailed, LogNotFound, LogSealed, SchemaMismatch
 from wal3_spark.format import FRAGMENT_PREFIX, SNAPSHOT_PREFIX
 from wal3_spark.fragment import FragmentBuilder, FragmentFile, write_fragment
@@ -183,7 +183,11 @@ class LogWriter:
         max_uploads: int = 16,
         hedge: bool | HedgePolicy = False,
         snapshot_options: SnapshotOptions | None = None,
+        dirty_log: DirtyRecorder | None = None,
     ) -> None:
+        """`dirty_log` (a `wal3_spark.dirty.DirtyLog` of the log's parent prefix): record each
+        commit there; `append` returns once its record is durable, `flush` and `close` wait for
+        the records of everything committed."""
         if batch_interval_s < 0 or batch_bytes <= 0 or fragment_bytes <= 0 or max_uploads < 1:
             raise ValueError(
                 "LogWriter needs batch_interval_s >= 0, batch_bytes > 0, fragment_bytes > 0 and "
@@ -199,7 +203,10 @@ class LogWriter:
             )
             store = self._hedged
         self.store = store
-        self.committer = Committer(self.store, writer=writer, snapshot_options=snapshot_options)
+        self.dirty_log = dirty_log
+        self.committer = Committer(
+            self.store, writer=writer, snapshot_options=snapshot_options, dirty_log=dirty_log
+        )
         self.merge_schema = merge_schema
         self.fragment_bytes = fragment_bytes
         self.batch_bytes = batch_bytes
@@ -237,7 +244,10 @@ class LogWriter:
         fmt = self._format(schema)
         if fmt.schema is not None:
             batches = [conform(b, fmt.schema) for b in batches]
-        return self._commit(fmt.write(self.store, batches, self.fragment_bytes), fmt)
+        result = self._commit(fmt.write(self.store, batches, self.fragment_bytes), fmt)
+        if result.dirty is not None:
+            result.dirty.exception()  # wait; a failure is logged by the dirty log
+        return result
 
     def _format(self, schema: pa.Schema | None) -> _FragmentFormat:
         """How appends of `schema` are written; creates the log on first use. Asked of the store
@@ -291,6 +301,8 @@ class LogWriter:
                 self._wake_batcher.notify()
             while self._finished_through < last:
                 self._progress.wait()
+        if self.dirty_log is not None:
+            self.dirty_log.flush()
 
     def close(self) -> None:
         self.flush()
