@@ -1,7 +1,8 @@
 """A stress writer process: appends stream messages through the public API at a throughput
 that keeps changing, and journals every intent and outcome.
 
-Every few seconds the writer draws a new *regime*: `LogWriter.append` (one commit per call) or
+Each incarnation draws its `LogWriter` settings (batch size and interval, uploads in flight,
+hedged requests or not); every few seconds it draws a new *regime*: `LogWriter.append` (one commit per call) or
 `LogWriter.submit` (batched in the background, many appends in flight), a pause between
 appends (from none to a fifth of a second), and a size of append (from single records to
 `max_records_per_append`, skewed small). What the API answered decides the outcome journaled:
@@ -138,5 +139,7 @@ def open_writer(config: StressConfig, name: str, store: ObjectStore) -> LogWrite
         fragment_bytes=config.fragment_bytes,
         batch_bytes=rng.choice((16 << 10, 256 << 10, 4 << 20)),
         batch_interval_s=rng.uniform(0.005, 0.1),
+        max_uploads=rng.choice((1, 4, 16)),
+        hedge=rng.random() < 0.5,
         snapshot_options=SnapshotOptions(config.snapshot_rollover, config.fragment_rollover),
     )
