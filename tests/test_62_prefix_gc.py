@@ -6,11 +6,11 @@ retried by the next run."""
 from __future__ import annotations
 
 from wal3_spark.cursors import CursorStore
-from wal3_spark.dirty import DirtyLog, dirty_store, rolled_up_to
+from wal3_spark.dirty import GC_CURSOR, DirtyLog, dirty_store, rolled_up_to
 from wal3_spark.errors import Wal3Error
 from wal3_spark.gc import GCReport, collect_garbage
 from wal3_spark.logset import LogSet
-from wal3_spark.prefix_gc import GC_CURSOR, finish, plan
+from wal3_spark.prefix_gc import finish, plan
 from wal3_spark.reader import LogReader
 from wal3_spark.storage import open_store
 from wal3_spark.storage.base import ObjectStore

@@ -1,7 +1,8 @@
 """`wal3`: operate a log from the command line.
 
     wal3 init URL [--schema "id: int64, name: string"]
-    wal3 info URL [--json]
+    wal3 info URL [--json]                     (a log, or the log set under a prefix)
+    wal3 ls PREFIX [--logs A,B | --pattern GLOB] [--json]
     wal3 tail URL [-n N]
     wal3 cat URL [--from OFFSET] [--to OFFSET]
     wal3 verify URL [--json] [--no-data]
@@ -41,7 +42,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from wal3_spark.errors import InvalidOption, InvalidUrl, SchemaMismatch, Wal3Error
+from wal3_spark.errors import InvalidLogName, InvalidOption, InvalidUrl, SchemaMismatch, Wal3Error
 from wal3_spark.format import FIRST_OFFSET
 from wal3_spark.lag import CursorLag, cursor_lags
 from wal3_spark.reader import LogReader
@@ -364,7 +365,15 @@ def log_info(store) -> dict[str, Any]:
 
 
 def cmd_info(args, out) -> int:
-    info = log_info(_store(args.url, args))
+    from wal3_spark.errors import LogNotFound
+
+    store = _store(args.url, args)
+    try:
+        info = log_info(store)
+    except LogNotFound:
+        if not _log_set(store, args).names():
+            raise
+        return _set_info(store, args, out)
     if args.json:
         out.write(json.dumps(info, indent=2) + "\n")
         return EXIT_OK
@@ -386,6 +395,80 @@ def cmd_info(args, out) -> int:
            f" ({'applied' if pending['applied_epoch_us'] else 'not yet applied'})\n")
     )
     return EXIT_OK
+
+
+def _log_set(store, args):
+    from wal3_spark.logset import ALL_LOGS, LogSelection, LogSet
+
+    if getattr(args, "logs", None):
+        return LogSet(store, LogSelection.of(n.strip() for n in args.logs.split(",") if n.strip()))
+    if getattr(args, "pattern", None):
+        return LogSet(store, LogSelection.matching(args.pattern))
+    return LogSet(store, ALL_LOGS)
+
+
+def _set_info(store, args, out) -> int:
+    """`wal3 info PREFIX` when PREFIX holds no log but a log set."""
+    from wal3_spark.logset_info import set_info, summarise
+
+    logs = _log_set(store, args)
+    info = set_info(logs, summarise(logs))
+    if args.json:
+        out.write(json.dumps(info, indent=2) + "\n")
+        return EXIT_OK
+    out.write(f"log set        {info['url']}  ({info['logs']} logs)\n")
+    out.write(f"records        {info['records']}  bytes {info['bytes']}\n")
+    out.write(f"sealed         {', '.join(info['sealed']) or 'none'}\n")
+    worst = info["most_behind"]
+    out.write(
+        f"cursors        on {info['logs_with_cursors']} logs"
+        + ("" if worst is None else f"; most behind: {worst['log']}/{describe_lag(_lag(worst))}")
+        + "\n"
+    )
+    for name, broken in sorted(info["broken_cursors"].items()):
+        out.write(f"broken cursor  {name}: {', '.join(sorted(broken))}\n")
+    for name, error in sorted(info["unreadable"].items()):
+        out.write(f"unreadable     {name}: {error}\n")
+    dirty = info["dirty_log"]
+    out.write(
+        "dirty log      "
+        + ("none\n" if dirty is None else
+           f"offsets [{dirty['oldest_offset']}, {dirty['next_offset']}); gc cursor "
+           f"{dirty['gc_cursor'] if dirty['gc_cursor'] is not None else 'none'}; rolled up to "
+           f"{dirty['rolled_up_to'] if dirty['rolled_up_to'] is not None else 'never'}\n")
+    )
+    return EXIT_OK
+
+
+def _lag(doc: Mapping[str, Any]) -> CursorLag:
+    return CursorLag(**{k: v for k, v in doc.items() if k != "log"})
+
+
+def cmd_ls(args, out) -> int:
+    from wal3_spark.logset_info import summarise
+
+    summaries = summarise(_log_set(_store(args.url, args), args))
+    if args.json:
+        out.write(json.dumps([s.to_dict() for s in summaries], indent=2) + "\n")
+        return EXIT_OK
+    out.write(ls_table(summaries))
+    return EXIT_FAIL if any(s.error for s in summaries) else EXIT_OK
+
+
+def ls_table(summaries) -> str:
+    """`wal3 ls`: one aligned row per log; LAG is the cursor furthest behind the tail."""
+    rows = [("LOG", "RECORDS", "BYTES", "OLDEST", "TAIL", "SEALED", "CURSORS", "LAG")]
+    for s in summaries:
+        if s.error is not None:
+            rows.append((s.name, "error: " + s.error, "", "", "", "", "", ""))
+            continue
+        worst = s.most_behind
+        lag = "-" if worst is None else f"{worst.records_behind} ({worst.name})"
+        cursors = str(len(s.cursors)) + (f" +{len(s.broken_cursors)} broken" if s.broken_cursors else "")
+        rows.append((s.name, str(s.records), str(s.bytes), str(s.oldest_offset), str(s.next_offset),
+                     "yes" if s.sealed else "no", cursors, lag))
+    widths = [max(len(row[i]) for row in rows if not row[1].startswith("error: ")) for i in range(len(rows[0]))]
+    return "".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() + "\n" for row in rows)
 
 
 def cmd_tail(args, out) -> int:
@@ -569,8 +652,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("url", type=url_arg)
     p.add_argument("--schema", type=schema_arg, help='Arrow schema, e.g. "id: int64, name: string not null"')
 
-    p = add("info", cmd_info, "show offsets, counts, setsum balance, schema, cursors, seal, garbage")
+    p = add("info", cmd_info, "show offsets, counts, setsum balance, schema, cursors, seal, garbage "
+            "(of a log; of the log set, for a prefix that holds logs)")
     p.add_argument("url", type=url_arg)
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+    p = add("ls", cmd_ls, "list the logs under a prefix: records, bytes, tail, seal, cursor lag")
+    p.add_argument("url", type=url_arg, metavar="PREFIX")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--logs", help="only these logs (comma-separated names)")
+    which.add_argument("--pattern", help="only the logs whose names match this glob, e.g. 'tenant-*'")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
     p = add("tail", cmd_tail, "print the last N records as JSON lines")
@@ -628,7 +719,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     try:
         return args.fn(args, sys.stdout)
-    except (InvalidOption, InvalidUrl) as exc:  # an argument only the store or the log can judge
+    except (InvalidOption, InvalidUrl, InvalidLogName) as exc:  # arguments only the store or the log can judge
         sys.stderr.write(f"wal3 {args.command}: error: {exc}\n")
         return EXIT_USAGE
     except Wal3Error as exc:

@@ -68,6 +68,9 @@ BATCH_INTERVAL_S = 0.005
 #: the idempotent writer id of roll-ups in the dirty log's `txns` (its version: the offset
 #: below which records were rolled up, so the head below it may be collected)
 ROLLUP_TXN = "wal3-rollup"
+#: the cursor on the dirty log where garbage collection of the prefix stopped reading it
+#: (`wal3_spark.prefix_gc`); it also pins the dirty log's records GC has not read yet
+GC_CURSOR = "gc"
 
 
 def dirty_store(prefix: ObjectStore) -> ObjectStore:

@@ -27,6 +27,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from wal3_spark.errors import InvalidLogName, LogNotFound, Wal3Error
 from wal3_spark.manifest import Manifest
@@ -37,6 +38,8 @@ from wal3_spark.storage.common import join_url
 from wal3_spark.storage.prefixed import PrefixedStore
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: names starting with this are wal3's own logs under a prefix, never a user's
 RESERVED_PREFIX = "_"
@@ -218,15 +221,18 @@ class LogSet:
                 found.append(name)
         return found
 
+    def map(self, fn: Callable[[str], T], names: Iterable[str] | None = None) -> Iterator[T]:
+        """`fn(name)` for each log of `names` (default: `names()`), in that order, run
+        `max_workers` at a time on threads (per-log reads are I/O-bound)."""
+        todo = self.names() if names is None else [check_log_name(n) for n in names]
+        if len(todo) <= 1:
+            return iter([fn(name) for name in todo])
+        return _ordered_map(fn, todo, self.max_workers)
+
     def manifests(self, names: Iterable[str] | None = None) -> Iterator[LoadedLog]:
         """Each log's manifest, in the order of `names` (default: `names()`), read
         `max_workers` at a time."""
-        todo = self.names() if names is None else [check_log_name(n) for n in names]
-        if not todo:
-            return iter(())
-        if len(todo) == 1:
-            return iter([self._load(todo[0])])
-        return _ordered_map(self._load, todo, self.max_workers)
+        return self.map(self._load, names)
 
     def scan(self, names: Iterable[str] | None = None) -> LogSetScan:
         """The tail of every selected log (or of `names`), from one manifest GET per log."""
@@ -248,7 +254,7 @@ class LogSet:
             return LoadedLog(name, None, exc)
 
 
-def _ordered_map(fn: Callable[[str], LoadedLog], items: list[str], workers: int) -> Iterator[LoadedLog]:
+def _ordered_map(fn: Callable[[str], T], items: list[str], workers: int) -> Iterator[T]:
     """`map(fn, items)` on a bounded thread pool; the pool lives as long as the iteration."""
     with ThreadPoolExecutor(min(workers, len(items)), thread_name_prefix="wal3-logset") as pool:
         yield from pool.map(fn, items)

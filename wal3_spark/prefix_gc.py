@@ -25,7 +25,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from wal3_spark.cursors import CursorStore
-from wal3_spark.dirty import DirtyLog, dirty_store, read_dirty, roll_up, rolled_up_to
+from wal3_spark.dirty import GC_CURSOR, DirtyLog, dirty_store, read_dirty, roll_up, rolled_up_to
 from wal3_spark.errors import LogNotFound, Wal3Error
 from wal3_spark.format import FIRST_OFFSET
 from wal3_spark.gc import GCReport, collect_garbage
@@ -34,10 +34,6 @@ from wal3_spark.reader import LogReader
 from wal3_spark.storage.base import ObjectStore
 
 log = logging.getLogger(__name__)
-
-#: the cursor on the dirty log where garbage collection of the prefix stopped
-GC_CURSOR = "gc"
-
 
 @dataclass(frozen=True)
 class PrefixGCPlan:

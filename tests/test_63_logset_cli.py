@@ -1,0 +1,95 @@
+"""`wal3 ls PREFIX` and `wal3 info PREFIX` (issue 11): each log's records, bytes, tail, seal and
+cursor lag, and a summary of the set and its dirty log; local filesystem and SeaweedFS."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from wal3_spark import cli
+from wal3_spark.committer import Committer
+from wal3_spark.cursors import CursorStore
+from wal3_spark.dirty import DirtyLog
+from wal3_spark.logset import LogSet
+from wal3_spark.storage import open_store
+from wal3_spark.writer import LogWriter
+
+
+@pytest.fixture
+def herd(store_url: str, store_options: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> str:
+    """Three logs under a prefix, written through its dirty log: acme (a cursor 2 records
+    behind), globex, initech (sealed)."""
+    if store_url.startswith("s3://"):
+        for key, value in {"AWS_ENDPOINT_URL_S3": store_options["endpoint"],
+                           "AWS_ACCESS_KEY_ID": store_options["accessKeyId"],
+                           "AWS_SECRET_ACCESS_KEY": store_options["secretAccessKey"],
+                           "AWS_REGION": store_options["region"]}.items():
+            monkeypatch.setenv(key, value)
+    prefix = open_store(store_url, store_options)
+    logs = LogSet(prefix)
+    with DirtyLog(prefix) as dirty:
+        for name in ("acme", "globex", "initech"):
+            with LogWriter(logs.log_store(name), dirty_log=dirty) as writer:
+                writer.append([b"a", b"b"])
+                writer.append([b"c"])
+    CursorStore(logs.log_store("acme")).advance("billing", 2)
+    Committer(logs.log_store("initech")).seal()
+    return store_url
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = cli.main(list(args))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_ls_shows_each_log(herd: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "ls", herd)
+    assert code == 0
+    lines = [line.split() for line in out.splitlines()]
+    assert lines[0] == ["LOG", "RECORDS", "BYTES", "OLDEST", "TAIL", "SEALED", "CURSORS", "LAG"]
+    assert [line[0] for line in lines[1:]] == ["acme", "globex", "initech"]  # never _dirty
+    acme, globex, initech = lines[1:]
+    assert acme[1:3] != ["0", "0"] and acme[1] == "3" and acme[3:8] == ["1", "4", "no", "1", "2"]
+    assert acme[8] == "(billing)"
+    assert globex[5:] == ["no", "0", "-"] and initech[5] == "yes"
+
+    code, out, _ = run(capsys, "ls", herd, "--json", "--pattern", "[ai]*")
+    docs = json.loads(out)
+    assert [d["name"] for d in docs] == ["acme", "initech"]
+    assert docs[0]["records"] == 3 and docs[0]["next_offset"] == 4 and docs[0]["bytes"] > 0
+    assert docs[0]["cursors"][0]["name"] == "billing" and docs[0]["cursors"][0]["records_behind"] == 2
+    assert docs[1]["sealed"] is True
+
+    code, out, _ = run(capsys, "ls", herd, "--logs", "globex,nope")
+    assert code == 0 and [line.split()[0] for line in out.splitlines()[1:]] == ["globex"]
+
+
+def test_info_on_a_prefix_summarises_the_set(herd: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "info", herd, "--json")
+    assert code == 0
+    info = json.loads(out)
+    assert (info["logs"], info["records"], info["sealed"]) == (3, 9, ["initech"])
+    assert info["most_behind"]["log"] == "acme" and info["most_behind"]["records_behind"] == 2
+    assert info["dirty_log"]["next_offset"] == 7 and info["dirty_log"]["gc_cursor"] is None
+    assert info["unreadable"] == {} and info["bytes"] > 0
+    code, out, _ = run(capsys, "info", herd)
+    assert code == 0 and "(3 logs)" in out and "most behind: acme/billing at 2" in out
+    assert "dirty log      offsets [1, 7)" in out
+
+
+def test_bad_input_and_unreadable_logs(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "ls", str(tmp_path), "--logs", "a b")
+    assert code == 2 and "invalid log name 'a b'" in err
+    code, _, err = run(capsys, "info", str(tmp_path / "empty"))
+    assert code == 1 and "no wal3 log" in err
+    with LogWriter(str(tmp_path / "good")) as writer:
+        writer.append([b"x"])
+    bad = open_store(str(tmp_path / "bad"))
+    bad.put_if_absent("manifest/MANIFEST", b"{not json")
+    code, out, _ = run(capsys, "ls", str(tmp_path))
+    assert code == 1
+    assert "bad" in out and "error: " in out and "good" in out
+    code, out, _ = run(capsys, "info", str(tmp_path), "--json")
+    assert code == 0 and list(json.loads(out)["unreadable"]) == ["bad"]

@@ -1,0 +1,122 @@
+"""What `wal3 ls` and `wal3 info` show of a log set: each log's size, tail, seal and cursor lag,
+and a summary of the whole set and of its dirty log.
+
+Per log this costs the manifest GET, one listing of its cursors and a GET per cursor (run
+`LogSet.max_workers` logs at a time); bytes come from the manifest's fragment sizes and snapshot
+pointers' subtree totals, so no snapshot is read except those a cursor's lag straddles
+(`wal3_spark.lag`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from wal3_spark.committer import now_us
+from wal3_spark.cursors import CursorStore
+from wal3_spark.dirty import GC_CURSOR, dirty_store, rolled_up_to
+from wal3_spark.errors import LogNotFound, Wal3Error
+from wal3_spark.lag import CursorLag, bytes_from, cursor_lags
+from wal3_spark.logset import LogSet
+from wal3_spark.reader import LogReader
+from wal3_spark.storage.base import ObjectStore
+
+
+@dataclass(frozen=True)
+class LogSummary:
+    """One log of a set; `error` is set (and the rest empty) when it could not be read."""
+
+    name: str
+    oldest_offset: int = 0
+    next_offset: int = 0
+    bytes: int = 0
+    sealed: bool = False
+    cursors: tuple[CursorLag, ...] = ()
+    broken_cursors: dict[str, str] = field(default_factory=dict)
+    error: str | None = None
+
+    @property
+    def records(self) -> int:
+        return self.next_offset - self.oldest_offset
+
+    @property
+    def most_behind(self) -> CursorLag | None:
+        """The cursor furthest from the tail (what pins garbage collection)."""
+        return max(self.cursors, key=lambda c: c.records_behind, default=None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "records": self.records,
+            "bytes": self.bytes,
+            "oldest_offset": self.oldest_offset,
+            "next_offset": self.next_offset,
+            "sealed": self.sealed,
+            "cursors": [lag.to_dict() for lag in self.cursors],
+            "broken_cursors": self.broken_cursors,
+            "error": self.error,
+        }
+
+
+def summarise_log(name: str, store: ObjectStore, at_us: int) -> LogSummary | None:
+    """One log's summary; None when there is no log (a directory without a manifest)."""
+    try:
+        manifest = LogReader(store).manifest()
+        cursors, broken = CursorStore(store).scan()
+        return LogSummary(
+            name,
+            manifest.oldest_offset,
+            manifest.next_offset,
+            bytes_from(store, manifest, manifest.oldest_offset),
+            manifest.sealed,
+            tuple(cursor_lags(store, manifest, cursors, at_us)),
+            {b.name: b.problem for b in broken},
+        )
+    except LogNotFound:
+        return None
+    except Wal3Error as exc:
+        return LogSummary(name, error=str(exc))
+
+
+def summarise(logs: LogSet) -> list[LogSummary]:
+    """Every selected log's summary, in name order (directories that hold no log left out)."""
+    at = now_us()
+    found = logs.map(lambda name: summarise_log(name, logs.log_store(name), at))
+    return [summary for summary in found if summary is not None]
+
+
+def dirty_log_info(prefix: ObjectStore) -> dict[str, Any] | None:
+    """The dirty log's offsets, its garbage-collection cursor and roll-up; None without one."""
+    store = dirty_store(prefix)
+    try:
+        manifest = LogReader(store).manifest()
+    except LogNotFound:
+        return None
+    cursor = CursorStore(store).get(GC_CURSOR)
+    return {
+        "url": store.url,
+        "oldest_offset": manifest.oldest_offset,
+        "next_offset": manifest.next_offset,
+        "gc_cursor": None if cursor is None else cursor.cursor.offset,
+        "rolled_up_to": rolled_up_to(manifest),
+    }
+
+
+def set_info(logs: LogSet, summaries: list[LogSummary]) -> dict[str, Any]:
+    """`wal3 info PREFIX`: totals over the set, the laggiest cursor, unreadable logs, the dirty
+    log."""
+    readable = [s for s in summaries if s.error is None]
+    lagging = [(s.name, s.most_behind) for s in readable if s.most_behind is not None]
+    worst = max(lagging, key=lambda item: item[1].records_behind, default=None)
+    return {
+        "url": logs.url,
+        "logs": len(summaries),
+        "records": sum(s.records for s in readable),
+        "bytes": sum(s.bytes for s in readable),
+        "sealed": sorted(s.name for s in readable if s.sealed),
+        "logs_with_cursors": len(lagging),
+        "most_behind": None if worst is None else {"log": worst[0], **worst[1].to_dict()},
+        "broken_cursors": {s.name: s.broken_cursors for s in readable if s.broken_cursors},
+        "unreadable": {s.name: s.error for s in summaries if s.error is not None},
+        "dirty_log": dirty_log_info(logs.store),
+    }
