@@ -9,7 +9,7 @@ from collections import Counter
 import pyarrow as pa
 import pytest
 
-from tests.support.fakes import HookedStore, chroma_fragment
+from tests.support.fakes import HookedStore, chroma_fragment, write_chroma_s3_log
 from wal3_spark.cursors import CursorStore
 from wal3_spark.errors import CorruptLog, DataLost, Wal3Error
 from wal3_spark.format import FRAGMENT_PREFIX, MANIFEST_KEY, SNAPSHOT_PREFIX, FragmentRef
@@ -83,19 +83,7 @@ def test_02_plans_load_only_the_snapshots_covering_the_range_and_cache_them(long
 
 @pytest.fixture
 def chroma_log():
-    store = open_store(f"memory://chroma-{next(_names)}")
-    refs, start = [], 1
-    for seq in range(1, 4):
-        bodies = [f"chroma {seq}.{i}".encode() for i in range(seq + 1)]
-        data, setsum = chroma_fragment(start, bodies, 1_700_000_000_000_000 + seq)
-        path = f"log/Bucket=0000000000000000/FragmentSeqNo={seq:016x}.parquet"
-        store.put_if_absent(path, data)
-        refs.append(FragmentRef(path, seq, start, start + len(bodies), len(data), setsum))
-        start += len(bodies)
-    manifest = Manifest(Setsum.sum(r.setsum for r in refs), Setsum(), sum(r.num_bytes for r in refs),
-                        "chroma", (), tuple(refs))
-    store.put_if_absent(MANIFEST_KEY, manifest.to_json())
-    return store
+    return write_chroma_s3_log(open_store(f"memory://chroma-{next(_names)}"))
 
 
 def test_03_a_chroma_s3_log_reads_and_verifies(chroma_log):

@@ -1,4 +1,4 @@
-"""The README's Python example runs as written and prints what its comments say."""
+"""The README's Python examples run as written and print what their comments say."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+
+from tests.support.spark import spark_env
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -52,3 +54,13 @@ def test_03_readme_dirty_log_example_runs():
     result = subprocess.run([sys.executable, "-c", example], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["{'acme': 2, 'globex': 2} {'globex': 4}"]
+
+
+def test_04_readme_native_scan_example_runs():
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    example = next(b for b in blocks if "Wal3Log.forPath" in b)
+    result = subprocess.run([sys.executable, "-c", example], capture_output=True, text=True,
+                            timeout=300, env=spark_env())
+    assert result.returncode == 0, result.stderr[-4000:]
+    lines = result.stdout.splitlines()
+    assert lines[-2:] == ["4 4.0", "[('bob', 2), ('ann', 3)]"]

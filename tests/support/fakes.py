@@ -15,6 +15,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from wal3_spark.format import MANIFEST_KEY, FragmentRef
+from wal3_spark.manifest import Manifest
 from wal3_spark.setsum import Setsum
 from wal3_spark.storage.base import Blob, ObjectStore
 from wal3_spark.storage.forwarding import ForwardingStore
@@ -68,6 +70,23 @@ def chroma_fragment(start: int, bodies: list[bytes], ts: int) -> tuple[bytes, Se
     )
     return buf.getvalue(), setsum
 
+
+def write_chroma_s3_log(store: ObjectStore) -> ObjectStore:
+    """A log as Chroma's S3 backend writes it into `store`: three fragments with absolute offsets
+    1..9 at sequence-numbered paths (the last in a second bucket directory), body
+    `chroma <seq>.<i>`, timestamp_us 1_700_000_000_000_000 + seq."""
+    refs, start = [], 1
+    for seq in range(1, 4):
+        bodies = [f"chroma {seq}.{i}".encode() for i in range(seq + 1)]
+        data, setsum = chroma_fragment(start, bodies, 1_700_000_000_000_000 + seq)
+        path = f"log/Bucket={seq // 3:016x}/FragmentSeqNo={seq:016x}.parquet"
+        store.put_if_absent(path, data)
+        refs.append(FragmentRef(path, seq, start, start + len(bodies), len(data), setsum))
+        start += len(bodies)
+    manifest = Manifest(Setsum.sum(r.setsum for r in refs), Setsum(), sum(r.num_bytes for r in refs),
+                        "chroma", (), tuple(refs))
+    store.put_if_absent(MANIFEST_KEY, manifest.to_json())
+    return store
 
 class HookedStore(ForwardingStore):
     """`inner` as another process sees it at the worst moment: `hook()` runs once, just before

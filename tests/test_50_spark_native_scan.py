@@ -1,0 +1,237 @@
+"""The native scan (`Wal3Log.forPath(spark, url).toDF()`) returns what `format("wal3")` returns,
+row for row, on every shape of log, while Spark's own Parquet reader prunes columns, pushes
+filters into row groups and counts without reading data."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+import subprocess
+import sys
+import textwrap
+
+import pyarrow as pa
+import pytest
+
+from tests.support.spark import ROOT, spark_env
+from tests.support.fakes import write_chroma_s3_log
+from wal3_spark.errors import InvalidOption, InvalidUrl, LogNotFound, ObjectNotFound
+from wal3_spark.format import MANIFEST_KEY
+from wal3_spark.reader import LogReader
+from wal3_spark.spark import Wal3Log, scan
+from wal3_spark.spark.hadoop import HadoopFileStore, hadoop_options, hadoop_url
+from wal3_spark.spark.options import READ, parse
+from wal3_spark.storage import open_store
+from wal3_spark.uuid7 import uuid7_timestamp_us
+from wal3_spark.writer import LogWriter
+
+pytestmark = pytest.mark.timeout(300)
+
+SIZES = (10, 7, 12)  # three fragments: offsets [1, 11), [11, 18), [18, 30)
+
+
+def rows(start: int, n: int) -> pa.Table:
+    ids = list(range(start, start + n))
+    return pa.table(
+        {
+            "id": pa.array(ids, pa.int64()),
+            "name": [f"n{i}" for i in ids],
+            "score": [i * 0.5 for i in ids],
+            "flag": [i % 2 == 0 for i in ids],
+            "maybe": pa.array([None if i % 3 == 0 else i for i in ids], pa.int32()),
+            "at": pa.array([1_700_000_000_000_000 + i for i in ids], pa.timestamp("us", tz="UTC")),
+            "tags": [[f"t{i}"] * (i % 3) for i in ids],
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def log_url(tmp_path_factory) -> str:
+    url = (tmp_path_factory.mktemp("native") / "log").as_uri()
+    writer, start = LogWriter(url), 0
+    for n in SIZES:
+        writer.append(rows(start, n))
+        start += n
+    return url
+
+
+def same_as_data_source(spark, url: str, **options) -> list:
+    """The native scan's rows, after checking they equal the data source's (values and types)."""
+    native = Wal3Log.forPath(spark, url).toDF(**options)
+    source = spark.read.format("wal3").options(**{k: str(v) for k, v in options.items()}).load(url)
+    assert native.columns == source.columns
+    assert [f.dataType for f in native.schema] == [f.dataType for f in source.schema]
+    got, expected = native.orderBy("_offset").collect(), source.orderBy("_offset").collect()
+    assert got == expected
+    return got
+
+
+def plan_of(df) -> str:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        df.explain()
+    return out.getvalue()
+
+
+def read_columns(df) -> set[str]:
+    """The file columns the scan decodes (Spark's ReadSchema, without its generated row index)."""
+    schemas = re.findall(r"ReadSchema: struct<([^>]*)>", plan_of(df))
+    fields = {f.split(":")[0] for schema in schemas for f in schema.split(",") if f}
+    return fields - {"_tmp_metadata_row_index"}
+
+
+@pytest.mark.parametrize(
+    "options, offsets",
+    [
+        ({}, (1, 30)),
+        ({"startingOffsets": 5}, (5, 30)),  # starts inside the first fragment
+        ({"endingOffsets": 25}, (1, 25)),  # ends inside the last
+        ({"startingOffsets": 13, "endingOffsets": 16}, (13, 16)),  # inside one fragment
+        ({"startingOffsets": 11, "endingOffsets": 18}, (11, 18)),  # exactly one fragment
+        ({"startingOffsets": "latest"}, (30, 30)),  # empty
+        ({"startingOffsets": 7, "endingOffsets": 7}, (7, 7)),  # empty
+    ],
+)
+def test_00_ranges_match_the_data_source(spark, log_url, options, offsets):
+    got = same_as_data_source(spark, log_url, **options)
+    assert [r._offset for r in got] == list(range(*offsets))
+    assert [r.id for r in got] == [o - 1 for o in range(*offsets)]
+
+
+def test_01_a_timestamp_range_matches_the_data_source(spark, log_url):
+    second = LogReader(open_store(log_url)).manifest().fragments[1]
+    ms = uuid7_timestamp_us(second.seq_no) // 1000 + 1  # a time inside the second fragment's ms
+    got = same_as_data_source(spark, log_url, startingTimestamp=ms)
+    assert got[0]._offset == 18 and len(got) == 12
+    assert same_as_data_source(spark, log_url, endingTimestamp=ms)[-1]._offset == 17
+
+
+def test_02_a_log_whose_schema_grew_reads_nulls_for_older_fragments(spark, tmp_path):
+    url = (tmp_path / "grown").as_uri()
+    LogWriter(url).append(pa.table({"id": [1, 2]}))
+    LogWriter(url, merge_schema=True).append(pa.table({"id": [3], "extra": ["x"]}))
+    got = same_as_data_source(spark, url, startingOffsets=2)
+    assert [(r.id, r.extra) for r in got] == [(2, None), (3, "x")]
+
+
+def test_03_raw_logs(spark, tmp_path):
+    url = (tmp_path / "raw").as_uri()
+    writer = LogWriter(url)
+    writer.append([b"a", b"b", b"c"])
+    writer.append([b"\x00\xff"])
+    got = same_as_data_source(spark, url, startingOffsets=2)
+    assert [bytes(r.body) for r in got] == [b"b", b"c", b"\x00\xff"]
+
+
+def test_04_chroma_s3_logs_with_absolute_offsets(spark, tmp_path):
+    url = (tmp_path / "chroma").as_uri()
+    write_chroma_s3_log(open_store(url))
+    got = same_as_data_source(spark, url)
+    assert [r._offset for r in got] == list(range(1, 10))
+    assert same_as_data_source(spark, url, startingOffsets=4, endingOffsets=8)[0].body == b"chroma 2.1"
+
+
+def test_05_many_fragments_take_their_values_from_a_join_spark_drops_when_unused(spark, log_url, monkeypatch):
+    monkeypatch.setattr(scan, "CASE_LIMIT", 2)
+    for options in ({}, {"startingOffsets": 5, "endingOffsets": 25}):
+        assert len(same_as_data_source(spark, log_url, **options)) == 20 + 9 * (not options)
+    df = Wal3Log.forPath(spark, log_url).toDF()
+    assert "BroadcastHashJoin" in plan_of(df)
+    assert "Join" not in plan_of(df.groupBy().count())
+    assert "Join" not in plan_of(df.selectExpr("sum(id)", "count(name)"))
+
+
+def test_06_spark_prunes_columns_pushes_filters_and_counts_without_payload(spark, log_url):
+    df = Wal3Log.forPath(spark, log_url).toDF()
+    assert read_columns(df.groupBy().count()) == set()
+    assert read_columns(df.selectExpr("sum(id)", "count(name)")) == {"id", "name"}
+    assert read_columns(df) == {"id", "name", "score", "flag", "maybe", "at", "tags"}
+    filtered = df.where("id > 20").select("id", "_offset")
+    assert "GreaterThan(id,20)" in plan_of(filtered)
+    assert [(r.id, r._offset) for r in filtered.orderBy("id").collect()] == [(i, i + 1) for i in range(21, 29)]
+    assert df.count() == 29 and Wal3Log.forPath(spark, log_url).toDF(startingOffsets=5).count() == 25
+
+
+def test_07_bad_options_and_missing_logs_say_what_to_do(spark, log_url, tmp_path):
+    with pytest.raises(InvalidOption, match="valid: startingOffsets"):
+        Wal3Log.forPath(spark, log_url).toDF(verifyOnRead=False)
+    with pytest.raises(InvalidOption, match="not store options"):
+        Wal3Log.forPath(spark, log_url, {"startingOffsets": "5"})
+    with pytest.raises(InvalidOption, match="startingOffsets"):
+        Wal3Log.forPath(spark, log_url).toDF(startingOffsets="soon")
+    with pytest.raises(LogNotFound):
+        Wal3Log.forPath(spark, (tmp_path / "nothing").as_uri())
+    with pytest.raises(InvalidUrl, match="format"):
+        Wal3Log.forPath(spark, "memory://scan-test")
+
+
+def test_08_s3_logs_map_to_s3a_with_the_store_options(monkeypatch):
+    for name in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_REGION", "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(name, raising=False)
+    assert hadoop_url("s3://bucket/logs/orders/") == "s3a://bucket/logs/orders"
+    assert hadoop_url("/data/logs/x") == "file:///data/logs/x"
+    assert hadoop_url("hdfs://nn:8020/logs/x") == "hdfs://nn:8020/logs/x"
+    assert hadoop_options("file:///x", {"endpoint": "http://h:1"}) == {}
+    assert hadoop_options("s3://b/p", {}) == {"fs.s3a.path.style.access": "false"}
+    conf = hadoop_options("s3://b/p", {"endpoint": "http://127.0.0.1:8333", "accessKeyId": "AK",
+                                        "secretAccessKey": "SK", "sessionToken": "T"})
+    assert conf == {
+        "fs.s3a.endpoint": "http://127.0.0.1:8333",
+        "fs.s3a.connection.ssl.enabled": "false",
+        "fs.s3a.endpoint.region": "us-east-1",
+        "fs.s3a.path.style.access": "true",
+        "fs.s3a.access.key": "AK",
+        "fs.s3a.secret.key": "SK",
+        "fs.s3a.session.token": "T",
+        "fs.s3a.aws.credentials.provider": "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider",
+    }
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "https://s3.example.com")
+    monkeypatch.setenv("AWS_REGION", "eu-west-1")
+    conf = hadoop_options("s3://b/p", {"pathStyle": "false"})
+    assert conf == {"fs.s3a.endpoint": "https://s3.example.com", "fs.s3a.connection.ssl.enabled": "true",
+                    "fs.s3a.endpoint.region": "eu-west-1", "fs.s3a.path.style.access": "false"}
+
+
+def test_09_a_log_on_another_hadoop_filesystem_is_planned_through_spark(spark, log_url):
+    """Logs `open_store` has no backend for are read through Spark's binaryFile source (tried
+    here on the local filesystem, the only Hadoop filesystem this machine has)."""
+    store = HadoopFileStore(spark, log_url)
+    assert store.get(MANIFEST_KEY).data == open_store(log_url).get(MANIFEST_KEY).data
+    with pytest.raises(ObjectNotFound):
+        store.get("snapshot/SNAPSHOT.missing")
+    options = parse({"path": log_url, "startingOffsets": "5"}, READ)
+    plan = scan.plan_scan(store, LogReader(store).manifest(), hadoop_url(log_url), options)
+    got = scan.scan_dataframe(spark, plan, {}).orderBy("_offset").collect()
+    assert got == spark.read.format("wal3").option("startingOffsets", 5).load(log_url).orderBy("_offset").collect()
+
+
+CONNECT_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    sys.path.insert(0, {root!r})
+    from pyspark.sql import SparkSession
+    from wal3_spark.spark import Wal3Log, register
+    spark = SparkSession.builder.remote("local[2]").config("spark.ui.enabled", "false").getOrCreate()
+    register(spark)
+    url = sys.argv[1]
+    native = Wal3Log.forPath(spark, url).toDF(startingOffsets=5, endingOffsets=25)
+    source = spark.read.format("wal3").option("startingOffsets", 5).option("endingOffsets", 25).load(url)
+    same = native.orderBy("_offset").collect() == source.orderBy("_offset").collect()
+    r = native.selectExpr("count(*) n", "sum(id) s", "min(_offset) lo").first()
+    print(json.dumps(dict(same=same, n=r.n, s=r.s, lo=r.lo, connect=type(spark).__module__)))
+    spark.stop()
+    """
+)
+
+
+def test_10_over_spark_connect(tmp_path, log_url):
+    script = tmp_path / "connect_scan.py"
+    script.write_text(CONNECT_SCRIPT.format(root=str(ROOT)))
+    result = subprocess.run([sys.executable, str(script), log_url], cwd=ROOT, env=spark_env(),
+                            capture_output=True, text=True, timeout=280)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-6000:]
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert "connect" in out["connect"]
+    assert out == {**out, "same": True, "n": 20, "s": sum(range(4, 24)), "lo": 5}

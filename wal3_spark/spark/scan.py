@@ -1,0 +1,237 @@
+"""Native scan: a wal3 log as a DataFrame on Spark's own Parquet reader, for analytics.
+
+    from wal3_spark.spark import Wal3Log
+    df = Wal3Log.forPath(spark, "s3://bucket/logs/orders").toDF(startingOffsets=1000)
+
+`spark.read.format("wal3")` runs through a Python data source: every column of every row
+crosses the Python worker, and Spark can neither prune columns nor count from file footers.
+Fragments are plain Parquet files, so this scan hands them to Spark's vectorised Parquet
+reader instead: the driver reads the manifest (one GET, plus the snapshots covering the range),
+resolves the range exactly as the data source does, and lists the fragments that hold it.
+Spark then prunes columns, pushes filters into row groups and answers `count()` without
+decoding data. The columns and values are those of `format("wal3")`: the payload columns (a
+fragment written before a `mergeSchema` append reads the newer columns as null), `_offset`
+(the fragment's start in the manifest plus the row's position in its file, Parquet's
+`_metadata.row_index`, which costs no decoding) and `_timestamp` (the fragment's write time: from
+its UUIDv7 path, or from its `timestamp_us` column for Chroma S3 fragments). Rows outside the
+range in the first and last fragment are filtered by row index.
+
+It does NOT verify setsums: the bytes are trusted as they are read. Scrub the log with
+`jobs/verify.py` (distributed) or `wal3 verify`, or read with `format("wal3")` (which checks
+every fragment) when that matters more than speed. The DataFrame is fixed to the fragments the
+log held when `toDF` ran; call it again to see later appends.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import DecimalType, StructField, StructType
+
+from wal3_spark.errors import InvalidOption
+from wal3_spark.fragment import TIMESTAMP
+from wal3_spark.manifest import Manifest
+from wal3_spark.reader import LogReader, ReadRange
+from wal3_spark.schema import OFFSET_COLUMN, TIMESTAMP_COLUMN
+from wal3_spark.spark import options as opts
+from wal3_spark.spark.batch_reader import resolve
+from wal3_spark.spark.hadoop import driver_store, hadoop_options, hadoop_url
+from wal3_spark.spark.source import payload_to_spark
+from wal3_spark.storage.common import join_url
+from wal3_spark.uuid7 import uuid7_timestamp_us
+
+log = logging.getLogger(__name__)
+
+#: the read options `toDF` takes (store options go to `forPath`)
+RANGE_OPTIONS = ("startingOffsets", "endingOffsets", "startingTimestamp", "endingTimestamp",
+                 "failOnDataLoss")
+#: up to this many fragments, each one's start and write time are literals in one CASE on its
+#: file name; beyond, a broadcast join with a table of them (a CASE with thousands of branches
+#: outgrows Spark's generated code). docs/benchmarks.md compares the two.
+CASE_LIMIT = 64
+
+_FILE, _ROW, _START, _TIME = "__wal3_file", "__wal3_row", "__wal3_start", "__wal3_time_us"
+
+
+def _file_name() -> Column:
+    return F.col("_metadata.file_name")
+
+
+def _row_index() -> Column:
+    return F.col("_metadata.row_index")
+
+
+@dataclass(frozen=True)
+class ScanFile:
+    """One fragment a scan reads, and the rows of it [lo, hi) (positions in the file) it keeps."""
+
+    url: str
+    #: the file's name, unique in its log: what Spark's `_metadata.file_name` says
+    name: str
+    start: int
+    records: int
+    lo: int
+    hi: int
+    #: its write time, known without reading it (None for Chroma S3 fragments)
+    timestamp_us: int | None
+
+
+@dataclass(frozen=True)
+class ScanPlan:
+    payload: pa.Schema | None
+    files: tuple[ScanFile, ...]
+
+    @property
+    def timestamps_in_files(self) -> bool:
+        """Whether `_timestamp` is read from the files' `timestamp_us` column (Chroma S3 logs,
+        whose sequence-numbered paths carry no time)."""
+        return any(f.timestamp_us is None for f in self.files)
+
+
+def plan_scan(store, manifest: Manifest, root: str, options: opts.Wal3Options) -> ScanPlan:
+    """The fragments (as Hadoop URLs under `root`) holding the range `options` name, resolved
+    as `spark.read.format("wal3")` resolves it."""
+    reader = LogReader(store)
+    start = resolve(reader, manifest, options.starting, default=manifest.oldest_offset)
+    limit = resolve(reader, manifest, options.ending, default=manifest.next_offset)
+    ranges = reader.plan(start, limit, manifest=manifest, fail_on_data_loss=options.fail_on_data_loss)
+    return ScanPlan(manifest.arrow_schema(), tuple(_scan_file(root, r) for r in ranges))
+
+
+def _scan_file(root: str, part: ReadRange) -> ScanFile:
+    ref = part.ref
+    timestamp_us = uuid7_timestamp_us(ref.seq_no) if isinstance(ref.seq_no, str) else None
+    return ScanFile(
+        url=join_url(root, ref.path),
+        name=ref.path.rsplit("/", 1)[-1],
+        start=ref.start,
+        records=ref.records,
+        lo=part.start - ref.start,
+        hi=part.limit - ref.start,
+        timestamp_us=timestamp_us,
+    )
+
+
+def scan_dataframe(spark: Any, plan: ScanPlan, reader_options: Mapping[str, str]) -> DataFrame:
+    """The DataFrame of `plan`: payload columns, `_offset`, `_timestamp`, as the data source."""
+    schema = payload_to_spark(plan.payload)
+    payload = list(schema.fields[:-2])
+    if not plan.files:
+        return spark.createDataFrame([], schema)
+    in_files = plan.timestamps_in_files
+    read_schema = StructType(payload + ([StructField(TIMESTAMP, DecimalType(20, 0))] if in_files else []))
+    df = spark.read.options(**reader_options).schema(read_schema).parquet(*[f.url for f in plan.files])
+    keep = _kept_rows(plan.files)
+    if keep is not None:
+        df = df.where(keep)
+    df, offset, time_us = _per_file_values(spark, df, plan.files)
+    if in_files:  # uint64 in Parquet; Spark reads it as decimal(20, 0)
+        time_us = F.col(TIMESTAMP).cast("long")
+    return df.select(
+        *[_column(field.name) for field in payload],
+        offset.alias(OFFSET_COLUMN),
+        F.timestamp_micros(time_us).alias(TIMESTAMP_COLUMN),
+    )
+
+
+def _kept_rows(files: Sequence[ScanFile]) -> Column | None:
+    """A filter dropping the rows of the first and last fragment outside the range (None when
+    the range starts and ends on fragment boundaries, so a count stays footer-only)."""
+    conditions = []
+    first, last = files[0], files[-1]
+    if first.lo > 0:
+        conditions.append(~((_file_name() == first.name) & (_row_index() < first.lo)))
+    if last.hi < last.records:
+        conditions.append(~((_file_name() == last.name) & (_row_index() >= last.hi)))
+    if not conditions:
+        return None
+    keep = conditions[0]
+    for condition in conditions[1:]:
+        keep = keep & condition
+    return keep
+
+
+def _per_file_values(
+    spark: Any, df: DataFrame, files: Sequence[ScanFile]
+) -> tuple[DataFrame, Column, Column]:
+    """Each row's offset (its fragment's start + its row index) and write time, as columns of
+    `df` (or of what it becomes).
+
+    Few files: one CASE on the file name per value. Many: a left join with a broadcast table
+    that is unique on the file name, which Spark removes from queries that use neither value
+    (counts and aggregates of payload columns keep reading no more than they need).
+    """
+    if len(files) <= CASE_LIMIT:
+        start = time_us = None
+        for f in files:
+            is_file = _file_name() == f.name
+            start = F.when(is_file, f.start) if start is None else start.when(is_file, f.start)
+            time_us = F.when(is_file, f.timestamp_us or 0) if time_us is None \
+                else time_us.when(is_file, f.timestamp_us or 0)
+        return df, start + _row_index(), time_us
+    values = spark.createDataFrame(
+        [(f.name, f.start, f.timestamp_us or 0) for f in files],
+        f"{_FILE} string, {_START} long, {_TIME} long",
+    ).groupBy(_FILE).agg(F.max(_START).alias(_START), F.max(_TIME).alias(_TIME))
+    located = df.select("*", _file_name().alias(_FILE), _row_index().alias(_ROW))
+    joined = located.join(F.broadcast(values), _FILE, "left")
+    return joined, F.col(_START) + F.col(_ROW), F.col(_TIME)
+
+
+def _column(name: str) -> Column:
+    """A top-level column by its exact name (dots and backticks included)."""
+    return F.col("`" + name.replace("`", "``") + "`")
+
+
+class Wal3Log:
+    """A wal3 log, read as DataFrames by Spark's own Parquet reader (see the module docstring;
+    setsums are NOT verified: scrub with `jobs/verify.py`)."""
+
+    def __init__(self, spark: Any, url: str, store_options: Mapping[str, str]) -> None:
+        self.spark = spark
+        self.url = url
+        self.store_options = dict(store_options)
+
+    @classmethod
+    def forPath(cls, spark: Any, path: str, options: Mapping[str, str] | None = None) -> Wal3Log:
+        """The log at `path` (`s3://`, `file://` or a local path, or any Hadoop filesystem URL);
+        `options` are the store options of `format("wal3")` (endpoint, region, credentials)."""
+        store_options = {k: str(v) for k, v in (options or {}).items()}
+        allowed = {name.lower() for name in opts.store_option_names()}
+        unknown = sorted(k for k in store_options if k.lower() not in allowed)
+        if unknown:
+            raise InvalidOption(
+                f"Wal3Log.forPath options {unknown} are not store options; valid: "
+                f"{', '.join(opts.store_option_names())} (range options go to toDF: "
+                f"{', '.join(RANGE_OPTIONS)})"
+            )
+        found = cls(spark, path, store_options)
+        found._reader().manifest()  # a missing log fails here, naming the URL
+        return found
+
+    def toDF(self, **options: Any) -> DataFrame:  # noqa: N802 - named after Delta's toDF
+        """The log's records in the range the options name (`startingOffsets`, `endingOffsets`,
+        `startingTimestamp`, `endingTimestamp`, `failOnDataLoss`: as for `format("wal3")`),
+        by default all of them."""
+        unknown = sorted(set(options) - set(RANGE_OPTIONS))
+        if unknown:
+            raise InvalidOption(
+                f"toDF options {unknown} are unknown; valid: {', '.join(RANGE_OPTIONS)}"
+            )
+        parsed = opts.parse(
+            {**self.store_options, **{k: str(v) for k, v in options.items()}, "path": self.url},
+            opts.READ,
+        )
+        store = driver_store(self.spark, self.url, self.store_options)
+        plan = plan_scan(store, LogReader(store).manifest(), hadoop_url(self.url), parsed)
+        log.info("%s: native scan of %d fragments", self.url, len(plan.files))
+        return scan_dataframe(self.spark, plan, hadoop_options(self.url, self.store_options))
+
+    def _reader(self) -> LogReader:
+        return LogReader(driver_store(self.spark, self.url, self.store_options))
