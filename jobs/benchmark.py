@@ -1,11 +1,20 @@
-"""Benchmark: the wal3 data source against Spark's native Parquet on the same cached DataFrame.
+"""Benchmark: the wal3 data source and native scan against Spark's Parquet on the same data.
 
-    spark-submit --properties-file conf/spark-defaults.conf --master 'local[2]' \
+    spark-submit --properties-file conf/spark-defaults.conf --master 'local[2]' \\
         jobs/benchmark.py --rows 3000000
 
-Prints one table: write (df.write.format("wal3") vs df.write.parquet), read back (batch and an
-AvailableNow stream vs spark.read.parquet, all into the `noop` sink so every column is
-materialised), the driver's commit latency (one manifest CAS per job), and rows/s.
+One cached DataFrame of issue 9's 6 columns (`id` long, `name` string, `amount` double, `ts`
+timestamp, `bucket` long, `tag` = uuid() string). Each row of the table is a wal3 measurement
+next to its Parquet baseline: every measurement runs once to warm up, then the two sides of
+each comparison take turns `--repeat` times (so both see the same load on a shared machine);
+the table shows medians, the spread of the wal3 side, and the ratio of the medians.
+
+- write: `df.write.format("wal3")` vs `df.write.parquet`;
+- read: `spark.read.format("wal3")` (batch, and an AvailableNow stream) into the `noop` sink
+  vs `spark.read.parquet`;
+- native scan (`Wal3Log.forPath(spark, url).toDF()`, Spark's own Parquet reader over the
+  fragments) vs `spark.read.parquet`: the full rows into `noop`, `sum(id), count(name)`, and
+  `count()`.
 """
 
 from __future__ import annotations
@@ -18,19 +27,24 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common  # noqa: E402
 
 
-def timed(fn, repeat: int) -> float:
-    times = []
+def alternate(sides: dict[str, Callable[[int], None]], repeat: int) -> dict[str, list[float]]:
+    """Seconds per run: one warm-up run each (index -1), then the sides take turns."""
+    times: dict[str, list[float]] = {name: [] for name in sides}
+    for fn in sides.values():
+        fn(-1)
     for i in range(repeat):
-        t0 = time.perf_counter()
-        fn(i)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        for name, fn in sides.items():
+            t0 = time.perf_counter()
+            fn(i)
+            times[name].append(time.perf_counter() - t0)
+    return times
 
 
 def main(argv=None) -> int:
@@ -38,9 +52,14 @@ def main(argv=None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rows", type=int, default=3_000_000)
     p.add_argument("--partitions", type=int, default=4)
-    p.add_argument("--repeat", type=int, default=3, help="runs per measurement (median)")
+    p.add_argument("--repeat", type=int, default=3, help="alternating runs per measurement (median)")
     p.add_argument("--dir", help="work directory (default: a temp dir, removed afterwards)")
     p.add_argument("--fragment-bytes", default="64m")
+    p.add_argument("--only", nargs="+", choices=("write", "read", "scan"), default=("write", "read", "scan"),
+                   help="which groups of rows to measure (the logs are written in any case)")
+    p.add_argument("--case-limit", type=int,
+                   help="native scan: fragments up to which per-file values are a CASE rather than "
+                        "a broadcast join (wal3_spark.spark.scan.CASE_LIMIT; to compare the two)")
     args = p.parse_args(argv)
 
     work = Path(args.dir or tempfile.mkdtemp(prefix="wal3-bench-"))
@@ -50,16 +69,22 @@ def main(argv=None) -> int:
         "spark.sql.execution.arrow.maxRecordsPerBatch": "65536",
         # the commit runs in a Python worker of the driver JVM: pass the metrics file on
         "spark.executorEnv.WAL3_SPARK_METRICS_FILE": str(metrics),
+        "spark.ui.showConsoleProgress": "false",
     })
     from pyspark.sql import functions as F
 
+    from wal3_spark.spark import Wal3Log, scan
+
+    if args.case_limit is not None:
+        scan.CASE_LIMIT = args.case_limit
+
     df = spark.range(0, args.rows, numPartitions=args.partitions).select(
         F.col("id"),
-        (F.col("id") % 1_000_003).cast("int").alias("customer"),
+        F.concat(F.lit("name-"), (F.col("id") % 100_000).cast("string")).alias("name"),
         (F.col("id") * 0.37).alias("amount"),
-        F.concat(F.lit("sku-"), (F.col("id") % 50_000).cast("string")).alias("sku"),
-        F.timestamp_seconds(F.lit(1_700_000_000) + F.col("id") % 86_400).alias("at"),
-        (F.col("id") % 7 == 0).alias("flag"),
+        F.timestamp_seconds(F.lit(1_700_000_000) + F.col("id") % 86_400).alias("ts"),
+        (F.col("id") % 1024).alias("bucket"),
+        F.expr("uuid()").alias("tag"),
     ).cache()
     df.count()
 
@@ -70,15 +95,17 @@ def main(argv=None) -> int:
         df.write.format("wal3").mode("append").option("fragmentBytes", args.fragment_bytes) \
             .save((work / f"wal3-{i}").as_uri())
 
-    t_pq_w = timed(write_parquet, args.repeat)
-    t_w3_w = timed(write_wal3, args.repeat)
-    url = (work / "wal3-0").as_uri()
+    rows: list[tuple[str, list[float], list[float]]] = []  # (name, wal3 side, baseline side)
+    if "write" in args.only:
+        t = alternate({"parquet": write_parquet, "wal3": write_wal3}, args.repeat)
+        rows.append(("write  df.write.format('wal3')", t["wal3"], t["parquet"]))
+    else:
+        write_parquet(0)
+        write_wal3(0)
+    parquet, url = str(work / "parquet-0"), (work / "wal3-0").as_uri()
 
-    def read_parquet(_):
-        spark.read.parquet(str(work / "parquet-0")).write.format("noop").mode("overwrite").save()
-
-    def read_wal3(_):
-        spark.read.format("wal3").load(url).write.format("noop").mode("overwrite").save()
+    def noop(frame) -> None:
+        frame.write.format("noop").mode("overwrite").save()
 
     def stream_wal3(i):
         q = (spark.readStream.format("wal3").load(url).writeStream.format("noop")
@@ -86,29 +113,39 @@ def main(argv=None) -> int:
              .trigger(availableNow=True).start())
         q.awaitTermination()
 
-    t_pq_r = timed(read_parquet, args.repeat)
-    t_w3_r = timed(read_wal3, args.repeat)
-    t_w3_s = timed(stream_wal3, args.repeat)
+    if "read" in args.only:
+        t = alternate({"parquet": lambda _: noop(spark.read.parquet(parquet)),
+                       "wal3": lambda _: noop(spark.read.format("wal3").load(url)),
+                       "stream": stream_wal3}, args.repeat)
+        rows.append(("read   spark.read.format('wal3')", t["wal3"], t["parquet"]))
+        rows.append(("read   readStream wal3 AvailableNow", t["stream"], t["parquet"]))
+    if "scan" in args.only:
+        native = Wal3Log.forPath(spark, url)
+        for label, query in (
+            ("full rows into noop", noop),
+            ("sum(id), count(name)", lambda frame: frame.selectExpr("sum(id)", "count(name)").collect()),
+            ("count()", lambda frame: frame.count()),
+        ):
+            t = alternate({"parquet": lambda _, q=query: q(spark.read.parquet(parquet)),
+                           "native": lambda _, q=query: q(native.toDF())}, args.repeat)
+            rows.append((f"scan   {label}", t["native"], t["parquet"]))
+
     commits = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.exists() else []
     commit_ms = statistics.median(c["seconds"] for c in commits) * 1000 if commits else float("nan")
     fragments = statistics.median(c["fragments"] for c in commits) if commits else 0
-    pq_bytes = sum(f.stat().st_size for f in (work / "parquet-0").rglob("*.parquet"))
+    pq_bytes = sum(f.stat().st_size for f in Path(parquet).rglob("*.parquet"))
     w3_bytes = sum(f.stat().st_size for f in (work / "wal3-0" / "log").rglob("*.parquet"))
 
-    rows = args.rows
     cores = spark.sparkContext.defaultParallelism
     print()
-    print(f"wal3-spark benchmark: {rows:,} rows x 6 columns, {args.partitions} partitions, "
-          f"master {spark.sparkContext.master} ({cores} cores), median of {args.repeat}")
-    print(f"{'measurement':34} {'seconds':>8} {'rows/s':>12} {'vs parquet':>10}")
-    for name, t, base in [
-        ("write  df.write.parquet", t_pq_w, t_pq_w),
-        ("write  df.write.format('wal3')", t_w3_w, t_pq_w),
-        ("read   spark.read.parquet", t_pq_r, t_pq_r),
-        ("read   spark.read.format('wal3')", t_w3_r, t_pq_r),
-        ("read   readStream wal3 AvailableNow", t_w3_s, t_pq_r),
-    ]:
-        print(f"{name:34} {t:8.2f} {rows / t:12,.0f} {t / base:9.2f}x")
+    print(f"wal3-spark benchmark: {args.rows:,} rows x 6 columns, {args.partitions} partitions, "
+          f"master {spark.sparkContext.master} ({cores} cores), warm-up + median of {args.repeat} "
+          "alternating runs")
+    print(f"{'measurement':38} {'wal3 s':>7} {'(spread)':>13} {'parquet s':>9} {'ratio':>7}")
+    for name, ours, base in rows:
+        spread = f"({min(ours):.2f}-{max(ours):.2f})"
+        print(f"{name:38} {statistics.median(ours):7.2f} {spread:>13} {statistics.median(base):9.2f} "
+              f"{statistics.median(ours) / statistics.median(base):6.2f}x")
     print(f"driver commit (one manifest CAS): median {commit_ms:.1f} ms for {fragments:.0f} "
           f"fragments over {len(commits)} commits")
     print(f"bytes on disk: parquet {pq_bytes / 1e6:.1f} MB, wal3 fragments {w3_bytes / 1e6:.1f} MB")
