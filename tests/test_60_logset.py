@@ -6,12 +6,10 @@ of logs with many fragments each reads one listing page and one manifest per log
 from __future__ import annotations
 
 import threading
-from collections import Counter
-from collections.abc import Iterator
 
 import pytest
 
-from tests.support.fakes import FailingStore
+from tests.support.fakes import CountingStore, FailingStore
 from wal3_spark.errors import InvalidLogName, StorageError
 from wal3_spark.logset import (
     ALL_LOGS,
@@ -23,38 +21,9 @@ from wal3_spark.logset import (
     is_log_name,
 )
 from wal3_spark.storage import open_store
-from wal3_spark.storage.base import Blob, ObjectMeta, ObjectStore
+from wal3_spark.storage.base import Blob
 from wal3_spark.storage.forwarding import ForwardingStore
 from wal3_spark.writer import LogWriter
-
-
-class CountingStore(ForwardingStore):
-    """Counts requests by operation; thread-safe (manifests are read from a pool)."""
-
-    def __init__(self, inner: ObjectStore) -> None:
-        super().__init__(inner)
-        self.counts: Counter[str] = Counter()
-        self._lock = threading.Lock()
-
-    def _count(self, op: str) -> None:
-        with self._lock:
-            self.counts[op] += 1
-
-    def get(self, key: str) -> Blob:
-        self._count("get")
-        return self.inner.get(key)
-
-    def head(self, key: str) -> ObjectMeta:
-        self._count("head")
-        return self.inner.head(key)
-
-    def list(self, prefix: str = "") -> Iterator[ObjectMeta]:
-        self._count("list")
-        return self.inner.list(prefix)
-
-    def list_children(self, prefix: str = "") -> Iterator[str]:
-        self._count("list_children")
-        return self.inner.list_children(prefix)
 
 
 # ------------------------------------------------------------------------------------ names
@@ -115,6 +84,11 @@ def test_selections() -> None:
         LogSelection.matching("")
     with pytest.raises(ValueError, match="not both"):
         LogSelection(names=("a",), pattern="*")
+    assert LogSelection.parse() == ALL_LOGS
+    assert LogSelection.parse(" b, a ,").names == ("a", "b")
+    assert LogSelection.parse(pattern="t-*") == LogSelection.matching("t-*")
+    with pytest.raises(InvalidLogName, match="not both"):
+        LogSelection.parse("a", "*")
 
 
 # -------------------------------------------------------------------------------- discovery
@@ -139,12 +113,12 @@ def test_discovery_lists_logs_in_o_logs_and_reads_their_tails(
     counting = CountingStore(prefix)
     logs = LogSet(counting)
     assert logs.names() == ["a", "b", "c-1", "c-2", "empty"]
-    assert counting.counts == {"list_children": 1}
+    assert counting.by_operation() == {"list_children": 1}
     scan = logs.scan()
     assert scan.tails == {n: LogTail(n, 1, 4, False) for n in names}
     assert not scan.failed
     # one listing, then one GET per candidate: no fragment was listed or read
-    assert counting.counts == {"list_children": 2, "get": 5}
+    assert counting.by_operation() == {"list_children": 2, "get": 5}
     assert LogSet(prefix, LogSelection.matching("c-*")).names() == ["c-1", "c-2"]
 
 
@@ -156,7 +130,7 @@ def test_explicit_names_need_no_listing_and_missing_logs_are_absent(
     logs = LogSet(counting, LogSelection.of(["a", "later"]))
     scan = logs.scan()
     assert list(scan.tails) == ["a"] and not scan.failed
-    assert counting.counts == {"get": 2}
+    assert counting.by_operation() == {"get": 2}
 
 
 def test_log_stores_and_urls_are_the_logs_own(store_url: str, store_options: dict[str, str]) -> None:

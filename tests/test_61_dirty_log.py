@@ -13,11 +13,11 @@ import subprocess
 import sys
 import textwrap
 import threading
-from collections import Counter
-from collections.abc import Iterator
 
 import pyarrow.parquet as pq
 import pytest
+
+from tests.support.fakes import CountingStore
 
 from wal3_spark.committer import Committer
 from wal3_spark.cursors import CursorStore
@@ -38,53 +38,9 @@ from wal3_spark.gc import collect_garbage
 from wal3_spark.logset import LogSelection, LogSet
 from wal3_spark.reader import LogReader
 from wal3_spark.storage import open_store
-from wal3_spark.storage.base import Blob, ObjectMeta, ObjectStore
+from wal3_spark.storage.base import ObjectStore
 from wal3_spark.storage.forwarding import ForwardingStore
 from wal3_spark.writer import LogWriter, to_batches, write_fragments
-
-
-class CountingStore(ForwardingStore):
-    """Counts requests by (operation, first key segment: the log's name)."""
-
-    def __init__(self, inner: ObjectStore) -> None:
-        super().__init__(inner)
-        self.counts: Counter[tuple[str, str]] = Counter()
-        self._lock = threading.Lock()
-
-    def _count(self, op: str, key: str) -> None:
-        with self._lock:
-            self.counts[(op, key.split("/")[0])] += 1
-
-    def get(self, key: str) -> Blob:
-        self._count("get", key)
-        return self.inner.get(key)
-
-    def head(self, key: str) -> ObjectMeta:
-        self._count("head", key)
-        return self.inner.head(key)
-
-    def put_if_absent(self, key: str, data: bytes) -> str:
-        self._count("put", key)
-        return self.inner.put_if_absent(key, data)
-
-    def put_if_match(self, key: str, data: bytes, etag: str) -> str:
-        self._count("put", key)
-        return self.inner.put_if_match(key, data, etag)
-
-    def list(self, prefix: str = "") -> Iterator[ObjectMeta]:
-        self._count("list", prefix)
-        return self.inner.list(prefix)
-
-    def list_children(self, prefix: str = "") -> Iterator[str]:
-        self._count("list_children", prefix)
-        return self.inner.list_children(prefix)
-
-    def delete(self, key: str) -> None:
-        self._count("delete", key)
-        self.inner.delete(key)
-
-    def logs_touched(self) -> set[str]:
-        return {segment for (_, segment) in self.counts}
 
 
 class Clock:
@@ -290,6 +246,7 @@ CRASH_CHILD = textwrap.dedent(
     prefix = open_store(sys.argv[1], dict(a.split("=", 1) for a in sys.argv[2:]))
     dirty = DirtyLog(Stall(prefix))
     LogWriter(LogSet(prefix).log_store("victim"), dirty_log=dirty).append([b"committed"] * 3)
+    dirty.flush()  # the record's write never finishes
     print("not killed", flush=True)
     """
 )

@@ -5,6 +5,7 @@ retried by the next run."""
 
 from __future__ import annotations
 
+from tests.support.fakes import CountingStore
 from wal3_spark.cursors import CursorStore
 from wal3_spark.dirty import GC_CURSOR, DirtyLog, dirty_store, rolled_up_to
 from wal3_spark.errors import Wal3Error
@@ -16,7 +17,6 @@ from wal3_spark.storage import open_store
 from wal3_spark.storage.base import ObjectStore
 from wal3_spark.writer import LogWriter
 
-from tests.test_61_dirty_log import CountingStore
 
 
 def make_logs(prefix: ObjectStore, dirty: DirtyLog | None, names: list[str]) -> None:

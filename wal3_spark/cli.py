@@ -398,13 +398,9 @@ def cmd_info(args, out) -> int:
 
 
 def _log_set(store, args):
-    from wal3_spark.logset import ALL_LOGS, LogSelection, LogSet
+    from wal3_spark.logset import LogSelection, LogSet
 
-    if getattr(args, "logs", None):
-        return LogSet(store, LogSelection.of(n.strip() for n in args.logs.split(",") if n.strip()))
-    if getattr(args, "pattern", None):
-        return LogSet(store, LogSelection.matching(args.pattern))
-    return LogSet(store, ALL_LOGS)
+    return LogSet(store, LogSelection.parse(getattr(args, "logs", None), getattr(args, "pattern", None)))
 
 
 def _set_info(store, args, out) -> int:

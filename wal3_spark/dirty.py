@@ -9,9 +9,9 @@ the contract:
   `tail` (its next offset after the commit), `rollup` (null, except in roll-up records: see
   below). Names starting with `_` are reserved (`wal3_spark.logset`), so no log set lists it.
 - **Writing** (`DirtyLog`): a record is appended *after* the data commit it describes, with the
-  tail that commit produced. Concurrent records of one process share dirty-log appends (a
-  `LogWriter` without a batch interval: whatever arrives while one append is in flight goes
-  into the next). Failing to write a record never fails the append it describes: the data is
+  tail that commit produced, in the background. The records of one process share dirty-log
+  appends (a `LogWriter` with a 100 ms batch interval; whatever arrives while one append is in
+  flight goes into the next). Failing to write a record never fails the append it describes: the data is
   committed, and reporting a failure would invite a retry that duplicates it. It is logged.
 - **Losing a record never loses data**, because readers never trust the dirty log alone
   (`changes_since`): they start with a full scan (every manifest, in parallel, after reading
@@ -45,7 +45,6 @@ from wal3_spark.manifest import Manifest
 from wal3_spark.reader import LogReader
 from wal3_spark.storage import open_store
 from wal3_spark.storage.base import ObjectStore
-from wal3_spark.storage.common import join_url
 from wal3_spark.storage.prefixed import PrefixedStore
 from wal3_spark.writer import LogWriter, write_fragments
 
@@ -62,9 +61,9 @@ DIRTY_SCHEMA = pa.schema(
 #: how often a reader of a log set reads every manifest even though a dirty log exists: the
 #: longest a change whose dirty record was lost (or never written) stays unnoticed
 DEFAULT_FULL_SCAN_EVERY_S = 600.0
-#: how long a record waits for others to share its dirty-log fragment (records are written after
-#: their commit, off the append's critical path except for `LogWriter.append`)
-BATCH_INTERVAL_S = 0.005
+#: how long a record waits for others to share its dirty-log append (records are written in the
+#: background, after their commit; docs/benchmarks.md measures the cost of shorter intervals)
+BATCH_INTERVAL_S = 0.1
 #: the idempotent writer id of roll-ups in the dirty log's `txns` (its version: the offset
 #: below which records were rolled up, so the head below it may be collected)
 ROLLUP_TXN = "wal3-rollup"
@@ -104,12 +103,16 @@ class DirtyLog:
         *,
         options: Mapping[str, str] | None = None,
         writer: str = "wal3-spark dirty log",
+        batch_interval_s: float = BATCH_INTERVAL_S,
     ) -> None:
+        """`batch_interval_s`: how long a record waits for others to share its dirty-log
+        append (readers see a change that much later; a process appending many times a second
+        writes the dirty log once per interval instead of once per commit)."""
         self.prefix = prefix if isinstance(prefix, ObjectStore) else open_store(prefix, options)
         self.store = dirty_store(self.prefix)
-        # A short batch interval: records of one process share fragments, and every record that
-        # lands while a manifest write is in flight shares the next one (the contended object).
-        self._writer = LogWriter(self.store, writer=writer, batch_interval_s=BATCH_INTERVAL_S)
+        # Records of one process share fragments, and every record that lands while a manifest
+        # write is in flight shares the next one (the manifest is the contended object).
+        self._writer = LogWriter(self.store, writer=writer, batch_interval_s=batch_interval_s)
 
     @property
     def url(self) -> str:

@@ -116,6 +116,16 @@ class LogSelection:
         return cls(names=tuple(names))
 
     @classmethod
+    def parse(cls, names: str | None = None, pattern: str | None = None) -> LogSelection:
+        """The selection of a command line or an option: `names` comma-separated (`"a,b"`),
+        or a glob `pattern`, or neither (every log)."""
+        if names is not None and pattern is not None:
+            raise InvalidLogName("select logs by names or by a pattern, not both")
+        if names is not None:
+            return cls.of(n.strip() for n in names.split(",") if n.strip())
+        return ALL_LOGS if pattern is None else cls.matching(pattern)
+
+    @classmethod
     def matching(cls, pattern: str) -> LogSelection:
         return cls(pattern=pattern)
 

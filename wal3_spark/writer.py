@@ -186,8 +186,9 @@ class LogWriter:
         dirty_log: DirtyRecorder | None = None,
     ) -> None:
         """`dirty_log` (a `wal3_spark.dirty.DirtyLog` of the log's parent prefix): record each
-        commit there; `append` returns once its record is durable, `flush` and `close` wait for
-        the records of everything committed."""
+        commit there. Records are written in the background, batched with those of other
+        writers sharing the `DirtyLog` (`CommitResult.dirty` is the record's future); `flush`
+        and `close` wait until the records of everything committed are durable."""
         if batch_interval_s < 0 or batch_bytes <= 0 or fragment_bytes <= 0 or max_uploads < 1:
             raise ValueError(
                 "LogWriter needs batch_interval_s >= 0, batch_bytes > 0, fragment_bytes > 0 and "
@@ -244,10 +245,7 @@ class LogWriter:
         fmt = self._format(schema)
         if fmt.schema is not None:
             batches = [conform(b, fmt.schema) for b in batches]
-        result = self._commit(fmt.write(self.store, batches, self.fragment_bytes), fmt)
-        if result.dirty is not None:
-            result.dirty.exception()  # wait; a failure is logged by the dirty log
-        return result
+        return self._commit(fmt.write(self.store, batches, self.fragment_bytes), fmt)
 
     def _format(self, schema: pa.Schema | None) -> _FragmentFormat:
         """How appends of `schema` are written; creates the log on first use. Asked of the store

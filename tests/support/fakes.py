@@ -7,7 +7,7 @@ import io
 import struct
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +18,7 @@ import pytest
 from wal3_spark.format import MANIFEST_KEY, FragmentRef
 from wal3_spark.manifest import Manifest
 from wal3_spark.setsum import Setsum
-from wal3_spark.storage.base import Blob, ObjectStore
+from wal3_spark.storage.base import Blob, ObjectMeta, ObjectStore
 from wal3_spark.storage.forwarding import ForwardingStore
 
 #: shared/ lies beside the repository, for developers and in CI alike
@@ -139,3 +139,66 @@ class FailingStore(ForwardingStore):
         if self.when(key):
             raise self.error(key)
         return self.inner.get(key)
+
+
+class CountingStore(ForwardingStore):
+    """`inner`, counting requests by (operation, first segment of the key): under a log set's
+    prefix, the segment is the log's name, so a test sees which logs a piece of code touched.
+    Listings count under the first segment of their prefix ("" for the whole store).
+    Thread-safe (log sets read many logs at once)."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        super().__init__(inner)
+        self.counts: Counter[tuple[str, str]] = Counter()
+        self._lock = threading.Lock()
+
+    def _count(self, op: str, key: str) -> None:
+        with self._lock:
+            self.counts[(op, key.split("/")[0])] += 1
+
+    def by_operation(self) -> Counter[str]:
+        totals: Counter[str] = Counter()
+        with self._lock:
+            for (op, _), n in self.counts.items():
+                totals[op] += n
+        return totals
+
+    def requests(self) -> int:
+        with self._lock:
+            return sum(self.counts.values())
+
+    def logs_touched(self) -> set[str]:
+        with self._lock:
+            return {segment for _, segment in self.counts}
+
+    def get(self, key: str) -> Blob:
+        self._count("get", key)
+        return self.inner.get(key)
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        self._count("get", key)
+        return self.inner.get_range(key, start, length)
+
+    def head(self, key: str) -> ObjectMeta:
+        self._count("head", key)
+        return self.inner.head(key)
+
+    def put_if_absent(self, key: str, data: bytes) -> str:
+        self._count("put", key)
+        return self.inner.put_if_absent(key, data)
+
+    def put_if_match(self, key: str, data: bytes, etag: str) -> str:
+        self._count("put", key)
+        return self.inner.put_if_match(key, data, etag)
+
+    def list(self, prefix: str = "") -> Iterator[ObjectMeta]:
+        self._count("list", prefix)
+        return self.inner.list(prefix)
+
+    def list_children(self, prefix: str = "") -> Iterator[str]:
+        self._count("list_children", prefix)
+        return self.inner.list_children(prefix)
+
+    def delete(self, key: str) -> None:
+        self._count("delete", key)
+        self.inner.delete(key)
