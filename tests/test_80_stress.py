@@ -35,7 +35,7 @@ from wal3_spark.stress.journal import (
 )
 from wal3_spark.stress.ledger import VIOLATIONS, IntervalSet, Ledger
 from wal3_spark.stress.reader import StressReader
-from wal3_spark.stress.rundir import RunDir, write_json
+from wal3_spark.stress.rundir import RunDir, read_json, write_json
 from wal3_spark.stress.streams import Message, MessageMismatch, StreamPicker, decode, encode
 from wal3_spark.stress.summary import STORE_FAULTS
 from wal3_spark.stress.supervisor import run_stress
@@ -370,3 +370,26 @@ def test_21_bounded_stress_run_on_seaweedfs_with_a_server_restart(tmp_path: Path
     assert summary.url.startswith("s3://")
     _assert_clean_run(summary, STORE_FAULTS + KILLS + ("seaweed_restart", "gc apply"))
 
+
+
+def test_15_run_files_are_replaced_atomically_by_threads_writing_at_once(tmp_path: Path) -> None:
+    """A collector writes its stats after each run while its watch thread writes them every
+    second: two threads replacing one file at once must both succeed (a 20-minute run lost two
+    collectors to a shared temporary name)."""
+    target = tmp_path / "stats.json"
+    errors: list[BaseException] = []
+
+    def hammer(n: int) -> None:
+        try:
+            for i in range(300):
+                write_json(target, {"thread": n, "i": i})
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=hammer, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert read_json(target)["i"] == 299

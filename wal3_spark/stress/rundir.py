@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
 
 def write_json(path: Path, value: Any) -> None:
-    """Replace `path` atomically: a process killed mid-write leaves the previous version."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    """Replace `path` atomically: a process killed mid-write leaves the previous version. The
+    temporary name is the thread's own, so threads writing one file at once never share it."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     tmp.write_text(json.dumps(value, separators=(",", ":")))
     os.replace(tmp, path)
 
