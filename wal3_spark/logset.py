@@ -44,8 +44,9 @@ T = TypeVar("T")
 #: names starting with this are wal3's own logs under a prefix, never a user's
 RESERVED_PREFIX = "_"
 MAX_NAME_LENGTH = 200
-#: manifest GETs in flight at once: the S3 store's connection pool (`storage.s3.POOL_SIZE`)
-DEFAULT_WORKERS = 16
+#: manifest GETs in flight at once (at most the S3 store's connection pool, `storage.s3.POOL_SIZE`):
+#: reading thousands of manifests is bound by request latency, not CPU (docs/benchmarks.md)
+DEFAULT_WORKERS = 64
 
 _NAME = re.compile(r"[A-Za-z0-9._@-]+")
 _NAME_RULE = (

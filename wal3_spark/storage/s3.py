@@ -71,8 +71,9 @@ STORE_OPTIONS = frozenset(
 
 CONNECT_TIMEOUT_S = 5.0
 READ_TIMEOUT_S = 30.0
-#: connections per client: enough for ~16 threads sharing one store
-POOL_SIZE = 16
+#: connections per client: enough for the 64 threads a log set reads manifests with (more threads
+#: than connections would open and discard one per request, with a warning each time)
+POOL_SIZE = 64
 
 #: 4xx codes that mean "rejected before acting, try again later"
 _RETRYABLE_CODES = frozenset(
