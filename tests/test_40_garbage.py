@@ -117,7 +117,10 @@ def test_04_snapshot_trees_every_cutoff_balances_and_keeps_every_offset_at_or_af
     before = all_fragments(m, snaps)
     g = compute_garbage(m, cutoff, snaps)
     if g is None:
-        assert all(f.limit > cutoff for f in before[:1])
+        # nothing lies below the cutoff, or the first snapshot straddles it and would keep a
+        # single whole snapshot or fragment: then it is kept whole (test_11)
+        first = m.snapshots[0]
+        assert before[0].limit > cutoff or first.start < cutoff < first.limit
         return
     for s in g.snapshots_to_make:
         s.scrub()
@@ -127,10 +130,12 @@ def test_04_snapshot_trees_every_cutoff_balances_and_keeps_every_offset_at_or_af
     assert new.setsum == m.setsum
     assert new.collected == m.collected + g.setsum_to_discard
     after = all_fragments(new, snaps)
-    kept = [f for f in before if f.limit > cutoff]
-    assert after == kept  # exactly the fragments holding an offset >= cutoff
+    # exactly the fragments from the first kept on: every one holding an offset >= cutoff, and
+    # those of a straddling snapshot kept whole (test_11)
+    kept = [f for f in before if f.limit > g.first_to_keep]
+    assert after == kept
     assert new.oldest_offset == g.first_to_keep <= cutoff
-    assert Setsum.sum(f.setsum for f in before if f.limit <= cutoff) == g.setsum_to_discard
+    assert Setsum.sum(f.setsum for f in before if f.limit <= g.first_to_keep) == g.setsum_to_discard
     # at most one snapshot of the manifest was replaced, at the same place (depth order kept)
     assert len([p for p in new.snapshots if p not in m.snapshots]) <= 1
     depths = [p.depth for p in new.snapshots]
@@ -235,3 +240,22 @@ def test_10_corrupt_snapshot_setsum_is_refused():
     snaps[p.path_to_snapshot] = Snapshot(s.path, s.depth, Setsum.of(b"x"), s.writer, s.snapshots, s.fragments)
     with pytest.raises(CorruptLog):
         compute_garbage(m, m.next_offset, snaps)
+
+
+def test_11_a_rebuilt_snapshot_never_takes_the_path_of_another():
+    """Snapshot paths are content-addressed by setsum alone, and a store keeps the first object
+    written at a path ("exists" is success). A snapshot GC makes whose setsum equals an existing
+    snapshot's (its kept part is exactly one whole child, opened up) would leave the manifest
+    pointing, with its own depth, at that other snapshot: `wal3 stress` ran into it as a depth-2
+    pointer to a depth-1 file (every later GC run then failed with CorruptLog)."""
+    m, snaps = build(50, rollover=3)
+    for cutoff in range(2, m.next_offset + 1):
+        g = compute_garbage(m, cutoff, snaps)
+        if g is None:
+            continue
+        for made in g.snapshots_to_make:
+            existing = snaps.get(made.path)
+            assert existing is None or existing.pointer() == made.pointer(), (
+                f"cutoff {cutoff}: {made.path} (depth {made.depth}) would collide with an "
+                f"existing depth-{existing.depth} snapshot"
+            )

@@ -261,8 +261,9 @@ class _Acc:
     def replace_snapshot(self, pointer: SnapshotPointer) -> tuple[Setsum, SnapshotPointer] | None:
         """Rebuild a top-level snapshot straddling the cutoff without what lies wholly below it,
         as one new snapshot of the same depth (so the manifest's pointers stay in depth order);
-        None when that is impossible (the kept part is a single fragment under a deeper tree)
-        or when nothing under it lies below the cutoff: then it is kept whole."""
+        None when that is impossible (the kept part is a single fragment or a single whole
+        snapshot under a deeper tree: see below) or when nothing under it lies below the
+        cutoff: then it is kept whole."""
         if not self._drops_inside(pointer):
             return None
         mark = (len(self.snapshots_to_drop), len(self.fragments))
@@ -271,20 +272,15 @@ class _Acc:
         if pointer.depth == 1:
             root = Snapshot.of_fragments(fragments, GC_WRITER)
         else:
-            # A one-child snapshot would share its child's setsum, hence its path: open up a
-            # lone kept pointer into its children, split lone fragments in two.
-            while len(pointers) + (1 if fragments else 0) < 2:
-                if pointers:
-                    lone = pointers.pop()
-                    inner = self.load(lone)
-                    self.snapshots_to_drop.append(lone)
-                    pointers, fragments = list(inner.snapshots), list(inner.fragments)
-                elif len(fragments) >= 2:
-                    break
-                else:
-                    del self.snapshots_to_drop[mark[0]:]
-                    del self.fragments[mark[1]:]
-                    return None
+            # Paths are content-addressed by setsum alone, and the rebuilt snapshot's setsum is
+            # that of the kept part: when the kept part is one whole snapshot (however it is
+            # split up) or one fragment under a deeper tree, the rebuilt snapshot would take the
+            # path of what it holds. Keep the straddling snapshot whole then (Chroma does too);
+            # lone fragments of their own are split in two.
+            if len(pointers) + len(fragments) < 2:
+                del self.snapshots_to_drop[mark[0]:]
+                del self.fragments[mark[1]:]
+                return None
             half = len(fragments) // 2
             parts = [fragments] if pointers else [fragments[:half], fragments[half:]]
             made = [Snapshot.of_fragments(p, GC_WRITER) for p in parts if p]
