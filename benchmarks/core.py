@@ -38,7 +38,7 @@ from wal3_spark.reader import LogReader  # noqa: E402
 from wal3_spark.setsum import Setsum  # noqa: E402
 from wal3_spark.storage import open_store  # noqa: E402
 from wal3_spark.storage.base import ObjectStore  # noqa: E402
-from wal3_spark.committer import write_snapshot  # noqa: E402
+from wal3_spark.committer import roll_snapshots  # noqa: E402
 from wal3_spark.writer import LogWriter, to_batches, write_fragments  # noqa: E402
 
 ROWS: list[tuple[str, str, str]] = []
@@ -234,9 +234,7 @@ def bench_long_manifest(base_url: str, fragments: int) -> None:
     for i in range(fragments):
         u = f"01900000-0000-7000-8000-{i:012x}"
         manifest = manifest.with_fragments([FakeFragment(f"log/Uuid={u}.parquet", u, 10, 4096, Setsum.of(u.encode()))], "bench")
-        while (snap := manifest.generate_snapshot(options, "bench")) is not None:
-            write_snapshot(store, snap)
-            manifest = manifest.apply_snapshot(snap)
+        manifest = roll_snapshots(store, manifest, options, "bench")
     build = time.perf_counter() - start
     manifest.scrub()
     store.inner.put_if_absent(MANIFEST_KEY, manifest.to_json())

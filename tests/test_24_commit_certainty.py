@@ -6,16 +6,21 @@ from __future__ import annotations
 
 import functools
 import itertools
+from dataclasses import replace
 
 import pytest
 
 from wal3_spark import committer as committer_module
-from wal3_spark.committer import Committer
+from wal3_spark.committer import Committer, roll_snapshots, write_snapshot
+from wal3_spark.cursors import CursorStore
 from wal3_spark.errors import CommitOutcomeUnknown
 from wal3_spark.format import MANIFEST_KEY
-from wal3_spark.reader import LogReader
+from wal3_spark.gc import GarbageCollector
+from wal3_spark.manifest import Manifest, Snapshot, SnapshotOptions
+from wal3_spark.reader import LogReader, load_snapshot
 from wal3_spark.spark.tasks import commit_files
 from wal3_spark.storage import LateLandingStore, open_store
+from wal3_spark.storage.forwarding import ForwardingStore
 from wal3_spark.verify import verify
 from wal3_spark.writer import LogWriter, to_batches, write_fragments
 
@@ -105,3 +110,64 @@ def test_04_an_abort_of_a_job_whose_tasks_failed_deletes_its_fragments(store):
     sink.abort_messages([Wal3CommitMessage(tuple(files), 0), None])  # commit was never called
     assert not store.exists(files[0].path)
     assert bodies(store) == [b"r0"]
+
+
+# -- snapshot paths are setsums: the same fragments at other offsets share one path -----------
+
+SMALL_ROLLS = SnapshotOptions(snapshot_rollover_threshold=1000, fragment_rollover_threshold=2)
+
+
+class RaceFirstManifestPut(ForwardingStore):
+    """Another writer commits right before this committer's first manifest PUT reaches the store."""
+
+    def __init__(self, inner, other) -> None:
+        super().__init__(inner)
+        self.other, self.fired = other, False
+
+    def put_if_match(self, key, data, etag):
+        if key == MANIFEST_KEY and not self.fired:
+            self.fired = True
+            self.other()
+        return self.inner.put_if_match(key, data, etag)
+
+
+def one_per_record(store, *records: bytes) -> list:
+    return [f for record in records for f in raw_files(store, [record])]
+
+
+def test_05_a_rebased_commit_never_points_at_the_snapshot_its_lost_attempt_wrote(store_url, store_options):
+    """No fault at all: A's first attempt rolls two of its own fragments into a snapshot at
+    offsets [3, 5) and loses its race; placed again they sit at [5, 7), and the same fragments
+    have the same setsum, hence the same snapshot path. Taking that file as "already there"
+    published a pointer to offsets the file does not hold: every read failed with CorruptLog."""
+    store = open_store(store_url, store_options)
+    LogWriter(store, snapshot_options=SMALL_ROLLS).append(b"R")
+    other = functools.partial(
+        Committer(store, writer="B", snapshot_options=SMALL_ROLLS).commit, one_per_record(store, b"Q1", b"Q2")
+    )
+    mine = one_per_record(store, b"X1", b"X2", b"X3", b"X4", b"X5")
+    result = Committer(RaceFirstManifestPut(store, other), writer="A", snapshot_options=SMALL_ROLLS).commit(mine)
+    assert result.conflicts == 1 and (result.start, result.limit) == (4, 9)
+    assert bodies(store) == [b"R", b"Q1", b"Q2", b"X1", b"X2", b"X3", b"X4", b"X5"]
+    report = verify(store)
+    assert report.ok, report.problems
+    CursorStore(store).create("c", 2)
+    GarbageCollector(store, grace_s=0).run()
+    assert bodies(store) == [b"Q1", b"Q2", b"X1", b"X2", b"X3", b"X4", b"X5"]
+    assert verify(store).ok
+
+
+def test_06_a_snapshot_path_holding_other_offsets_is_not_ours_but_the_same_one_is(store):
+    LogWriter(store, snapshot_options=SMALL_ROLLS).append([b"a"])
+    files = raw_files(store, [b"x"]) + raw_files(store, [b"y"])
+    placed = Manifest.empty("w").with_fragments(files, "w")
+    elsewhere = LogReader(store).manifest().with_fragments(files, "w")  # the same files at [2, 4)
+    ours, theirs = (Snapshot.of_fragments(m.fragments[-2:], "w") for m in (placed, elsewhere))
+    assert ours.path == theirs.path and not ours.same_content(theirs)
+    assert write_snapshot(store, theirs)
+    assert not write_snapshot(store, ours)  # taken: never "already there"
+    assert write_snapshot(store, replace(theirs, writer="another writer"))  # the same snapshot
+    rolled = roll_snapshots(store, placed.with_fragments(raw_files(store, [b"z"]), "w"), SMALL_ROLLS, "w")
+    assert rolled.snapshots[0].path_to_snapshot != ours.path  # a variant with one child fewer
+    assert [load_snapshot(store, p).pointer() for p in rolled.snapshots] == list(rolled.snapshots)
+    rolled.scrub()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -306,3 +307,22 @@ def test_10_collecting_a_local_log_leaves_no_file_behind(tmp_path):
     beside_objects = [p for p in hidden if (root / p).with_name(p.split("/")[-1][1:-len(".lock")]).exists()]
     assert hidden == beside_objects, "lock files of deleted objects were left behind"
     assert len(hidden) <= 3  # the manifest's, the cursor's and gc/GARBAGE's
+
+
+def test_11_a_rebuilt_snapshot_whose_path_holds_other_offsets_is_not_trusted(store):
+    """The kept part of a straddling snapshot is rebuilt at `snapshot/SNAPSHOT.<setsum>`; when
+    that path holds the same fragments at other offsets (a commit attempt that lost its race
+    wrote it), GC keeps the straddling snapshot whole instead of pointing at that file."""
+    fill(store, appends=7, per=1, snapshot_options=SnapshotOptions(3, 3))  # [1,4) [4,7) in snapshots
+    manifest = Committer_manifest(store)
+    kept = [f for f in iter_fragments(store, manifest, 5) if f.limit <= 7]  # what a rebuild holds
+    elsewhere = [replace(f, start=f.start + 10, limit=f.limit + 10) for f in kept]
+    planted = Snapshot.of_fragments(elsewhere, "a lost commit attempt")
+    assert planted.path == Snapshot.of_fragments(kept, "gc").path
+    store.put_if_absent(planted.path, planted.to_json())
+    CursorStore(store).create("c", 5)
+    report = GarbageCollector(store, grace_s=0).run()
+    assert any("kept whole" in note for note in report.notes), report.notes
+    assert report.first_to_keep == 4 and Committer_manifest(store).oldest_offset == 4
+    assert offsets_and_bodies(store, 4) == [(o, body(o - 1)) for o in range(4, 8)]
+    assert verify(store).ok

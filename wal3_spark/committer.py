@@ -33,8 +33,10 @@ from wal3_spark.errors import (
     AmbiguousWrite,
     CommitFailed,
     CommitOutcomeUnknown,
+    CorruptLog,
     LogNotFound,
     LogSealed,
+    ObjectNotFound,
     PreconditionFailed,
     SchemaMismatch,
     TransientError,
@@ -313,11 +315,7 @@ class Committer:
         return result
 
     def _roll_snapshots(self, manifest: Manifest) -> Manifest:
-        """Write the snapshots the manifest needs before it is published (FORMAT.md section 5)."""
-        while (snapshot := manifest.generate_snapshot(self.snapshot_options, self.writer)) is not None:
-            write_snapshot(self.store, snapshot)
-            manifest = manifest.apply_snapshot(snapshot)
-        return manifest
+        return roll_snapshots(self.store, manifest, self.snapshot_options, self.writer)
 
     # -- sealing ------------------------------------------------------------------------
 
@@ -378,21 +376,60 @@ def _locate(store: ObjectStore, manifest: Manifest, paths: set[str], since: int)
     return None
 
 
-def write_snapshot(store: ObjectStore, snapshot: Snapshot) -> None:
-    """Snapshots are content-addressed, so one that already exists is the one we meant."""
+def write_snapshot(store: ObjectStore, snapshot: Snapshot) -> bool:
+    """Create the snapshot at its path (`snapshot/SNAPSHOT.<setsum>`); True when the path holds
+    it now: written here, or found there already with the same children at the same offsets.
+
+    False when the path holds a *different* snapshot with the same setsum: the same fragments
+    rolled at other offsets by a commit attempt that lost its race (a fragment's setsum does not
+    depend on where it sits). Chroma takes any existing file as the one it meant; trusting it
+    here would publish a pointer to offsets the file does not hold. Callers roll a variant
+    instead (`roll_snapshots`, docs/design.md section 4).
+    """
     snapshot.scrub()
     data = snapshot.to_json()
 
-    def attempt() -> None:
+    def attempt() -> bool:
         try:
             store.put_if_absent(snapshot.path, data)
-        except PreconditionFailed:
+            return True
+        except (PreconditionFailed, AmbiguousWrite):
             pass
-        except AmbiguousWrite as exc:
-            if not store.exists(snapshot.path):
-                raise TransientError(str(exc)) from exc
+        try:
+            existing = store.get(snapshot.path).data
+        except ObjectNotFound:
+            raise TransientError(f"{snapshot.path} was not written: writing it again") from None
+        return existing == data or _holds(existing, snapshot)
 
-    retry(attempt, what=f"write {snapshot.path}")
+    return retry(attempt, what=f"write {snapshot.path}")
+
+
+def _holds(data: bytes, snapshot: Snapshot) -> bool:
+    """Whether stored snapshot bytes hold `snapshot` (whoever wrote them); unreadable bytes do
+    not: the path is taken either way."""
+    try:
+        stored = Snapshot.from_json(data, snapshot.path)
+    except CorruptLog:
+        return False
+    if stored.same_content(snapshot):
+        return True
+    log.warning("%s holds another snapshot with the same setsum (offsets [%d, %d), not [%d, %d)); "
+                "rolling a different one", snapshot.path, stored.start, stored.limit,
+                snapshot.start, snapshot.limit)
+    return False
+
+
+def roll_snapshots(store: ObjectStore, manifest: Manifest, options: SnapshotOptions, writer: str) -> Manifest:
+    """Write the snapshots `manifest` needs before it is published (FORMAT.md section 5), and
+    return it with them rolled in. When a snapshot's path already holds a different snapshot,
+    a variant with one child fewer is tried (another setsum, another path), down to none."""
+    fewer = 0
+    while (snapshot := manifest.generate_snapshot(options, writer, fewer=fewer)) is not None:
+        if write_snapshot(store, snapshot):
+            manifest, fewer = manifest.apply_snapshot(snapshot), 0
+        else:
+            fewer += 1
+    return manifest
 
 
 def _target_schema(

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from wal3_spark.committer import write_snapshot
+from wal3_spark.committer import roll_snapshots
 from wal3_spark.cursors import CursorStore
 from wal3_spark.errors import (
     AmbiguousWrite,
@@ -166,10 +166,7 @@ def copy_log(
         item_hash=manifest.item_hash,
         txns=dict(manifest.txns),
     )
-    options = snapshot_options or SnapshotOptions()
-    while (snapshot := new.generate_snapshot(options, COPY_WRITER)) is not None:
-        write_snapshot(destination, snapshot)
-        new = new.apply_snapshot(snapshot)
+    new = roll_snapshots(destination, new, snapshot_options or SnapshotOptions(), COPY_WRITER)
     new.scrub()
     try:
         destination.put_if_absent(MANIFEST_KEY, new.to_json())

@@ -300,11 +300,15 @@ class _Acc:
         return dropped, root.pointer()
 
 
-def compute_garbage(manifest: Manifest, cutoff: int, load: SnapshotLoader) -> Garbage | None:
+def compute_garbage(
+    manifest: Manifest, cutoff: int, load: SnapshotLoader, *, rebuild: bool = True
+) -> Garbage | None:
     """The garbage below `cutoff` (the first offset that must stay readable), or None.
 
     `load` returns the snapshot a pointer names (e.g. `wal3_spark.reader.load_snapshot`
     bound to a store). Fragments are never split: one holding any offset >= cutoff is kept.
+    With `rebuild=False` a snapshot straddling the cutoff is kept whole (used when a rebuilt
+    snapshot's path holds another snapshot with the same setsum).
     """
     if cutoff <= manifest.oldest_offset:
         return None
@@ -316,7 +320,7 @@ def compute_garbage(manifest: Manifest, cutoff: int, load: SnapshotLoader) -> Ga
         if pointer.limit <= cutoff:
             discard += acc.drop_snapshot(pointer)
         elif pointer.start < cutoff:
-            replaced = acc.replace_snapshot(pointer)
+            replaced = acc.replace_snapshot(pointer) if rebuild else None
             if replaced is not None:
                 discard += replaced[0]
                 root = replaced[1]

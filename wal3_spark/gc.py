@@ -279,9 +279,30 @@ class GarbageCollector:
         manifest = self.committer.manifest()
         cutoff = report.cutoff
         assert cutoff is not None
-        garbage = compute_garbage(manifest, cutoff, lambda p: load_snapshot(self.store, p))
+        load = lambda p: load_snapshot(self.store, p)  # noqa: E731
+        garbage = compute_garbage(manifest, cutoff, load)
         if garbage is None:
             return False
+        self._describe(report, manifest, garbage)
+        if dry_run:
+            report.pending = garbage.summary()
+            return False
+        if not all(write_snapshot(self.store, s) for s in garbage.snapshots_to_make):
+            # A rebuilt snapshot's path holds another snapshot with its setsum: keep the
+            # straddling snapshot whole instead (collecting less is always safe).
+            report.notes.append("a rebuilt snapshot's path was taken: the straddling snapshot is kept whole")
+            garbage = compute_garbage(manifest, cutoff, load, rebuild=False)
+            if garbage is None:
+                return False
+            self._describe(report, manifest, garbage)
+        if not self._replace_garbage(Garbage.empty(), garbage):
+            report.notes.append("another garbage collection started at the same time")
+            return True  # look again: finish whatever the other one wrote
+        self._step(report, "compute")
+        return True
+
+    def _describe(self, report: GCReport, manifest: Manifest, garbage: Garbage) -> None:
+        """Fill in what the garbage drops; refuse (unless forced) when it is too much."""
         total = manifest.next_offset - manifest.oldest_offset
         dropped = garbage.first_to_keep - manifest.oldest_offset
         report.first_to_keep = garbage.first_to_keep
@@ -296,16 +317,6 @@ class GarbageCollector:
                 f"{self.max_drop_share:.0%} allowed); check the cursors ({report.cursors}), "
                 "then pass --force (force=True) or raise --max-drop-share"
             )
-        if dry_run:
-            report.pending = garbage.summary()
-            return False
-        for snapshot in garbage.snapshots_to_make:
-            write_snapshot(self.store, snapshot)
-        if not self._replace_garbage(Garbage.empty(), garbage):
-            report.notes.append("another garbage collection started at the same time")
-            return True  # look again: finish whatever the other one wrote
-        self._step(report, "compute")
-        return True
 
     def _count_dropped_fragments(self, manifest: Manifest, garbage: Garbage) -> int:
         from wal3_spark.reader import iter_fragments

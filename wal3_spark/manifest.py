@@ -176,6 +176,13 @@ class Snapshot:
     def pointer(self) -> SnapshotPointer:
         return SnapshotPointer(self.setsum, self.path, self.depth, self.start, self.limit, self.num_bytes)
 
+    def same_content(self, other: Snapshot) -> bool:
+        """Whoever wrote them, whether both hold the same children at the same offsets. Equal
+        setsums (hence paths) do not imply it: a fragment's setsum does not depend on where it
+        sits, so the same fragments rolled at other offsets (by a commit attempt that lost its
+        race and was placed again) sum to the same setsum."""
+        return replace(other, writer=self.writer) == self
+
     def scrub(self) -> None:
         """Raise CorruptLog naming the broken invariant; Chroma's `Snapshot::scrub` rules."""
         obj = self.path
@@ -442,21 +449,26 @@ class Manifest:
             txns=txns,
         )
 
-    def generate_snapshot(self, options: SnapshotOptions, writer: str) -> Snapshot | None:
+    def generate_snapshot(self, options: SnapshotOptions, writer: str, *, fewer: int = 0) -> Snapshot | None:
         """The next snapshot to roll up, if any, oldest pointers first.
 
         Snapshot pointers are kept in non-increasing depth order (like a binary counter), so the
         pointers of one depth are contiguous and rolling the oldest `threshold` of them keeps the
         manifest contiguous. One fragment always stays in the manifest, as in Chroma.
+
+        `fewer` rolls that many children fewer than the threshold: a variant with another setsum,
+        hence another path, for when the path of the usual one holds a different snapshot with
+        the same setsum (docs/design.md section 4). None once no variant is left (a snapshot of
+        pointers needs two children: one child would share its setsum and path).
         """
         for depth in sorted({s.depth for s in self.snapshots}, reverse=True):
             same = [s for s in self.snapshots if s.depth == depth]
             if len(same) >= options.snapshot_rollover_threshold:
-                return Snapshot.of_snapshots(same[: options.snapshot_rollover_threshold], writer)
+                count = options.snapshot_rollover_threshold - fewer
+                return Snapshot.of_snapshots(same[:count], writer) if count >= 2 else None
         if len(self.fragments) > options.fragment_rollover_threshold:
-            return Snapshot.of_fragments(
-                self.fragments[: options.fragment_rollover_threshold], writer
-            )
+            count = options.fragment_rollover_threshold - fewer
+            return Snapshot.of_fragments(self.fragments[:count], writer) if count >= 1 else None
         return None
 
     def apply_snapshot(self, snapshot: Snapshot) -> Manifest:
