@@ -218,6 +218,17 @@ def test_an_unreadable_dirty_log_falls_back_to_a_full_scan(tmp_path, caplog) -> 
     assert "reading every manifest" in caplog.text
 
 
+def test_a_position_past_the_dirty_logs_tail_gets_a_full_scan(tmp_path, caplog) -> None:
+    prefix = open_store(str(tmp_path))
+    with DirtyLog(prefix) as dirty:
+        append(prefix, dirty, "a", b"1")
+    position = changes_since(LogSet(prefix), None).position
+    with caplog.at_level(logging.WARNING):
+        result = changes_since(LogSet(prefix), DirtyPosition(position.offset + 5, position.full_scan_us))
+    assert result.full_scan and result.tails == {"a": 2} and result.position.offset == position.offset
+    assert "before this reader's position" in caplog.text
+
+
 def test_positions_round_trip_and_bad_ones_are_refused() -> None:
     position = DirtyPosition(17, 1_800_000_000_000_000)
     assert DirtyPosition.from_dict(position.to_dict()) == position

@@ -230,8 +230,8 @@ def changes_since(
 
     Reads the dirty log (one manifest GET, then one GET per dirty-log fragment appended since
     `position`) when there is one and the last full scan is younger than `full_scan_every_s`;
-    otherwise (no position yet, no dirty log, a scan due, a dirty log that cannot be read) does
-    a full scan: the dirty log's tail first, then every selected manifest in parallel, so that
+    otherwise (no position yet, no dirty log, a scan due, a dirty log that cannot be read or
+    that ends before `position`) does a full scan: the dirty log's tail first, then every selected manifest in parallel, so that
     any commit the scan missed has its record after the position returned.
     """
     now_us = int(clock() * 1_000_000)
@@ -245,6 +245,10 @@ def changes_since(
     if manifest is None:
         return _full_scan(logs, FIRST_OFFSET, now_us)
     if position is None or now_us - position.full_scan_us >= full_scan_every_s * 1_000_000:
+        return _full_scan(logs, manifest.next_offset, now_us)
+    if position.offset > manifest.next_offset:
+        log.warning("%s: the dirty log ends at %d, before this reader's position %d (it was "
+                    "replaced?); reading every manifest", logs.url, manifest.next_offset, position.offset)
         return _full_scan(logs, manifest.next_offset, now_us)
     try:
         tails, tail = read_dirty(dirty_store(logs.store), position.offset, manifest)
