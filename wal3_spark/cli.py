@@ -19,6 +19,9 @@ payload. A raw log's `body` is a string when it is valid UTF-8, otherwise `body_
 it base64-encoded; structured logs give each column (binary values base64, decimals and other
 non-JSON values as strings).
 
+Long commands (verify, gc, copy, cat) draw a progress bar on stderr only when it is a terminal
+(`cat` only when its records do not go to the terminal): see `wal3_spark.progress`.
+
 Exit status: 0 on success; 1 when the operation failed for an expected reason (the message goes
 to stderr, never a traceback) or when `verify` finds a problem; 2 for usage errors: every
 argument is checked (offsets are integers >= 1, durations finite and >= 0, shares within
@@ -36,7 +39,6 @@ import json
 import math
 import re
 import sys
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -45,6 +47,7 @@ import pyarrow as pa
 from wal3_spark.errors import InvalidLogName, InvalidOption, InvalidUrl, SchemaMismatch, Wal3Error
 from wal3_spark.format import FIRST_OFFSET
 from wal3_spark.lag import CursorLag, cursor_lags
+from wal3_spark.progress import ProgressBar
 from wal3_spark.reader import LogReader
 from wal3_spark.schema import check_columns
 from wal3_spark.storage.common import split_url
@@ -55,38 +58,6 @@ EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
 
 # ------------------------------------------------------------------------------ helpers
-
-
-class Progress:
-    """A one-line progress bar on stderr, shown only when stderr is a terminal."""
-
-    def __init__(self, label: str, stream=None) -> None:
-        self.label = label
-        self.stream = stream or sys.stderr
-        self.enabled = bool(getattr(self.stream, "isatty", lambda: False)())
-        self._last = 0.0
-        self._shown = False
-
-    def __call__(self, done: int, total: int) -> None:
-        if not self.enabled:
-            return
-        now = time.monotonic()
-        if done < total and now - self._last < 0.1:
-            return
-        self._last = now
-        width = 30
-        filled = int(width * done / total) if total else width
-        bar = "#" * filled + "-" * (width - filled)
-        self.stream.write(f"\r{self.label} [{bar}] {done}/{total}")
-        self._shown = True
-        if done >= total:
-            self.close()
-
-    def close(self) -> None:
-        if self._shown:
-            self.stream.write("\n")
-            self.stream.flush()
-            self._shown = False
 
 
 def _options(args: argparse.Namespace) -> dict[str, str]:
@@ -246,14 +217,17 @@ def lag_report(url: str, manifest, lags: Sequence[CursorLag], broken: Mapping[st
 
 
 def _print_records(store, manifest, start: int | None, limit: int | None, out) -> int:
-    from wal3_spark.reader import LogReader
-
+    """Records [start, limit) as JSON lines, with a progress bar when the records go to a file
+    or a pipe and stderr is a terminal (on a terminal, records and bar would garble each other)."""
     raw = manifest.is_raw
+    scan = LogReader(store).scan(start, limit, manifest=manifest)
     n = 0
-    for batch in LogReader(store).read(start, limit, manifest=manifest):
-        for row in batch.to_pylist():
-            out.write(json.dumps(record_json(row, raw), ensure_ascii=False) + "\n")
-            n += 1
+    with ProgressBar("reading", "records", show=not out.isatty()) as progress:
+        for batch in scan.reader:
+            for row in batch.to_pylist():
+                out.write(json.dumps(record_json(row, raw), ensure_ascii=False) + "\n")
+            n += batch.num_rows
+            progress(n, scan.records)
     out.flush()
     return n
 
@@ -497,9 +471,8 @@ def cmd_cat(args, out) -> int:
 def cmd_verify(args, out) -> int:
     from wal3_spark.verify import verify
 
-    progress = Progress("verifying")
-    report = verify(_store(args.url, args), check_fragments=not args.no_data, progress=progress)
-    progress.close()
+    with ProgressBar("verifying", "fragments") as progress:
+        report = verify(_store(args.url, args), check_fragments=not args.no_data, progress=progress)
     if args.json:
         out.write(json.dumps(report.to_dict(), indent=2, default=str) + "\n")
     else:
@@ -548,17 +521,16 @@ def cmd_cursor(args, out) -> int:
 def cmd_gc(args, out) -> int:
     from wal3_spark.gc import DEFAULT_GRACE_S, GarbageCollector
 
-    progress = Progress("deleting")
-    collector = GarbageCollector(
-        _store(args.url, args),
-        grace_s=DEFAULT_GRACE_S if args.grace is None else args.grace,
-        max_drop_share=args.max_drop_share,
-        force=args.force,
-        writer="wal3 gc",
-        progress=progress,
-    )
-    report = collector.run(keep_from=args.keep_from, dry_run=args.dry_run)
-    progress.close()
+    with ProgressBar("deleting", "objects") as progress:
+        collector = GarbageCollector(
+            _store(args.url, args),
+            grace_s=DEFAULT_GRACE_S if args.grace is None else args.grace,
+            max_drop_share=args.max_drop_share,
+            force=args.force,
+            writer="wal3 gc",
+            progress=progress,
+        )
+        report = collector.run(keep_from=args.keep_from, dry_run=args.dry_run)
     if args.json:
         out.write(json.dumps(report.to_dict(), indent=2) + "\n")
         return EXIT_OK
@@ -596,15 +568,14 @@ def cmd_seal(args, out) -> int:
 def cmd_copy(args, out) -> int:
     from wal3_spark.copy import copy_log
 
-    progress = Progress("copying")
-    report = copy_log(
-        _store(args.source, args),
-        _store(args.destination, args),
-        from_offset=args.from_,
-        copy_cursors=not args.no_cursors,
-        progress=progress,
-    )
-    progress.close()
+    with ProgressBar("copying", "fragments") as progress:
+        report = copy_log(
+            _store(args.source, args),
+            _store(args.destination, args),
+            from_offset=args.from_,
+            copy_cursors=not args.no_cursors,
+            progress=progress,
+        )
     out.write(
         f"copied offsets [{report.start}, {report.limit}) ({report.records} records, "
         f"{report.fragments} fragments, {report.bytes} bytes) to {report.destination}; verified\n"

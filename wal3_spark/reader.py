@@ -248,6 +248,7 @@ class LogReader:
         start_time: dt.datetime | None = None,
         end_time: dt.datetime | None = None,
         max_records: int | None = None,
+        manifest: Manifest | None = None,
         verify: bool = True,
         fail_on_data_loss: bool = True,
     ) -> LogScan:
@@ -257,11 +258,11 @@ class LogReader:
         `start_time`/`end_time` (datetimes; naive means UTC) replace `start`/`limit` with the
         first offset written at or after them (by fragment write time, as Spark's
         `startingTimestamp`); `max_records` caps the range. The range is fixed now, against one
-        manifest read. A start below the oldest offset raises DataLost (or, with
+        manifest read (or `manifest`, when the caller has one). A start below the oldest offset raises DataLost (or, with
         `fail_on_data_loss=False`, skips ahead with a warning); with `verify` (the default) a
         fragment whose recomputed setsum differs from the manifest's fails the read.
         """
-        manifest = self.manifest()
+        manifest = manifest or self.manifest()
         start = self._offset_or_time(manifest, "start", start, start_time)
         limit = self._offset_or_time(manifest, "limit", limit, end_time)
         tail = manifest.next_offset
