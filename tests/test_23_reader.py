@@ -9,7 +9,7 @@ from collections import Counter
 import pyarrow as pa
 import pytest
 
-from tests.support.fakes import HookedStore, chroma_fragment, write_chroma_s3_log
+from tests.support.fakes import HookedStore, chroma_fragment, snapshotted_log, write_chroma_s3_log
 from wal3_spark.cursors import CursorStore
 from wal3_spark.errors import CorruptLog, DataLost, Wal3Error
 from wal3_spark.format import FRAGMENT_PREFIX, MANIFEST_KEY, SNAPSHOT_PREFIX, FragmentRef
@@ -41,18 +41,14 @@ class Counting:
 @pytest.fixture(scope="module")
 def long_log():
     """1,200 one-record commits compacted with thresholds (3, 8): a snapshot tree of depth 4+."""
-    store = open_store(f"memory://reader-{next(_names)}")
-    writer = LogWriter(store, snapshot_options=SnapshotOptions(3, 8))
-    for i in range(1200):
-        writer.append(f"r{i}".encode())
-    return store
+    return snapshotted_log(f"memory://reader-{next(_names)}", 1200, SnapshotOptions(3, 8))
 
 
 def test_00_compaction_leaves_reads_offsets_and_setsums_unchanged(long_log):
     manifest = LogReader(long_log).manifest()
     assert len(manifest.fragments) <= 8 and max(p.depth for p in manifest.snapshots) >= 4
     table = LogReader(long_log).read_table()
-    assert table.column("body").to_pylist() == [f"r{i}".encode() for i in range(1200)]
+    assert table.column("body").to_pylist() == [f"record {i}".encode() for i in range(1200)]
     assert table.column("_offset").to_pylist() == list(range(1, 1201))
     report = verify(long_log)
     assert report.ok and report.fragments == 1200 and report.setsum == manifest.setsum.hexdigest()

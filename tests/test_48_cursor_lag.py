@@ -12,7 +12,7 @@ import re
 import pyarrow as pa
 import pytest
 
-from tests.support.fakes import HookedStore
+from tests.support.fakes import HookedStore, snapshotted_log
 from tests.test_43_cli import ok
 from wal3_spark.committer import now_us
 from wal3_spark.cursors import CursorStore
@@ -31,11 +31,7 @@ HOUR_US = 3600 * 1_000_000
 @pytest.fixture(scope="module")
 def deep_log():
     """600 one-record commits compacted with thresholds (3, 4): a snapshot tree of depth 4+."""
-    store = open_store(f"memory://lag-{next(_names)}")
-    writer = LogWriter(store, snapshot_options=SnapshotOptions(3, 4))
-    for i in range(600):
-        writer.append(f"record {i}".encode())
-    return store
+    return snapshotted_log(f"memory://lag-{next(_names)}", 600, SnapshotOptions(3, 4))
 
 
 def snapshot_gets(store: HookedStore) -> int:

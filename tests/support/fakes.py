@@ -16,10 +16,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from wal3_spark.format import MANIFEST_KEY, FragmentRef
-from wal3_spark.manifest import Manifest
+from wal3_spark.manifest import Manifest, SnapshotOptions
 from wal3_spark.setsum import Setsum
+from wal3_spark.storage import open_store
 from wal3_spark.storage.base import Blob, ObjectMeta, ObjectStore
 from wal3_spark.storage.forwarding import ForwardingStore
+from wal3_spark.writer import LogWriter
 
 #: shared/ lies beside the repository, for developers and in CI alike
 TESTDATA = Path(__file__).resolve().parents[3] / "shared" / "testdata"
@@ -87,6 +89,16 @@ def write_chroma_s3_log(store: ObjectStore) -> ObjectStore:
                         "chroma", (), tuple(refs))
     store.put_if_absent(MANIFEST_KEY, manifest.to_json())
     return store
+
+def snapshotted_log(url: str, records: int, options: SnapshotOptions) -> ObjectStore:
+    """A raw log of `records` one-record commits (bodies `record 0`, `record 1`, ...) compacted
+    with small rollover thresholds: a deep snapshot tree from a few hundred commits."""
+    store = open_store(url)
+    writer = LogWriter(store, snapshot_options=options)
+    for i in range(records):
+        writer.append(f"record {i}".encode())
+    return store
+
 
 class HookedStore(ForwardingStore):
     """`inner` as another process sees it at the worst moment: `hook()` runs once, just before
