@@ -27,6 +27,11 @@ from wal3_spark.writer import LogWriter
 
 _names = itertools.count()
 
+#: Arrow pools set as the default while measuring, kept for the life of the process: a buffer
+#: allocated through one (a cached schema, a thread-local scratch buffer) may be freed later,
+#: and freeing it through a destroyed pool crashes the interpreter.
+_MEASURING_POOLS: list[pa.MemoryPool] = []
+
 
 def orders(first: int, n: int) -> pa.Table:
     ids = list(range(first, first + n))
@@ -214,6 +219,7 @@ def test_09_memory_stays_about_one_fragment_however_long_the_range(tmp_path):
     def peak(read) -> int:
         previous = pa.default_memory_pool()
         pool = pa.proxy_memory_pool(previous)
+        _MEASURING_POOLS.append(pool)
         pa.set_memory_pool(pool)
         tracemalloc.start()
         try:
