@@ -7,7 +7,9 @@ One cached DataFrame of issue 9's 6 columns (`id` long, `name` string, `amount` 
 timestamp, `bucket` long, `tag` = uuid() string). Each row of the table is a wal3 measurement
 next to its Parquet baseline: every measurement runs once to warm up, then the two sides of
 each comparison take turns `--repeat` times (so both see the same load on a shared machine);
-the table shows medians, the spread of the wal3 side, and the ratio of the medians.
+the table shows medians, the spread of the wal3 side, the ratio of the medians, and the ratio
+of the median CPU seconds that Spark's processes (the driver JVM, which runs the executors in
+local mode, and its Python processes) spent, which a loaded machine disturbs far less.
 
 - write: `df.write.format("wal3")` vs `df.write.parquet`;
 - read: `spark.read.format("wal3")` (batch, and an AvailableNow stream) into the `noop` sink
@@ -34,16 +36,41 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common  # noqa: E402
 
 
-def alternate(sides: dict[str, Callable[[int], None]], repeat: int) -> dict[str, list[float]]:
-    """Seconds per run: one warm-up run each (index -1), then the sides take turns."""
-    times: dict[str, list[float]] = {name: [] for name in sides}
+def cpu_seconds(root: int) -> float:
+    """CPU time of process `root` and all its descendants, living or reaped (Linux /proc)."""
+    children: dict[int, list[int]] = {}
+    used: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:  # exited meanwhile
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry))
+        used[int(entry)] = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        total += used.get(pid, 0)
+        todo.extend(children.get(pid, []))
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def alternate(sides: dict[str, Callable[[int], None]], repeat: int,
+              root: int) -> dict[str, tuple[list[float], list[float]]]:
+    """(wall seconds, CPU seconds of `root`'s process tree) per run: one warm-up run each
+    (index -1), then the sides take turns."""
+    times: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in sides}
     for fn in sides.values():
         fn(-1)
     for i in range(repeat):
         for name, fn in sides.items():
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), cpu_seconds(root)
             fn(i)
-            times[name].append(time.perf_counter() - t0)
+            times[name][0].append(time.perf_counter() - t0)
+            times[name][1].append(cpu_seconds(root) - c0)
     return times
 
 
@@ -77,6 +104,7 @@ def main(argv=None) -> int:
 
     if args.case_limit is not None:
         scan.CASE_LIMIT = args.case_limit
+    jvm = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
 
     df = spark.range(0, args.rows, numPartitions=args.partitions).select(
         F.col("id"),
@@ -95,9 +123,9 @@ def main(argv=None) -> int:
         df.write.format("wal3").mode("append").option("fragmentBytes", args.fragment_bytes) \
             .save((work / f"wal3-{i}").as_uri())
 
-    rows: list[tuple[str, list[float], list[float]]] = []  # (name, wal3 side, baseline side)
+    rows: list[tuple[str, tuple, tuple]] = []  # (name, wal3 side, baseline side)
     if "write" in args.only:
-        t = alternate({"parquet": write_parquet, "wal3": write_wal3}, args.repeat)
+        t = alternate({"parquet": write_parquet, "wal3": write_wal3}, args.repeat, jvm)
         rows.append(("write  df.write.format('wal3')", t["wal3"], t["parquet"]))
     else:
         write_parquet(0)
@@ -116,7 +144,7 @@ def main(argv=None) -> int:
     if "read" in args.only:
         t = alternate({"parquet": lambda _: noop(spark.read.parquet(parquet)),
                        "wal3": lambda _: noop(spark.read.format("wal3").load(url)),
-                       "stream": stream_wal3}, args.repeat)
+                       "stream": stream_wal3}, args.repeat, jvm)
         rows.append(("read   spark.read.format('wal3')", t["wal3"], t["parquet"]))
         rows.append(("read   readStream wal3 AvailableNow", t["stream"], t["parquet"]))
     if "scan" in args.only:
@@ -127,7 +155,7 @@ def main(argv=None) -> int:
             ("count()", lambda frame: frame.count()),
         ):
             t = alternate({"parquet": lambda _, q=query: q(spark.read.parquet(parquet)),
-                           "native": lambda _, q=query: q(native.toDF())}, args.repeat)
+                           "native": lambda _, q=query: q(native.toDF())}, args.repeat, jvm)
             rows.append((f"scan   {label}", t["native"], t["parquet"]))
 
     commits = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.exists() else []
@@ -141,11 +169,12 @@ def main(argv=None) -> int:
     print(f"wal3-spark benchmark: {args.rows:,} rows x 6 columns, {args.partitions} partitions, "
           f"master {spark.sparkContext.master} ({cores} cores), warm-up + median of {args.repeat} "
           "alternating runs")
-    print(f"{'measurement':38} {'wal3 s':>7} {'(spread)':>13} {'parquet s':>9} {'ratio':>7}")
-    for name, ours, base in rows:
+    print(f"{'measurement':38} {'wal3 s':>7} {'(spread)':>13} {'parquet s':>9} {'ratio':>7} {'CPU ratio':>9}")
+    for name, (ours, ours_cpu), (base, base_cpu) in rows:
         spread = f"({min(ours):.2f}-{max(ours):.2f})"
         print(f"{name:38} {statistics.median(ours):7.2f} {spread:>13} {statistics.median(base):9.2f} "
-              f"{statistics.median(ours) / statistics.median(base):6.2f}x")
+              f"{statistics.median(ours) / statistics.median(base):6.2f}x "
+              f"{statistics.median(ours_cpu) / statistics.median(base_cpu):8.2f}x")
     print(f"driver commit (one manifest CAS): median {commit_ms:.1f} ms for {fragments:.0f} "
           f"fragments over {len(commits)} commits")
     print(f"bytes on disk: parquet {pq_bytes / 1e6:.1f} MB, wal3 fragments {w3_bytes / 1e6:.1f} MB")

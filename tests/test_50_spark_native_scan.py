@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 import textwrap
+from decimal import Decimal
 
 import pyarrow as pa
 import pytest
@@ -43,6 +44,9 @@ def rows(start: int, n: int) -> pa.Table:
             "maybe": pa.array([None if i % 3 == 0 else i for i in ids], pa.int32()),
             "at": pa.array([1_700_000_000_000_000 + i for i in ids], pa.timestamp("us", tz="UTC")),
             "tags": [[f"t{i}"] * (i % 3) for i in ids],
+            "point": [{"x": i, "y": None if i % 4 else f"y{i}"} for i in ids],
+            "day": pa.array([19_000 + i for i in ids], pa.date32()),
+            "price": pa.array([Decimal(i) / 4 for i in ids], pa.decimal128(10, 2)),
         }
     )
 
@@ -69,17 +73,35 @@ def same_as_data_source(spark, url: str, **options) -> list:
 
 
 def plan_of(df) -> str:
+    """The physical plan, with the scan's ReadSchema in full (Spark abbreviates it to 100
+    characters by default)."""
+    spark = df.sparkSession
+    spark.conf.set("spark.sql.maxMetadataStringLength", "10000")
     out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        df.explain()
+    try:
+        with contextlib.redirect_stdout(out):
+            df.explain()
+    finally:
+        spark.conf.unset("spark.sql.maxMetadataStringLength")
     return out.getvalue()
 
 
 def read_columns(df) -> set[str]:
-    """The file columns the scan decodes (Spark's ReadSchema, without its generated row index)."""
-    schemas = re.findall(r"ReadSchema: struct<([^>]*)>", plan_of(df))
-    fields = {f.split(":")[0] for schema in schemas for f in schema.split(",") if f}
-    return fields - {"_tmp_metadata_row_index"}
+    """The top-level file columns the scan decodes (Spark's ReadSchema, without its generated
+    row index); commas nested in struct<...> or decimal(p,s) do not split fields."""
+    names: set[str] = set()
+    for schema in re.findall(r"ReadSchema: struct<(.*)", plan_of(df)):
+        depth, field = 0, ""
+        for char in schema:
+            if depth == 0 and char in ",>":
+                names.add(field.split(":")[0])
+                field = ""
+                if char == ">":
+                    break
+                continue
+            depth += {"<": 1, "(": 1, ">": -1, ")": -1}.get(char, 0)
+            field += char
+    return names - {"_tmp_metadata_row_index", ""}
 
 
 @pytest.mark.parametrize(
@@ -147,7 +169,7 @@ def test_06_spark_prunes_columns_pushes_filters_and_counts_without_payload(spark
     df = Wal3Log.forPath(spark, log_url).toDF()
     assert read_columns(df.groupBy().count()) == set()
     assert read_columns(df.selectExpr("sum(id)", "count(name)")) == {"id", "name"}
-    assert read_columns(df) == {"id", "name", "score", "flag", "maybe", "at", "tags"}
+    assert read_columns(df) == {"id", "name", "score", "flag", "maybe", "at", "tags", "point", "day", "price"}
     filtered = df.where("id > 20").select("id", "_offset")
     assert "GreaterThan(id,20)" in plan_of(filtered)
     assert [(r.id, r._offset) for r in filtered.orderBy("id").collect()] == [(i, i + 1) for i in range(21, 29)]
