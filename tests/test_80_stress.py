@@ -16,10 +16,13 @@ from pathlib import Path
 
 import pytest
 
+from wal3_spark.committer import Committer
+from wal3_spark.errors import PastOrphanHorizon
 from wal3_spark.format import MANIFEST_KEY
 from wal3_spark.manifest import Manifest
 from wal3_spark.storage import open_store
 from wal3_spark.storage.common import file_url
+from wal3_spark.stress.collector import StressCollector
 from wal3_spark.stress.config import FaultRates, StressConfig
 from wal3_spark.stress.journal import (
     ACK,
@@ -37,9 +40,10 @@ from wal3_spark.stress.ledger import VIOLATIONS, IntervalSet, Ledger
 from wal3_spark.stress.reader import StressReader
 from wal3_spark.stress.rundir import RunDir, read_json, write_json
 from wal3_spark.stress.streams import Message, MessageMismatch, StreamPicker, decode, encode
-from wal3_spark.stress.summary import STORE_FAULTS
+from wal3_spark.stress.summary import ORPHAN_RACE, STORE_FAULTS
 from wal3_spark.stress.supervisor import run_stress
 from wal3_spark.stress.writer import Regime, StressWriter, open_writer
+from wal3_spark.writer import LogWriter, to_batches, write_fragments
 
 SEED = 7
 
@@ -322,6 +326,30 @@ def test_14_stress_readers_catch_records_of_appends_journaled_as_failed(tmp_path
     assert counts.unexpected > 0 and counts.lost == 0
 
 
+def test_16_a_racing_sweep_deletes_an_uncommitted_fragment_and_its_commit_is_refused(tmp_path: Path) -> None:
+    """The orphan race as a collector injects it: a fragment uploaded a moment ago, not yet
+    committed, is swept as an orphan by a run whose clock is ahead; its commit must then be
+    refused with `PastOrphanHorizon` (what the writers count), and the race is counted once.
+    A run without the race leaves the young fragment alone."""
+    url = file_url(str(tmp_path / "log"))
+    store = open_store(url)
+    LogWriter(store).append(b"r0")
+    batches, _ = to_batches([b"r1"])
+    files = write_fragments(store, batches, None, fragment_bytes=1 << 20)
+    calm = StressCollector(replace(BOUNDED, url=url, faults=FaultRates(orphan_race=0.0)), "gc0", store,
+                           after_run=lambda: None)
+    calm.collect_once()
+    assert calm.faults() == {"orphan_race": 0} and not calm.counts["orphans deleted"]
+    racing = StressCollector(replace(BOUNDED, url=url, faults=FaultRates(orphan_race=1.0)), "gc1", store,
+                             after_run=lambda: None)
+    racing.collect_once()
+    assert racing.faults() == {"orphan_race": 1}
+    assert racing.counts["races that raised the horizon"] == racing.counts["orphans deleted in races"] == 1
+    with pytest.raises(PastOrphanHorizon, match="rerun the append"):
+        Committer(store).commit(files)
+    assert LogWriter(store).append(b"r1 again").start == 2
+
+
 # ----------------------------------------------------------------------- bounded runs
 
 
@@ -341,7 +369,7 @@ BOUNDED = StressConfig(
     read_chunk=2000,
     faults=FaultRates(drop=0.03, delay=0.08, max_delay_s=0.1, error_5xx=0.03, timeout_after_write=0.03,
                       precondition_storm=0.03, storm_every_s=3.0, storm_length_s=1.0, storm_rate=0.7,
-                      late_landing=0.03),
+                      late_landing=0.03, orphan_race=0.6),
 )
 KILLS = ("kill writer", "kill reader", "kill collector")
 
@@ -361,14 +389,14 @@ def _assert_clean_run(summary, required: tuple[str, ...]) -> None:
 def test_20_bounded_stress_run_on_the_local_filesystem(tmp_path: Path) -> None:
     config = replace(BOUNDED, url=file_url(str(tmp_path / "log")))
     summary = run_stress(config, tmp_path / "run", out=open(tmp_path / "out.txt", "w"))
-    _assert_clean_run(summary, STORE_FAULTS + KILLS + ("gc apply",))
+    _assert_clean_run(summary, STORE_FAULTS + (ORPHAN_RACE,) + KILLS + ("gc apply",))
 
 
 def test_21_bounded_stress_run_on_seaweedfs_with_a_server_restart(tmp_path: Path) -> None:
     config = replace(BOUNDED, seaweed_restart_every_s=60.0)  # one restart, at mid-run
     summary = run_stress(config, tmp_path / "run", s3=True, out=open(tmp_path / "out.txt", "w"))
     assert summary.url.startswith("s3://")
-    _assert_clean_run(summary, STORE_FAULTS + KILLS + ("seaweed_restart", "gc apply"))
+    _assert_clean_run(summary, STORE_FAULTS + (ORPHAN_RACE,) + KILLS + ("seaweed_restart", "gc apply"))
 
 
 

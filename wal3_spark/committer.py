@@ -37,6 +37,7 @@ from wal3_spark.errors import (
     LogNotFound,
     LogSealed,
     ObjectNotFound,
+    PastOrphanHorizon,
     PreconditionFailed,
     SchemaMismatch,
     TransientError,
@@ -341,7 +342,7 @@ def _check_orphan_horizon(manifest: Manifest, fragments: Sequence[NewFragment], 
     old = [f.path for f in fragments if (uuid7_timestamp_us(f.uuid) or 0) < horizon]
     if old:
         when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(horizon / 1e6))
-        raise CommitFailed(
+        raise PastOrphanHorizon(
             f"{len(old)} of this commit's fragments (e.g. {old[0]}) were written before {when}, "
             f"the orphan horizon of {url}: garbage collection may have deleted them as orphans. "
             "Nothing was committed; rerun the append. If appends take longer than that, give "

@@ -131,6 +131,13 @@ class CommitFailed(Wal3Error):
     """A commit failed definitely: nothing it wrote is (or can later become) part of the log."""
 
 
+class PastOrphanHorizon(CommitFailed):
+    """A commit refused because some of its fragments were written before the manifest's orphan
+    horizon: garbage collection may have deleted them as orphans (docs/design.md section 14).
+    Nothing was committed; a distinct type so that callers (and `wal3 stress`) can tell an
+    append that lost the race with GC's orphan sweep from one that ran out of attempts."""
+
+
 class CommitOutcomeUnknown(Wal3Error):
     """A write was sent and may still land, and whether it did could not be established before
     the deadline (the store kept timing out). Callers delete nothing: the fragments may be data.

@@ -86,6 +86,9 @@ class GCReport:
     snapshots_dropped: int = 0
     deleted: list[str] = field(default_factory=list)
     orphans_deleted: list[str] = field(default_factory=list)
+    #: the orphan horizon (µs) this run raised the manifest's to before deleting orphans; None if
+    #: it found none (appends whose fragments are older than it are refused from then on)
+    orphan_horizon_us: int | None = None
     #: the garbage still pending at the end of the run (empty when none)
     pending: dict | None = None
     #: seconds since the epoch after which the pending garbage may be deleted
@@ -154,6 +157,7 @@ class GarbageCollector:
         max_drop_share: float = DEFAULT_MAX_DROP_SHARE,
         force: bool = False,
         now: Callable[[], float] = time.time,
+        orphan_now: Callable[[], float] | None = None,
         writer: str = "wal3-spark gc",
         stop_after: str | None = None,
         progress: Callable[[int, int], None] | None = None,
@@ -179,6 +183,11 @@ class GarbageCollector:
         self.max_drop_share = max_drop_share
         self.force = force
         self.now = now
+        #: the clock the orphan sweep ages fragments by (default `now`). `wal3 stress` runs it
+        #: more than the orphan grace ahead, so that the sweep races appends still committing as
+        #: it would after a writer stalled between upload and commit; the orphan horizon makes
+        #: that safe (those appends fail cleanly). Python only: no CLI option sets it
+        self.orphan_now = now if orphan_now is None else orphan_now
         self.writer = writer
         self.stop_after = stop_after
         self.progress = progress
@@ -254,7 +263,7 @@ class GarbageCollector:
             self._step(report, "delete")
             self._replace_garbage(garbage, Garbage.empty())  # unless another collector reset it
             self._step(report, "reset")
-        report.orphans_deleted = self._sweep_orphans(dry_run=dry_run)
+        self._sweep_orphans(report, dry_run=dry_run)
         final = self.committer.manifest()
         report.oldest_offset, report.next_offset = final.oldest_offset, final.next_offset
         return report
@@ -371,7 +380,7 @@ class GarbageCollector:
             if self.progress:
                 self.progress(done, len(paths))
 
-    def _sweep_orphans(self, *, dry_run: bool) -> list[str]:
+    def _sweep_orphans(self, report: GCReport, *, dry_run: bool) -> None:
         """Delete UUID fragments nobody references that are older than the orphan grace.
 
         The orphan horizon is raised (by compare-and-swap) past every candidate before any is
@@ -379,24 +388,24 @@ class GarbageCollector:
         landed before the horizon is seen there, a commit after it is refused by the committer.
         """
         listed = [m for m in self.store.list(FRAGMENT_PREFIX) if parse_fragment_uuid(m.key) is not None]
-        cutoff_us = int((self.now() - self.orphan_grace_s) * 1e6)
+        cutoff_us = int((self.orphan_now() - self.orphan_grace_s) * 1e6)
         old = [m for m in listed if fragment_created_us(m) < cutoff_us]
         if not old:
-            return []
+            return
         refs = referenced(self.store, self.committer.manifest())
         candidates = [m for m in old if m.key not in refs.fragments]
         if not candidates or dry_run:
-            return [m.key for m in candidates]
+            report.orphans_deleted = [m.key for m in candidates]
+            return
         horizon_us = max(fragment_created_us(m) for m in candidates) + 1
         result = self.committer.update_result(lambda m: m.with_orphan_horizon(horizon_us, self.writer))
         assert result.current is not None
+        report.orphan_horizon_us = horizon_us
         refs = referenced(self.store, result.current.value)
-        deleted = []
         for meta in candidates:
             if meta.key not in refs.fragments:
                 self.store.delete(meta.key)
-                deleted.append(meta.key)
-        return deleted
+                report.orphans_deleted.append(meta.key)
 
 
 def collect_garbage(

@@ -4,6 +4,14 @@ schedule of `wal3 gc --force --grace N` would, while writers append and readers 
 `force`, because readers keep up with the writers: their cursors sit near the tail, and GC would
 otherwise refuse to drop more than 90% of the log. The grace interval is short so that files
 really are deleted during the run.
+
+The orphan race: now and then (`FaultRates.orphan_race`) a run's orphan sweep gets a clock more
+than the orphan grace ahead. Every unreferenced fragment then looks like an orphan left long ago,
+among them the fragments of appends uploaded but not yet committed: what a GC sees after a
+writer stalled for 15 minutes between upload and commit, compressed into milliseconds. The
+sweep raises the orphan horizon and deletes them; the orphan horizon must make each such append
+either land before the sweep (its fragment spared) or fail cleanly (`PastOrphanHorizon`, counted
+by the writers), never be acknowledged without its fragment.
 """
 
 from __future__ import annotations
@@ -11,15 +19,21 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 
 from wal3_spark.errors import Wal3Error
-from wal3_spark.gc import GarbageCollector
+from wal3_spark.gc import MIN_ORPHAN_GRACE_S, GarbageCollector
 from wal3_spark.storage import ObjectStore
 from wal3_spark.stress.config import StressConfig
+from wal3_spark.stress.summary import ORPHAN_RACE
 
 log = logging.getLogger(__name__)
+
+#: how far past the orphan grace a racing sweep's clock runs: fragments created up to this long
+#: after the sweep's start (those of appends being built right then) count as orphans too
+ORPHAN_RACE_LEAD_S = 1.0
 
 
 class StressCollector:
@@ -32,6 +46,9 @@ class StressCollector:
         self.store = store
         self.rng = random.Random(f"{config.seed}/{name}")
         self.counts: Counter[str] = Counter()
+        #: the orphan races this collector injected: runs whose orphan sweep's clock was ahead
+        #: (counted when they start: a kill in mid-race is part of the fault)
+        self.races = 0
 
     def run(self, stop: threading.Event) -> None:
         while not stop.is_set():
@@ -42,9 +59,17 @@ class StressCollector:
     def counters(self) -> dict[str, int]:
         return dict(self.counts)
 
+    def faults(self) -> dict[str, int]:
+        return {ORPHAN_RACE: self.races}
+
     def collect_once(self) -> None:
+        race = self.rng.random() < self.config.faults.orphan_race
+        if race:
+            self.races += 1
+        ahead_s = max(self.config.gc_grace_s, MIN_ORPHAN_GRACE_S) + ORPHAN_RACE_LEAD_S
         collector = GarbageCollector(
-            self.store, grace_s=self.config.gc_grace_s, force=True, writer=f"wal3 stress {self.name}"
+            self.store, grace_s=self.config.gc_grace_s, force=True, writer=f"wal3 stress {self.name}",
+            orphan_now=(lambda: time.time() + ahead_s) if race else None,
         )
         try:
             report = collector.run()
@@ -52,6 +77,9 @@ class StressCollector:
             self.counts[f"error: {type(exc).__name__}"] += 1
             log.warning("%s: gc failed: %s", self.name, exc)
             return
+        if race and report.orphan_horizon_us is not None:  # raised past unreferenced fragments
+            self.counts["races that raised the horizon"] += 1
+            self.counts["orphans deleted in races"] += len(report.orphans_deleted)
         self.counts["runs"] += 1
         self.counts.update(report.steps)
         self.counts["files deleted"] += len(report.deleted)

@@ -25,9 +25,13 @@ from wal3_spark.storage import open_store
 from wal3_spark.storage.common import file_url, split_url
 from wal3_spark.stress.config import FaultRates, StressConfig
 
-#: the FaultRates fields that are probabilities (scaled by --fault-scale)
 EXIT_USAGE = 2
-PROBABILITIES = ("drop", "delay", "error_5xx", "timeout_after_write", "precondition_storm", "late_landing")
+#: the FaultRates fields that are probabilities (scaled by --fault-scale); `orphan_race` is per
+#: collector run, the others per request
+PROBABILITIES = ("drop", "delay", "error_5xx", "timeout_after_write", "precondition_storm", "late_landing",
+                 "orphan_race")
+#: the faults a single request may suffer: their probabilities must not add up to more than 1
+PER_REQUEST = ("drop", "error_5xx", "timeout_after_write", "precondition_storm", "late_landing")
 
 
 def _positive(text: str) -> float:
@@ -95,7 +99,7 @@ def config_from_args(args: argparse.Namespace, url: str) -> StressConfig:
     base = FaultRates()
     scaled = {f.name: getattr(base, f.name) * args.fault_scale for f in fields(FaultRates)
               if f.name in PROBABILITIES}
-    if any(p > 1 for p in scaled.values()) or sum(scaled.values()) - scaled["delay"] > 1:
+    if any(p > 1 for p in scaled.values()) or sum(scaled[k] for k in PER_REQUEST) > 1:
         raise argparse.ArgumentTypeError(f"--fault-scale {args.fault_scale} makes a probability exceed 1")
     scaled.update({kind: 0.0 for kind in args.without if kind in PROBABILITIES})
     if "storm" in args.without:

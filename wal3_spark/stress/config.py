@@ -19,6 +19,9 @@ class FaultRates:
     during which a conditional write fails with a spurious 412 with probability `storm_rate`.
     `late_landing`: the probability that a conditional write times out and lands later, still
     conditioned on what it was sent with (`LateLandingStore`).
+    `orphan_race`: the probability that a collector's run sweeps orphans with its clock ahead by
+    more than the orphan grace, so that the fragments of appends still committing look like
+    orphans left long ago: the race of design.md section 14 (GC's horizon against the commit).
     """
 
     drop: float = 0.01
@@ -31,9 +34,10 @@ class FaultRates:
     storm_length_s: float = 2.0
     storm_rate: float = 0.7
     late_landing: float = 0.01
+    orphan_race: float = 0.1
 
     def injects(self, kind: str) -> bool:
-        """Whether these rates inject `kind` at all (`storm` and the store faults)."""
+        """Whether these rates inject `kind` at all (`storm`, the store faults, `orphan_race`)."""
         if kind == "storm":
             return self.storm_every_s > 0 and self.storm_length_s > 0 and self.storm_rate > 0
         if kind == "precondition_storm":

@@ -74,6 +74,10 @@ class StressReader:
     def counters(self) -> dict[str, int]:
         return dict(self.errors)
 
+    def faults(self) -> dict[str, int]:
+        """Readers inject no faults of their own (only their store's)."""
+        return {}
+
     def read_some(self) -> bool:
         """Read the next chunk into the ledger; False when there was nothing new."""
         manifest = self.reader.manifest()

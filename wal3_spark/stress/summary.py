@@ -19,6 +19,12 @@ from wal3_spark.stress.rundir import RunDir
 #: fault kinds every process injects into its store calls (FaultyStore's, storms, late writes)
 STORE_FAULTS = ("drop", "delay", "error_5xx", "timeout_after_write", "precondition_storm", "storm",
                 "late_landing")
+#: the orphan race: collector runs whose orphan sweep's clock was ahead (`orphan_race`, what a run
+#: requires) and the appends refused by the horizon they raised (`orphan_race_refused`, the
+#: writers' side: proof that a sweep raced appends still committing; how many depends on how
+#: many appends are in flight at the time, so a run does not wait for one)
+ORPHAN_RACE = "orphan_race"
+ORPHAN_RACE_REFUSED = "orphan_race_refused"
 
 
 class AppendTally:

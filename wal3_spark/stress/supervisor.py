@@ -35,7 +35,7 @@ from wal3_spark.stress.journal import mark_killed
 from wal3_spark.stress.reader import cursor_name
 from wal3_spark.stress.rundir import RunDir, read_json, write_json
 from wal3_spark.stress.seaweed import SeaweedProcess
-from wal3_spark.stress.summary import STORE_FAULTS, AppendTally, Summary, gather
+from wal3_spark.stress.summary import ORPHAN_RACE, STORE_FAULTS, AppendTally, Summary, gather
 from wal3_spark.verify import verify
 
 log = logging.getLogger(__name__)
@@ -142,6 +142,8 @@ class Supervisor:
             kinds += [f"kill {role}" for role in self.roles()]
         if self.seaweed is not None and c.seaweed_restart_every_s > 0:
             kinds.append("seaweed_restart")
+        if c.collectors and c.faults.injects("orphan_race"):
+            kinds.append(ORPHAN_RACE)
         if c.collectors:
             kinds.append("gc apply")
         return kinds

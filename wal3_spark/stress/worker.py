@@ -4,7 +4,7 @@ The supervisor starts these, kills them with SIGKILL at random moments and start
 SIGTERM stops one cleanly (a writer closes its `LogWriter`, so every append gets an outcome, and
 journals that it exited). A worker whose parent died stops too, so an interrupted run leaves no
 processes behind. Every second, and when it stops, a worker writes its counters (faults
-injected, errors, GC steps) to its stats file.
+injected, its role's own included, errors, GC steps) to its stats file.
 """
 
 from __future__ import annotations
@@ -58,7 +58,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     store, fault_counts = fault_store(config, args.name, stop)
 
     def write_stats() -> None:
-        stats: dict[str, Any] = {"name": args.name, "role": args.role, "faults": fault_counts(),
+        stats: dict[str, Any] = {"name": args.name, "role": args.role,
+                                 "faults": {**fault_counts(), **role.faults()},
                                  "counters": role.counters()}
         write_json(run.stats(args.name), stats)
 

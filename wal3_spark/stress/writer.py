@@ -9,7 +9,8 @@ appends (from none to a fifth of a second), and a size of append (from single re
 
 - a result: `ack` with its offsets;
 - an error that by its contract means nothing was committed (`CommitFailed`, `LogSealed`,
-  `SchemaMismatch`): `failed`, so that any of its records read later is a violation;
+  `SchemaMismatch`): `failed`, so that any of its records read later is a violation (among them
+  `PastOrphanHorizon`: the append lost a race with a collector's orphan sweep, counted apart);
 - any other error (`CommitOutcomeUnknown`, an ambiguous or transient storage error, a bug):
   `unknown`, so that its records may appear at most once.
 """
@@ -24,12 +25,13 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 
-from wal3_spark.errors import CommitFailed, LogSealed, SchemaMismatch
+from wal3_spark.errors import CommitFailed, LogSealed, PastOrphanHorizon, SchemaMismatch
 from wal3_spark.manifest import SnapshotOptions
 from wal3_spark.storage import ObjectStore
 from wal3_spark.stress.config import StressConfig
 from wal3_spark.stress.journal import ACK, EXIT, FAILED, UNKNOWN, End, Intent, Journal, Outcome
 from wal3_spark.stress.streams import Message, StreamPicker, encode
+from wal3_spark.stress.summary import ORPHAN_RACE_REFUSED
 from wal3_spark.writer import LogWriter
 
 log = logging.getLogger(__name__)
@@ -76,6 +78,8 @@ class StressWriter:
         self.streams = StreamPicker(self.rng, config.streams, config.stream_skew)
         self.errors: Counter[str] = Counter()
         self.appends = 0
+        #: appends refused because a collector's orphan sweep raised the horizon past them
+        self.horizon_refusals = 0
         self._in_flight: list[Future] = []
 
     def run(self, stop: threading.Event) -> None:
@@ -94,6 +98,9 @@ class StressWriter:
 
     def counters(self) -> dict[str, int]:
         return {"appends": self.appends, **self.errors}
+
+    def faults(self) -> dict[str, int]:
+        return {ORPHAN_RACE_REFUSED: self.horizon_refusals}
 
     def append_one(self, regime: Regime) -> None:
         number = self.appends
@@ -126,6 +133,8 @@ class StressWriter:
 
     def _failed(self, number: int, exc: BaseException) -> None:
         kind = outcome_kind(exc)
+        if isinstance(exc, PastOrphanHorizon):
+            self.horizon_refusals += 1
         self.errors[f"{kind}: {type(exc).__name__}"] += 1
         log.info("%s append %d: %s (%s)", self.name, number, kind, exc)
         self.journal.write(Outcome(number, kind, error=type(exc).__name__))
