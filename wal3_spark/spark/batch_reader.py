@@ -116,6 +116,32 @@ def resolve(reader, manifest, position: tuple[str, int], *, default: int) -> int
     return default
 
 
+def plan_range(store, manifest, starting: tuple[str, int], ending: tuple[str, int],
+               offsets: Bounds, times: Bounds, fail_on_data_loss: bool) -> list:
+    """A log's fragment ranges between its start and end positions, narrowed by pushed-down
+    filters on `_offset` and (by the write time in each fragment's path) on `_timestamp`."""
+    from wal3_spark.reader import LogReader, fragment_timestamp_us
+
+    reader = LogReader(store)
+    start = resolve(reader, manifest, starting, default=manifest.oldest_offset)
+    limit = resolve(reader, manifest, ending, default=manifest.next_offset)
+    if offsets.lo is not None:
+        start = max(start, offsets.lo)
+    if offsets.hi is not None:
+        limit = min(limit, offsets.hi)
+    if start >= limit:
+        return []
+    if start < manifest.oldest_offset and offsets.lo is not None and starting[0] == "earliest":
+        start = manifest.oldest_offset  # a filter below the oldest offset is not data loss
+    ranges = reader.plan(start, limit, manifest=manifest, fail_on_data_loss=fail_on_data_loss)
+    if times.lo is None and times.hi is None:
+        return ranges
+    lo = None if times.lo is None else times.lo - TIMESTAMP_SLACK_US
+    hi = None if times.hi is None else times.hi + TIMESTAMP_SLACK_US
+    written = [(r, fragment_timestamp_us(store, r.ref)) for r in ranges]
+    return [r for r, ts in written if (lo is None or ts >= lo) and (hi is None or ts < hi)]
+
+
 class Wal3BatchReader(DataSourceReader):
     def __init__(self, options: Wal3Options, schema: StructType) -> None:
         from wal3_spark.spark.source import spark_to_arrow
@@ -126,36 +152,15 @@ class Wal3BatchReader(DataSourceReader):
         self.times = Bounds()
 
     def partitions(self):
-        from wal3_spark.reader import LogReader, fragment_timestamp_us
+        from wal3_spark.reader import LogReader
         from wal3_spark.spark.tasks import pack
 
         store = self.options.open_store()
-        reader = LogReader(store)
-        manifest = reader.manifest()
-        payload = manifest.arrow_schema()
-        start = resolve(reader, manifest, self.options.starting, default=manifest.oldest_offset)
-        limit = resolve(reader, manifest, self.options.ending, default=manifest.next_offset)
-        if self.offsets.lo is not None:
-            start = max(start, self.offsets.lo)
-        if self.offsets.hi is not None:
-            limit = min(limit, self.offsets.hi)
-        if start >= limit:
-            return []
-        fail = self.options.fail_on_data_loss
-        if start < manifest.oldest_offset and self.offsets.lo is not None \
-                and self.options.starting[0] == "earliest":
-            start = manifest.oldest_offset  # a filter below the oldest offset is not data loss
-        ranges = reader.plan(start, limit, manifest=manifest, fail_on_data_loss=fail)
-        if self.times.lo is not None or self.times.hi is not None:
-            lo = None if self.times.lo is None else self.times.lo - TIMESTAMP_SLACK_US
-            hi = None if self.times.hi is None else self.times.hi + TIMESTAMP_SLACK_US
-            kept = []
-            for r in ranges:
-                ts = fragment_timestamp_us(store, r.ref)
-                if (lo is None or ts >= lo) and (hi is None or ts < hi):
-                    kept.append(r)
-            ranges = kept
+        manifest = LogReader(store).manifest()
+        ranges = plan_range(store, manifest, self.options.starting, self.options.ending,
+                            self.offsets, self.times, self.options.fail_on_data_loss)
         parts = pack(ranges, self.options.max_partition_bytes, self.options.min_partitions)
+        payload = manifest.arrow_schema()
         return [Wal3Partition(i, p, payload, manifest.item_hash) for i, p in enumerate(parts)]
 
     def read(self, partition: Wal3Partition):
@@ -206,5 +211,7 @@ def pushdown_enabled() -> bool:
     return True
 
 
-def reader_class():
-    return Wal3PushdownReader if pushdown_enabled() else Wal3BatchReader
+def reader_class(plain: type[DataSourceReader] = Wal3BatchReader,
+                 pushdown: type[DataSourceReader] = Wal3PushdownReader) -> type[DataSourceReader]:
+    """`pushdown` (a reader implementing pushFilters) when Spark plans with filter pushdown."""
+    return pushdown if pushdown_enabled() else plain

@@ -31,6 +31,7 @@ from pyspark.sql.types import StructType
 
 from wal3_spark.errors import DataLost
 from wal3_spark.spark.batch_reader import Wal3Partition, resolve
+from wal3_spark.spark.fair_share import Limits
 from wal3_spark.spark.options import Wal3Options
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,64 @@ def admit(ranges, start: int, tail: int, *, max_records=None, max_bytes=None, ma
     return end
 
 
+def limits_for(options: Wal3Options, limit) -> Limits:
+    """The options' limits, tightened by the one Spark passes (ReadMaxRows/Bytes/Files)."""
+
+    def tighter(mine: int | None, theirs: int) -> int:
+        return theirs if mine is None else min(mine, theirs)
+
+    records, size, files = options.max_records, options.max_bytes, options.max_fragments
+    if isinstance(limit, ReadMaxRows):
+        records = tighter(records, limit.max_rows)
+    elif isinstance(limit, ReadMaxBytes):
+        size = tighter(size, limit.max_bytes)
+    elif isinstance(limit, ReadMaxFiles):
+        files = tighter(files, limit.max_files)
+    return Limits(records, size, files)
+
+
+def default_read_limit(o: Wal3Options):
+    """The read limit Spark passes to latestOffset: the first limit option set."""
+    if o.max_records is not None:
+        return ReadMaxRows(o.max_records)
+    if o.max_bytes is not None:
+        return ReadMaxBytes(o.max_bytes)
+    if o.max_fragments is not None:
+        return ReadMaxFiles(o.max_fragments)
+    if o.min_records is not None:
+        return ReadMinRows(o.min_records)
+    return ReadAllAvailable()
+
+
+class TriggerDelay:
+    """minRecordsPerTrigger's clock: Spark's ReadMinRows carries no delay, so the reader keeps
+    the time of the last micro-batch it let through."""
+
+    def __init__(self, options: Wal3Options, clock: Callable[[], float]) -> None:
+        self.min_records = options.min_records
+        self.max_delay_ms = options.max_trigger_delay_ms
+        self.clock = clock
+        #: when a micro-batch was last let through (None: not yet, so the first batch of a run
+        #: is not delayed, as in Kafka)
+        self.last_trigger: float | None = None
+
+    def hold_back(self, available: int, available_now: bool) -> bool:
+        """Whether to wait for more records before the next micro-batch.
+
+        Never under Trigger.AvailableNow, which reads everything there is; otherwise a batch
+        waits while it would have fewer than the minimum and maxTriggerDelay has not passed
+        since the last batch.
+        """
+        if self.min_records is None or available_now:
+            return False
+        now = self.clock()
+        waited_ms = None if self.last_trigger is None else (now - self.last_trigger) * 1000
+        if available < self.min_records and waited_ms is not None and waited_ms < self.max_delay_ms:
+            return True
+        self.last_trigger = now
+        return False
+
+
 class Wal3StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: Wal3Options, schema: StructType,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -65,10 +124,7 @@ class Wal3StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self.target = spark_to_arrow(schema)
         self.available_now_limit: int | None = None
-        self.clock = clock
-        #: when latestOffset last let a micro-batch through (None: not yet, so the first batch
-        #: of a run is not delayed, as in Kafka)
-        self.last_trigger: float | None = None
+        self.delay = TriggerDelay(options, clock)
         self._store = None
 
     @property
@@ -94,16 +150,7 @@ class Wal3StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.available_now_limit = self._reader().manifest().next_offset
 
     def getDefaultReadLimit(self):
-        o = self.options
-        if o.max_records is not None:
-            return ReadMaxRows(o.max_records)
-        if o.max_bytes is not None:
-            return ReadMaxBytes(o.max_bytes)
-        if o.max_fragments is not None:
-            return ReadMaxFiles(o.max_fragments)
-        if o.min_records is not None:
-            return ReadMinRows(o.min_records)
-        return ReadAllAvailable()
+        return default_read_limit(self.options)
 
     def reportLatestOffset(self):
         return {"offset": self._reader().manifest().next_offset}
@@ -126,18 +173,11 @@ class Wal3StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return {"offset": max(int(start["offset"]), min(begin, tail))}
         if isinstance(limit, ReadAllAvailable):
             return {"offset": tail}
-        if self.hold_back(tail - begin):
+        if self.delay.hold_back(tail - begin, self.available_now_limit is not None):
             return {"offset": int(start["offset"])}
-        o = self.options
-        max_records = o.max_records
-        max_bytes = o.max_bytes
-        max_fragments = o.max_fragments
-        if isinstance(limit, ReadMaxRows):
-            max_records = limit.max_rows if max_records is None else min(max_records, limit.max_rows)
-        elif isinstance(limit, ReadMaxBytes):
-            max_bytes = limit.max_bytes if max_bytes is None else min(max_bytes, limit.max_bytes)
-        elif isinstance(limit, ReadMaxFiles):
-            max_fragments = limit.max_files if max_fragments is None else min(max_fragments, limit.max_files)
+        limits = limits_for(self.options, limit)
+        max_records, max_bytes, max_fragments = (
+            limits.max_records, limits.max_bytes, limits.max_fragments)
         if max_bytes is None and max_fragments is None:
             return {"offset": tail if max_records is None else min(tail, begin + max_records)}
         from wal3_spark.reader import iter_fragments, ReadRange
@@ -149,23 +189,6 @@ class Wal3StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         end = admit(ranges(), begin, tail, max_records=max_records, max_bytes=max_bytes,
                     max_fragments=max_fragments)
         return {"offset": end}
-
-    def hold_back(self, available: int) -> bool:
-        """Whether to wait for more records before the next micro-batch (minRecordsPerTrigger).
-
-        Never under Trigger.AvailableNow, which reads everything there is; otherwise a batch
-        waits while it would have fewer than the minimum and maxTriggerDelay has not passed
-        since the last batch.
-        """
-        o = self.options
-        if o.min_records is None or self.available_now_limit is not None:
-            return False
-        now = self.clock()
-        waited_ms = None if self.last_trigger is None else (now - self.last_trigger) * 1000
-        if available < o.min_records and waited_ms is not None and waited_ms < o.max_trigger_delay_ms:
-            return True
-        self.last_trigger = now
-        return False
 
     def partitions(self, start: dict, end: dict):
         from wal3_spark.spark.tasks import pack
