@@ -153,3 +153,28 @@ class CursorError(Wal3Error):
 
 class InvalidLogName(Wal3Error, ValueError):
     """A name cannot be the name of a log in a log set (see `wal3_spark.logset.check_log_name`)."""
+
+
+class RoutedCommitFailed(Wal3Error):
+    """A write routed to many logs committed to some and failed on others (each log's commit is
+    atomic, the write's is not). `failed` maps each log name to its error."""
+
+    def __init__(self, prefix: str, committed: int, failed: dict[str, Exception],
+                 idempotent: bool) -> None:
+        shown = "; ".join(f"{name}: {exc}" for name, exc in sorted(failed.items())[:3])
+        more = f" (and {len(failed) - 3} more)" if len(failed) > 3 else ""
+        rerun = (
+            "rerun the write with the same writerId and writerVersion (a stream: restart it): "
+            "logs that have that version skip, the others commit, so nothing is duplicated"
+            if idempotent else
+            "a rerun would append again to the logs that committed; set writerId and "
+            "writerVersion to make a rerun complete the write without duplicates"
+        )
+        super().__init__(
+            f"the write to logs under {prefix} committed to {committed} log(s) and failed on "
+            f"{len(failed)}: {shown}{more}. Each log's commit is atomic, the write's is not: "
+            f"{rerun}"
+        )
+        self.prefix = prefix
+        self.committed = committed
+        self.failed = failed

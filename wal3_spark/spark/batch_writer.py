@@ -10,15 +10,20 @@ Fragments of failed or speculative attempts are never in a commit message, so ne
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
+from wal3_spark.dirty import DirtyLog, parent_url
 from wal3_spark.errors import InvalidOption
+from wal3_spark.logset import check_log_name
 from wal3_spark.spark.options import Wal3Options
 from wal3_spark.spark.table import drop_system_columns
+from wal3_spark.storage.base import ObjectStore
 
 log = logging.getLogger(__name__)
 
@@ -47,11 +52,30 @@ def prepare(options: Wal3Options, schema: StructType) -> tuple[pa.Schema | None,
     from wal3_spark.committer import Committer
     from wal3_spark.spark.source import appended_schema
 
+    check_dirty_log(options)
     store = options.open_store()
     committer = Committer(store, writer=writer_name(options))
     target = committer.prepare(appended_schema(schema), merge_schema=options.merge_schema)
     manifest = committer.last_seen
     return target, manifest.next_offset, manifest.append_item_hash(target is not None)
+
+
+@contextmanager
+def dirty_log(options: Wal3Options, prefix: ObjectStore | None = None) -> Iterator[DirtyLog | None]:
+    """The dirty log the sink's commits are recorded in (None without `dirtyLog`): that of
+    `prefix` (a routing sink's), else of the log's parent. Leaving waits for the records."""
+    if not options.dirty_log:
+        yield None
+        return
+    where = prefix if prefix is not None else parent_url(options.url)[0]
+    with DirtyLog(where, options=dict(options.store_options) or None) as recorder:
+        yield recorder
+
+
+def check_dirty_log(options: Wal3Options) -> None:
+    """With `dirtyLog`, the log must have a parent prefix and a log name (before any task)."""
+    if options.dirty_log:
+        check_log_name(parent_url(options.url)[1])
 
 
 def writer_name(options: Wal3Options) -> str:
@@ -120,15 +144,17 @@ class FragmentSink:
     def commit_messages(self, messages, **txn) -> None:
         from wal3_spark.spark.tasks import commit_files
 
-        commit_files(
-            self.options.open_store(),
-            self.files(messages),
-            target=self.target,
-            merge_schema=self.options.merge_schema,
-            writer=writer_name(self.options),
-            since=self.since,
-            **txn,
-        )
+        with dirty_log(self.options) as recorder:
+            commit_files(
+                self.options.open_store(),
+                self.files(messages),
+                target=self.target,
+                merge_schema=self.options.merge_schema,
+                writer=writer_name(self.options),
+                since=self.since,
+                dirty_log=recorder,
+                **txn,
+            )
 
     def abort_messages(self, messages) -> None:
         """Delete the job's fragments, unless `commit` may have run.

@@ -1,7 +1,7 @@
 """How far a streaming query is behind its wal3 logs, from the query's progress.
 
 The wal3 stream source reports the log's tail as `latestOffset` in every progress; `endOffset` is
-where the last micro-batch ended. Their difference is the consumer lag Kafka users watch: records
+where the last micro-batch ended (per log for a log set, whose lag is summed over its logs). Their difference is the consumer lag Kafka users watch: records
 in the log that the query has not read yet. Python sources cannot publish custom source metrics
 (PySpark 4.3), so the lag is derived from progress, on the driver:
 
@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql.streaming import StreamingQueryListener
+
+from wal3_spark.format import FIRST_OFFSET
 
 log = logging.getLogger(__name__)
 
@@ -36,25 +38,34 @@ class SourceLag:
         return max(0, self.latest_offset - self.end_offset)
 
 
-def _wal3_offset(value: Any) -> int | None:
-    """N for a wal3 stream offset (`{"offset": N}`, as a dict or its JSON), else None."""
+def _positions(value: Any) -> dict[str, int] | None:
+    """The positions in a wal3 stream offset, as a dict or its JSON: `{"offset": N}` (one log)
+    as `{"": N}`, `{"logs": {...}}` (a log set) as its per-log offsets; else None."""
     if isinstance(value, str):
         try:
             value = json.loads(value)
         except ValueError:
             return None
-    if isinstance(value, Mapping) and set(value) == {"offset"} and isinstance(value["offset"], int):
-        return value["offset"]
+    if not isinstance(value, Mapping):
+        return None
+    if set(value) == {"offset"} and isinstance(value["offset"], int):
+        return {"": value["offset"]}
+    logs = value.get("logs") if set(value) == {"logs"} else None
+    if isinstance(logs, Mapping) and all(isinstance(v, int) for v in logs.values()):
+        return dict(logs)
     return None
 
 
 def source_lags(progress: Mapping[str, Any] | None) -> list[SourceLag]:
-    """The lag of every wal3 source in one `StreamingQueryProgress` (or its JSON as a dict)."""
+    """The lag of every wal3 source in one `StreamingQueryProgress` (or its JSON as a dict).
+    A log-set source's offsets are summed over its logs (a log not read yet counts from its
+    first offset)."""
     lags = []
     for source in (progress or {}).get("sources") or ():
-        end, latest = _wal3_offset(source.get("endOffset")), _wal3_offset(source.get("latestOffset"))
+        end, latest = _positions(source.get("endOffset")), _positions(source.get("latestOffset"))
         if end is not None and latest is not None:
-            lags.append(SourceLag(str(source.get("description", "")), end, latest))
+            ends = sum(end.get(name, FIRST_OFFSET) for name in latest)
+            lags.append(SourceLag(str(source.get("description", "")), ends, sum(latest.values())))
     return lags
 
 

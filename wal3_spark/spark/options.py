@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 
+from wal3_spark.dirty import DEFAULT_FULL_SCAN_EVERY_S
 from wal3_spark.errors import InvalidOption
+from wal3_spark.logset import ALL_LOGS, LogSelection, LogSet, check_log_name
 
 WRITE, READ, STREAM_READ, STREAM_WRITE = "write", "read", "streamRead", "streamWrite"
 ROLES = (WRITE, READ, STREAM_READ, STREAM_WRITE)
@@ -30,6 +33,8 @@ _ROLE_TEXT = {
 MB = 1 << 20
 #: Kafka's default maxTriggerDelay (15 minutes)
 DEFAULT_TRIGGER_DELAY_MS = 15 * 60 * 1000
+#: the dirty log's full-scan interval (`wal3_spark.dirty.DEFAULT_FULL_SCAN_EVERY_S`)
+DEFAULT_FULL_SCAN_MS = int(DEFAULT_FULL_SCAN_EVERY_S * 1000)
 
 #: option name -> (roles it applies to, one-line description); README.md has the full table
 OPTIONS: dict[str, tuple[tuple[str, ...], str]] = {
@@ -53,6 +58,11 @@ OPTIONS: dict[str, tuple[tuple[str, ...], str]] = {
     "maxPartitionBytes": ((READ, STREAM_READ), "fragment bytes bin-packed per input partition"),
     "minPartitions": ((READ, STREAM_READ), "split reads into at least this many partitions"),
     "verifyOnRead": ((READ, STREAM_READ), "recompute each fragment's setsum as it is read"),
+    "logs": ((READ, STREAM_READ), "read the logs under path named by these names or globs (* = all)"),
+    "newLogOffsets": ((STREAM_READ,), "with logs: earliest | latest, where logs created later start"),
+    "fullScanInterval": ((STREAM_READ,), "with logs: how often every manifest is read, e.g. 10m"),
+    "dirtyLog": ((WRITE, STREAM_WRITE), "record each commit in the prefix's dirty log"),
+    "logColumn": ((WRITE, STREAM_WRITE), "route each row to the log under path this column names"),
 }
 
 
@@ -118,6 +128,19 @@ class Wal3Options:
     max_partition_bytes: int = 128 * MB
     min_partitions: int | None = None
     verify_on_read: bool = True
+    #: a log set: which logs under `url` (a prefix) it holds; None: `url` is one log
+    logs: LogSelection | None = None
+    #: a log set's per-log positions when `starting`/`ending` is ("logs", 0)
+    starting_logs: tuple[tuple[str, int], ...] = ()
+    ending_logs: tuple[tuple[str, int], ...] = ()
+    #: where a log set's logs created while a stream runs start: "earliest" or "latest"
+    new_log_offsets: str = "earliest"
+    #: how often a log-set stream reads every manifest although a dirty log says what changed
+    full_scan_interval_ms: int = DEFAULT_FULL_SCAN_MS
+    #: a sink: record each commit in the dirty log of the log's prefix (`wal3_spark.dirty`)
+    dirty_log: bool = False
+    #: a routing sink: the column naming each row's log under `url` (a prefix)
+    log_column: str | None = None
 
     def __repr__(self) -> str:
         shown = ", ".join(
@@ -136,6 +159,10 @@ class Wal3Options:
         from wal3_spark.storage import open_store
 
         return open_store(self.url, dict(self.store_options) or None)
+
+    def log_set(self) -> LogSet:
+        """The log set under `url` (every log for a routing sink, which names its own)."""
+        return LogSet(self.open_store(), self.logs or ALL_LOGS)
 
 
 # ----------------------------------------------------------------------------- parsing
@@ -226,8 +253,6 @@ def _parse_position(text: str, allowed: tuple[str, ...]) -> tuple[str, int]:
         offset = None
     if offset is None:
         try:  # Kafka-style JSON such as {"offset": 42}
-            import json
-
             doc = json.loads(text)
             offset = int(doc["offset"])
         except Exception:
@@ -301,8 +326,21 @@ def parse(options: Mapping[str, str], role: str) -> Wal3Options:
     if "endingOffsets" in values and "endingTimestamp" in values:
         raise _fail("endingTimestamp", values["endingTimestamp"],
                     "set endingOffsets or endingTimestamp, not both", role)
-    take("startingOffsets", lambda v: _parse_position(v, ("earliest", "latest")))
-    take("endingOffsets", lambda v: _parse_position(v, ("latest",)))
+    take("logs", parse_log_selection)
+    take("newLogOffsets", lambda v: _one_of(v, ("earliest", "latest")))
+    take("fullScanInterval", parse_duration_ms)
+    take("dirtyLog", parse_bool)
+    take("logColumn", _column_name)
+    if "logs" in values:
+        take("startingOffsets", lambda v: _parse_log_positions(v, ("earliest", "latest")))
+        take("endingOffsets", lambda v: _parse_log_positions(v, ("latest",)))
+        for name, key in (("starting", "starting_logs"), ("ending", "ending_logs")):
+            if isinstance(kw.get(name), dict):
+                kw[key] = tuple(sorted(kw[name].items()))
+                kw[name] = ("logs", 0)
+    else:
+        take("startingOffsets", lambda v: _parse_position(v, ("earliest", "latest")))
+        take("endingOffsets", lambda v: _parse_position(v, ("latest",)))
     take("startingTimestamp", lambda v: ("timestamp", parse_timestamp_us(v)))
     take("endingTimestamp", lambda v: ("timestamp", parse_timestamp_us(v)))
     _check_combinations(values, kw, role)
@@ -337,6 +375,11 @@ _FIELD = {
     "maxPartitionBytes": "max_partition_bytes",
     "minPartitions": "min_partitions",
     "verifyOnRead": "verify_on_read",
+    "logs": "logs",
+    "newLogOffsets": "new_log_offsets",
+    "fullScanInterval": "full_scan_interval_ms",
+    "dirtyLog": "dirty_log",
+    "logColumn": "log_column",
 }
 
 
@@ -352,11 +395,62 @@ def _check_combinations(values: dict[str, str], kw: dict, role: str) -> None:
         raise _fail("maxTriggerDelay", values["maxTriggerDelay"],
                     "applies only with minRecordsPerTrigger (how long to wait for that many "
                     "records); set minRecordsPerTrigger too", role)
+    for name in ("newLogOffsets", "fullScanInterval"):
+        if name in values and "logs" not in values:
+            raise _fail(name, values[name], "applies only to a log set; set logs too (e.g. "
+                        "logs=*)", role)
     low, high = kw.get("min_records"), kw.get("max_records")
     if low is not None and high is not None and low > high:
         raise _fail("minRecordsPerTrigger", values["minRecordsPerTrigger"],
                     f"is larger than maxRecordsPerTrigger={high}; a micro-batch cannot hold "
                     "both", role)
+
+
+def parse_log_selection(text: str) -> LogSelection:
+    """`*` (every log), a glob such as `tenant-*`, or a comma-separated list of log names."""
+    items = [i.strip() for i in text.split(",") if i.strip()]
+    if not items:
+        raise ValueError("expected * (every log), a glob such as tenant-*, or log names a,b,c")
+    if items == ["*"]:
+        return ALL_LOGS
+    globs = [i for i in items if any(c in i for c in "*?[")]
+    if globs and len(items) > 1:
+        raise ValueError(f"{globs[0]!r} is a glob: give one glob, or a list of log names")
+    return LogSelection.matching(items[0]) if globs else LogSelection.of(items)
+
+
+def _parse_log_positions(text: str, allowed: tuple[str, ...]) -> tuple[str, int] | dict[str, int]:
+    """A log set's position: one of `allowed`, or per-log offsets `{"logs": {"a": 17}}`."""
+    low = text.strip().lower()
+    if low in allowed:
+        return (low, 0)
+    expected = (f"expected {' or '.join(allowed)}, or per-log offsets such as "
+                '{"logs": {"tenant_a": 17, "tenant_b": 1}} (offsets start at 1)')
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        raise ValueError(expected) from None
+    logs = doc.get("logs") if isinstance(doc, dict) else None
+    if not isinstance(logs, dict) or set(doc) != {"logs"}:
+        raise ValueError(expected)
+    for name, offset in logs.items():
+        check_log_name(name)
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 1:
+            raise ValueError(f"log {name!r}: offset {offset!r}: {expected}")
+    return dict(logs)
+
+
+def _one_of(text: str, allowed: tuple[str, ...]) -> str:
+    low = text.strip().lower()
+    if low not in allowed:
+        raise ValueError(f"expected {' or '.join(allowed)}")
+    return low
+
+
+def _column_name(text: str) -> str:
+    if not text.strip():
+        raise ValueError("expected the name of a string column")
+    return text.strip()
 
 
 def _at_least(value: int, low: int, name: str) -> int:
@@ -387,4 +481,11 @@ def location(options: Mapping[str, str]) -> Wal3Options:
             "no log URL: pass it to load(), e.g. spark.read.format(\"wal3\").load(\"s3://bucket/logs/x\")"
         )
     store = tuple((stores[k.lower()], v) for k, v in dict(options).items() if k.lower() in stores)
-    return Wal3Options(role=READ, url=url.strip(), store_options=store)
+    selection = next((v for k, v in dict(options).items() if k.lower() == "logs"), None)
+    if selection is None:
+        return Wal3Options(role=READ, url=url.strip(), store_options=store)
+    try:
+        logs = parse_log_selection(selection)
+    except ValueError as exc:
+        raise _fail("logs", selection, str(exc), READ) from None
+    return Wal3Options(role=READ, url=url.strip(), store_options=store, logs=logs)

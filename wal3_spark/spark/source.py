@@ -66,7 +66,12 @@ class Wal3DataSource(DataSource):
             return table.table_schema(payload_to_spark(manifest.arrow_schema()), log)
         # Called for batch and streaming reads alike: the role's own options are checked by
         # reader()/streamReader(); here only the location matters.
-        manifest = LogReader(opts.location(self.options).open_store()).manifest()
+        where = opts.location(self.options)
+        if where.logs is not None:
+            from wal3_spark.spark.logset_reader import logset_schema
+
+            return logset_schema(where)
+        manifest = LogReader(where.open_store()).manifest()
         return payload_to_spark(manifest.arrow_schema())
 
     # -- batch --------------------------------------------------------------------------
@@ -75,6 +80,10 @@ class Wal3DataSource(DataSource):
         from wal3_spark.spark.batch_writer import Wal3BatchWriter
 
         options = self._parse(opts.WRITE, schema)
+        if options.log_column is not None:
+            from wal3_spark.spark.routing_writer import RoutingBatchWriter
+
+            return RoutingBatchWriter.create(options, schema, overwrite)
         log = table.table_log(schema)
         if log is not None and options.url == log.url:
             # an INSERT into a catalog table: its rows come with the table's _offset/_timestamp
@@ -85,16 +94,31 @@ class Wal3DataSource(DataSource):
     def reader(self, schema: StructType):
         from wal3_spark.spark.batch_reader import reader_class
 
-        return reader_class()(self._parse(opts.READ, schema), schema)
+        options = self._parse(opts.READ, schema)
+        if options.logs is not None:
+            from wal3_spark.spark.logset_reader import LogSetBatchReader, LogSetPushdownReader
+
+            return reader_class(LogSetBatchReader, LogSetPushdownReader)(options, schema)
+        return reader_class()(options, schema)
 
     # -- streaming ----------------------------------------------------------------------
 
     def streamReader(self, schema: StructType):
         from wal3_spark.spark.stream_reader import Wal3StreamReader
 
-        return Wal3StreamReader(self._parse(opts.STREAM_READ, schema), schema)
+        options = self._parse(opts.STREAM_READ, schema)
+        if options.logs is not None:
+            from wal3_spark.spark.logset_stream import LogSetStreamReader
+
+            return LogSetStreamReader(options, schema)
+        return Wal3StreamReader(options, schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool):
         from wal3_spark.spark.stream_writer import Wal3StreamWriter
 
-        return Wal3StreamWriter.create(self._parse(opts.STREAM_WRITE), schema, overwrite)
+        options = self._parse(opts.STREAM_WRITE)
+        if options.log_column is not None:
+            from wal3_spark.spark.routing_writer import RoutingStreamWriter
+
+            return RoutingStreamWriter.create(options, schema, overwrite)
+        return Wal3StreamWriter.create(options, schema, overwrite)

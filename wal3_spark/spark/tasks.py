@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from wal3_spark.committer import DirtyRecorder
 from wal3_spark.errors import (
     CommitFailed,
     CommitOutcomeUnknown,
@@ -115,12 +116,14 @@ def commit_files(
     since: int,
     app_id: str | None = None,
     version: int | None = None,
+    dirty_log: DirtyRecorder | None = None,
 ):
-    """One manifest CAS for all of `files` (in order). Definite failures delete the files; an
-    unknown outcome (`CommitOutcomeUnknown`) deletes nothing."""
+    """One manifest CAS for all of `files` (in order), recorded in `dirty_log` when given.
+    Definite failures delete the files; an unknown outcome (`CommitOutcomeUnknown`) deletes
+    nothing."""
     from wal3_spark.committer import Committer
 
-    committer = Committer(store, writer=writer)
+    committer = Committer(store, writer=writer, dirty_log=dirty_log)
     t0 = time.perf_counter()
     try:
         result = committer.commit(

@@ -1,0 +1,195 @@
+"""Log sets on Spark (local[2,4]): batch reads with `_log` pushdown, the stream's fairness, and
+the routing sink (batch and exactly-once streaming) with its errors."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pyarrow as pa
+import pytest
+from pyspark.sql import functions as F
+
+from wal3_spark.dirty import dirty_store, read_dirty
+from wal3_spark.format import MANIFEST_KEY
+from wal3_spark.logset import LogSet
+from wal3_spark.reader import LogReader
+from wal3_spark.spark import offsets_behind
+from wal3_spark.storage import open_store
+from wal3_spark.verify import verify
+from wal3_spark.writer import LogWriter
+
+pytestmark = pytest.mark.timeout(400)
+
+
+def make_logs(prefix: str, sizes: dict[str, int], options: dict | None = None) -> None:
+    for name, n in sizes.items():
+        with LogWriter(f"{prefix}/{name}", options=options) as writer:
+            writer.append(pa.table({"id": pa.array(range(n), pa.int64()), "src": [name] * n}))
+
+
+def read_set(spark, prefix: str, **options):
+    return spark.read.format("wal3").option("logs", options.pop("logs", "*")) \
+        .options(**options).load(prefix)
+
+
+def counts(df) -> dict[str, int]:
+    return {r["_log"]: r["count"] for r in df.groupBy("_log").count().collect()}
+
+
+# --------------------------------------------------------------------------- batch source
+
+
+def test_batch_read_selects_logs_by_all_list_and_glob(spark, tmp_path):
+    prefix = (tmp_path / "set").as_uri()
+    make_logs(prefix, {"a1": 3, "a2": 4, "b1": 5})
+    df = read_set(spark, prefix)
+    assert df.columns == ["id", "src", "_log", "_offset", "_timestamp"]
+    rows = df.collect()
+    assert all(r.src == r._log for r in rows)
+    assert counts(df) == {"a1": 3, "a2": 4, "b1": 5}
+    assert counts(read_set(spark, prefix, logs="a*")) == {"a1": 3, "a2": 4}
+    assert counts(read_set(spark, prefix, logs="b1,a2")) == {"a2": 4, "b1": 5}
+    per_log = read_set(spark, prefix, startingOffsets='{"logs": {"a1": 3, "b1": 5}}',
+                       endingOffsets='{"logs": {"a2": 3}}')
+    assert counts(per_log) == {"a1": 1, "a2": 2, "b1": 1}
+    with pytest.raises(Exception, match=f"no wal3 log at {prefix}/zz"):
+        read_set(spark, prefix, logs="a1,zz").collect()
+
+
+def test_log_filters_read_only_the_named_logs(spark, tmp_path):
+    """A log whose manifest is unreadable fails any query that reads it, so a filtered query
+    that succeeds did not read it; `_offset` filters apply to each log."""
+    prefix = (tmp_path / "set").as_uri()
+    make_logs(prefix, {"a": 10, "b": 20, "c": 30, "broken": 5})
+    store = open_store(f"{prefix}/broken")
+    store.put_if_match(MANIFEST_KEY, b"{not json", store.get(MANIFEST_KEY).etag)
+
+    def df():  # a DataFrame per query: Spark 4.3 reuses a DataFrame's last pushed-down scan
+        return spark.read.format("wal3").schema(
+            "id long, src string, _log string not null, _offset long not null, "
+            "_timestamp timestamp not null").option("logs", "*").load(prefix)
+
+    assert counts(df().where("_log = 'b'")) == {"b": 20}
+    assert counts(df().where(F.col("_log").isin("a", "c") & (F.col("_offset") > 8))) == {
+        "a": 2, "c": 22}
+    assert counts(df().where(F.col("_log").startswith("c"))) == {"c": 30}
+    with pytest.raises(Exception, match=f"{prefix}/broken"):
+        df().count()
+
+
+def test_stream_over_a_log_set_is_fair_to_cold_logs(spark, tmp_path):
+    prefix = (tmp_path / "set").as_uri()
+    make_logs(prefix, {"hot": 5000, **{f"cold{i}": 10 for i in range(8)}})
+    q = (spark.readStream.format("wal3").option("logs", "*").option("maxRecordsPerTrigger", "200")
+         .load(prefix).writeStream.format("memory").queryName("fair_logs")
+         .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start())
+    q.awaitTermination(300)
+    first = q.recentProgress[0]
+    assert first["numInputRows"] == 200
+    assert offsets_behind(first) == 5080 - 200
+    ends = json.loads(first["sources"][0]["endOffset"])["logs"]
+    logs_first = {name for name, end in ends.items() if end > 1}
+    assert logs_first == {"hot", *(f"cold{i}" for i in range(8))}  # every cold log in batch 1
+    total = spark.sql("select _log, count(*) n from fair_logs group by _log").collect()
+    assert {r._log: r.n for r in total} == {"hot": 5000, **{f"cold{i}": 10 for i in range(8)}}
+
+
+# --------------------------------------------------------------------------- routing sink
+
+
+def routed(df, prefix: str, **options) -> None:
+    df.write.format("wal3").mode("append").option("logColumn", "tenant").options(**options) \
+        .save(prefix)
+
+
+def test_routing_100k_rows_over_200_keys(spark, tmp_path):
+    prefix = (tmp_path / "tenants").as_uri()
+    df = spark.range(0, 100_000, numPartitions=2).select(
+        "id", F.format_string("tenant-%03d", F.col("id") % 200).alias("tenant"))
+    routed(df, prefix)
+    names = LogSet(prefix).names()
+    assert len(names) == 200
+    for name in names:
+        url = f"{prefix}/{name}"
+        table = LogReader(open_store(url)).read_table()
+        assert table.num_rows == 500, name
+        assert {i % 200 for i in table.column("id").to_pylist()} == {int(name[-3:])}
+        assert table.column_names == ["id", "_offset", "_timestamp"]  # the key is not stored
+        assert verify(url).ok, name
+    back = read_set(spark, prefix)
+    assert back.count() == 100_000
+    assert back.where(F.format_string("tenant-%03d", F.col("id") % 200) != F.col("_log")).count() == 0
+
+
+def test_routing_on_s3_into_existing_logs_recorded_in_the_dirty_log(spark, seaweed):
+    prefix, options = seaweed.new_url("routing"), dict(seaweed.options)
+    make_logs(prefix, {"t1": 3}, options)
+    df = spark.createDataFrame([(i, "t-x" if i % 2 else "t1", f"s{i}") for i in range(50)],
+                               "id long, tenant string, src string")
+    routed(df, prefix, dirtyLog="true", **options)
+    assert counts(read_set(spark, prefix, **options)) == {"t1": 28, "t-x": 25}
+    for name in ("t1", "t-x"):
+        assert verify(f"{prefix}/{name}", options=options).ok
+    # the single-log sink records its commits too, in the dirty log of the log's parent
+    spark.range(5).write.format("wal3").mode("append").options(**options) \
+        .option("dirtyLog", "true").save(f"{prefix}/orders")
+    assert read_dirty(dirty_store(open_store(prefix, options)), 1)[0] == {
+        "t1": 29, "t-x": 26, "orders": 6}
+    with pytest.raises(Exception, match="invalid log name 'bad name'"):
+        spark.range(5).write.format("wal3").mode("append").options(**options) \
+            .option("dirtyLog", "true").save(f"{prefix}/bad name")
+
+
+@pytest.mark.parametrize("rows, match", [
+    ([(1, "good"), (2, "a/b")], "logColumn 'tenant' holds an invalid log name 'a/b'"),
+    ([(1, "good"), (2, "_dirty")], "reserved"),
+    ([(1, None)], "logColumn 'tenant' is null in 1 row"),
+])
+def test_routing_refuses_bad_keys(spark, tmp_path, rows, match):
+    prefix = (tmp_path / "tenants").as_uri()
+    with pytest.raises(Exception, match=match):
+        routed(spark.createDataFrame(rows, "id long, tenant string"), prefix)
+    assert not os.path.exists(tmp_path / "tenants" / "good" / "manifest")  # nothing committed
+
+
+def test_routing_column_must_be_a_string_column(spark, tmp_path):
+    df = spark.createDataFrame([(1, 2)], "id long, tenant long")
+    with pytest.raises(Exception, match="logColumn 'tenant' is not a string column"):
+        routed(df, (tmp_path / "t").as_uri())
+    with pytest.raises(Exception, match="logColumn 'tenant' is not a column"):
+        routed(spark.range(3), (tmp_path / "t").as_uri())
+
+
+def test_routing_stream_replayed_batch_adds_nothing(spark, tmp_path):
+    source, prefix, ckpt = (tmp_path / "src").as_uri(), (tmp_path / "out").as_uri(), tmp_path / "ck"
+    spark.range(0, 300, numPartitions=2).select(
+        "id", F.format_string("k%d", F.col("id") % 7).alias("tenant")
+    ).write.format("wal3").mode("append").save(source)
+
+    def pipe():
+        q = (spark.readStream.format("wal3").option("maxRecordsPerTrigger", "100").load(source)
+             .drop("_offset", "_timestamp").writeStream.format("wal3")
+             .option("logColumn", "tenant").option("checkpointLocation", str(ckpt))
+             .trigger(availableNow=True).start(prefix))
+        q.awaitTermination(300)
+        if q.exception():
+            raise q.exception()
+
+    pipe()
+    # a crash after the sink committed the last batch but before Spark recorded it
+    commits = ckpt / "commits"
+    last = max(int(p) for p in os.listdir(commits) if p.isdigit())
+    (commits / str(last)).unlink()
+    for crc in commits.glob(f".{last}.crc"):
+        crc.unlink()
+    spark.range(300, 350, numPartitions=1).select(
+        "id", F.format_string("k%d", F.col("id") % 7).alias("tenant")
+    ).write.format("wal3").mode("append").save(source)
+    pipe()
+    back = read_set(spark, prefix)
+    assert sorted(r.id for r in back.select("id").collect()) == list(range(350))
+    for name in LogSet(prefix).names():
+        url = f"{prefix}/{name}"
+        report = verify(url)
+        assert report.ok and not [p for p in report.problems if p.kind == "extra"], name

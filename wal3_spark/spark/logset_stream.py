@@ -1,0 +1,277 @@
+"""Streaming source over a log set: `spark.readStream.format("wal3").option("logs", "*")`.
+
+Offsets are per log, `{"logs": {"a": 17, "b": 3}}`: for each log, the next offset to read. A
+micro-batch reads, for every log, its offsets [start, end). What each decision rests on:
+
+- **Finding what changed** costs O(logs written), not O(logs): each trigger asks
+  `wal3_spark.dirty.changes_since`, which reads the prefix's dirty log (or, at the first look,
+  every `fullScanInterval`, and when there is no dirty log, every manifest in parallel), and
+  only the logs that changed have their manifest read again. A log that disappears, or whose
+  manifest cannot be read, keeps its offset, with a warning naming it; the others go on.
+- **New logs** (in the set, not yet in the offset) join at their oldest offset
+  (`newLogOffsets=latest`: at their tail when found), or at the offset `startingOffsets` names
+  for them. A join is recorded in the offset *before* any of the log's records are read: the
+  join position is then in the checkpoint, so a replayed batch reads exactly the same records
+  (a position derived at planning time would move with garbage collection or appends).
+- **Admission control** (`maxRecordsPerTrigger`, `maxBytesPerTrigger`, `maxFragmentsPerTrigger`)
+  is shared fairly across logs (`fair_share`), so one hot log cannot starve the rest.
+  `minRecordsPerTrigger` counts the records of all logs together.
+- **Trigger.AvailableNow** stops at each log's tail as of `prepareForTriggerAvailableNow`; logs
+  created afterwards wait for the next run.
+- **Data loss is per log**: a log whose offset garbage collection passed fails the query naming
+  the log (`failOnDataLoss=true`) or skips that log ahead with a warning naming it.
+- **Sealed logs** are read to their end (a warning names each once it is).
+- **`cursor`** moves that cursor on every log whose offset a committed batch advanced.
+- **Partitions** pack the fragment ranges of many logs together (`logset_reader`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+
+from pyspark.sql.datasource import DataSourceStreamReader
+from pyspark.sql.streaming.datasource import ReadAllAvailable, SupportsTriggerAvailableNow
+from pyspark.sql.types import StructType
+
+from wal3_spark.cursors import CursorStore
+from wal3_spark.dirty import DirtyPosition, changes_since
+from wal3_spark.errors import DataLost, LogNotFound
+from wal3_spark.format import FIRST_OFFSET
+from wal3_spark.manifest import Manifest
+from wal3_spark.reader import LogReader, iter_fragments
+from wal3_spark.spark.batch_reader import resolve
+from wal3_spark.spark.fair_share import Chunk, Rotation, admit
+from wal3_spark.spark.logset_reader import (
+    LogSetPartition,
+    log_position,
+    partitions_for,
+    read_log_ranges,
+    read_manifests,
+)
+from wal3_spark.spark.options import Wal3Options
+from wal3_spark.spark.source import spark_to_arrow
+from wal3_spark.spark.stream_reader import TriggerDelay, default_read_limit, limits_for
+
+log = logging.getLogger(__name__)
+
+
+def encode(offsets: Mapping[str, int]) -> dict:
+    """A log-set stream offset: logs in name order (Spark stores it as JSON per batch)."""
+    return {"logs": {name: offsets[name] for name in sorted(offsets)}}
+
+
+def decode(offset: Mapping) -> dict[str, int]:
+    return {str(name): int(value) for name, value in offset["logs"].items()}
+
+
+class LogSetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: Wal3Options, schema: StructType,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.options = options
+        self.target = spark_to_arrow(schema)
+        self.delay = TriggerDelay(options, clock)
+        self.rotation = Rotation()
+        self.starting_logs = dict(options.starting_logs)
+        self.log_set = options.log_set()
+        #: where this reader is in the prefix's dirty log (None: the next look is a full scan)
+        self.position: DirtyPosition | None = None
+        #: the highest tail known of each log (from the dirty log, full scans, manifests)
+        self.tails: dict[str, int] = {}
+        #: manifests read (driver); one older than its log's known tail is read again when needed
+        self.manifests: dict[str, Manifest] = {}
+        #: each log's tail as of prepareForTriggerAvailableNow (None: not an AvailableNow run)
+        self.available_now: dict[str, int] | None = None
+        #: offsets the cursor was last moved to (None: not yet in this run)
+        self.cursor_at: dict[str, int] | None = None
+        #: (log, what) already warned about, so a warning is given once per log and run
+        self.warned: set[tuple[str, str]] = set()
+
+    # -- driver: what changed -------------------------------------------------------------
+
+    def _look(self, known: Iterable[str] = ()) -> None:
+        """Learn which logs changed since the last look (`changes_since`: the dirty log, or
+        every manifest at the first look, periodically, and without a dirty log). After a full
+        scan, a log of `known` that is not there any more is warned about."""
+        changes = changes_since(self.log_set, self.position,
+                                full_scan_every_s=self.options.full_scan_interval_ms / 1000)
+        self.position = changes.position
+        for name, tail in changes.tails.items():
+            self.tails[name] = max(tail, self.tails.get(name, 0))
+        if changes.full_scan:
+            for name in set(known) - changes.tails.keys() - changes.failed.keys():
+                self._warn_missing(name)
+
+    def _manifests(self, names: Iterable[str], *, again: bool = False) -> dict[str, Manifest]:
+        """The manifests of `names` that exist: read again when `again` (garbage collection
+        changes a manifest without changing its tail), else only where older than the known
+        tail. Either way only logs that changed or have records to read cost a request."""
+        names = list(names)
+        stale = [n for n in names if again or n not in self.manifests
+                 or self.manifests[n].next_offset < self.tails.get(n, 0)]
+        found = read_manifests(self.log_set, stale, strict=False)
+        for name in stale:
+            if name in found:
+                self.manifests[name] = found[name]
+                self.tails[name] = max(found[name].next_offset, self.tails.get(name, 0))
+            else:
+                self.manifests.pop(name, None)
+        return {n: self.manifests[n] for n in names if n in self.manifests}
+
+    def _start(self, name: str, manifest: Manifest, otherwise: tuple[str, int]) -> int:
+        """Where log `name` starts: the offset startingOffsets names for it, else `otherwise`
+        (startingOffsets for the logs there at the start, newLogOffsets for logs found later)."""
+        offset = self.starting_logs.get(name)
+        position = otherwise if offset is None else ("offset", offset)
+        return resolve(LogReader(self.log_set.log_store(name)), manifest, position,
+                       default=manifest.oldest_offset)
+
+    def _starts(self, names: Iterable[str], otherwise: tuple[str, int]) -> dict[str, int]:
+        """`_start` of each log (an empty one starts at its first offset without a request)."""
+        names = list(names)
+        found = self._manifests(n for n in names if self.tails.get(n, FIRST_OFFSET) > FIRST_OFFSET)
+        return {n: self._start(n, found[n], otherwise) if n in found else FIRST_OFFSET
+                for n in names}
+
+    # -- driver: offsets ------------------------------------------------------------------
+
+    def initialOffset(self) -> dict:
+        self._look()
+        starting = self.options.starting
+        return encode(self._starts(self.tails, ("earliest", 0) if starting[0] == "logs"
+                                   else starting))
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.position = None  # a full scan: every log's tail as of now
+        self._look()
+        self.available_now = dict(self.tails)
+
+    def getDefaultReadLimit(self):
+        return default_read_limit(self.options)
+
+    def reportLatestOffset(self):
+        if self.position is None:
+            self._look()
+        return encode(self.tails)
+
+    def latestOffset(self, start: dict, limit) -> dict:
+        begins = decode(start)
+        self._look(begins)
+        tails = {n: self.tails.get(n, b) for n, b in begins.items()}
+        if self.available_now is not None:
+            tails = {n: min(t, self.available_now.get(n, begins[n])) for n, t in tails.items()}
+        pending = [n for n in begins if tails[n] > begins[n]]
+        manifests = self._manifests(pending, again=True)
+        for name in pending:
+            if name not in manifests:
+                self._warn_missing(name)
+                tails[name] = begins[name]
+                continue
+            begins[name] = self._skip_lost(name, begins[name], manifests[name])
+            tails[name] = min(tails[name], manifests[name].next_offset)
+        joins = self._starts(self._newcomers(begins), (self.options.new_log_offsets, 0))
+        available = sum(tails[n] - begins[n] for n in pending)
+        if available and self.delay.hold_back(available, self.available_now is not None):
+            return start
+        if isinstance(limit, ReadAllAvailable):
+            ends = {n: max(begins[n], tails[n]) for n in begins}
+        else:
+            ends = admit(begins, tails, self._chunks, limits_for(self.options, limit),
+                         self.rotation)
+        self._note_sealed(ends)
+        self.rotation.forget(ends)
+        for name, offset in joins.items():
+            log.info("%s joins the stream at offset %d", self.log_set.log_url(name), offset)
+        return encode({**ends, **joins})
+
+    def _newcomers(self, begins: Mapping[str, int]) -> list[str]:
+        """Logs found that the stream does not read yet (during AvailableNow, only those that
+        existed when it started)."""
+        return [n for n in self.tails if n not in begins
+                and (self.available_now is None or n in self.available_now)]
+
+    def _note_sealed(self, ends: Mapping[str, int]) -> None:
+        for name, end in ends.items():
+            manifest = self.manifests.get(name)
+            if manifest is not None and manifest.sealed and end == manifest.next_offset:
+                self._warn_once(name, "sealed", "%s is sealed and read to its end (offset %d)",
+                                self.log_set.log_url(name), end)
+
+    def _skip_lost(self, name: str, begin: int, manifest: Manifest) -> int:
+        """`begin`, or the log's oldest offset when GC passed it and failOnDataLoss=false."""
+        oldest = manifest.oldest_offset
+        if begin >= oldest:
+            return begin
+        url = self.log_set.log_url(name)
+        if self.options.fail_on_data_loss:
+            raise DataLost(url, begin, oldest)
+        log.warning("%s: offsets [%d, %d) were garbage-collected; this log skips to %d (the other "
+                    "logs of the stream are not affected)", url, begin, oldest, oldest)
+        return oldest
+
+    def _warn_missing(self, name: str) -> None:
+        self._warn_once(name, "missing", "%s has no manifest any more; the stream keeps its "
+                        "offset and goes on with the other logs", self.log_set.log_url(name))
+
+    def _warn_once(self, name: str, what: str, message: str, *args) -> None:
+        if (name, what) not in self.warned:
+            self.warned.add((name, what))
+            log.warning(message, *args)
+
+    def _chunks(self, name: str, begin: int, end: int) -> Iterator[Chunk]:
+        for ref in iter_fragments(self.log_set.log_store(name), self.manifests[name], begin, end):
+            yield Chunk(max(ref.start, begin), min(ref.limit, end), ref.num_bytes)
+
+    def partitions(self, start: dict, end: dict) -> list[LogSetPartition]:
+        begins, ends = decode(start), decode(end)
+        wanted = {n: (begins[n], e) for n, e in ends.items() if n in begins and e > begins[n]}
+        for name, (_, finish) in wanted.items():  # a restarted query replans an older batch
+            self.tails[name] = max(finish, self.tails.get(name, 0))
+        manifests = self._manifests(wanted)
+        planned = {}
+        for name, (begin, finish) in wanted.items():
+            if name not in manifests:
+                raise LogNotFound(self.log_set.log_url(name))
+            ranges = LogReader(self.log_set.log_store(name)).plan(
+                begin, finish, manifest=manifests[name],
+                fail_on_data_loss=self.options.fail_on_data_loss)
+            if ranges:
+                planned[name] = (manifests[name], ranges)
+        return partitions_for(self.options, planned)
+
+    def commit(self, end: dict) -> None:
+        """Move the cursor on every log this run advanced (all logs at a run's first commit)."""
+        name = self.options.cursor
+        if name is None:
+            return
+        ends = decode(end)
+        moved = {n: e for n, e in ends.items()
+                 if self.cursor_at is None or self.cursor_at.get(n) != e}
+        if moved:
+            with ThreadPoolExecutor(min(self.log_set.max_workers, len(moved)),
+                                    thread_name_prefix="wal3-cursor") as pool:
+                list(pool.map(lambda item: self._advance(name, *item), moved.items()))
+        self.cursor_at = ends
+
+    def _advance(self, cursor: str, name: str, offset: int) -> None:
+        store = self.log_set.log_store(name)
+        try:
+            CursorStore(store, writer="wal3-spark stream").advance(cursor, offset)
+        except LogNotFound:
+            self._warn_once(name, "missing", "%s has no manifest any more; cursor %s not moved",
+                            store.url, cursor)
+
+    # -- executors ------------------------------------------------------------------------
+
+    def read(self, partition: LogSetPartition):
+        yield from read_log_ranges(self.options, partition, self.target)
+
+    def stop(self) -> None:
+        self.log_set.store.close()
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["manifests"] = {}
+        return state
