@@ -325,6 +325,7 @@ def _contention_store(backend: str, request: pytest.FixtureRequest, tmp_path: An
     return open_store(seaweed.new_url(request.node.name), seaweed.options)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["local", "s3"])
 def test_concurrent_cas_increments_from_processes_never_lose_an_update(
     backend: str, race: Callable[..., list[Any]], request: pytest.FixtureRequest, tmp_path: Any
@@ -340,6 +341,7 @@ def test_concurrent_cas_increments_from_processes_never_lose_an_update(
     assert sum(conflicts for _, conflicts in results) > 0, "the processes never contended"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("backend", "rounds"), [("local", 10), ("s3", 3)])
 def test_racing_creates_from_processes_have_exactly_one_winner(
     backend: str,

@@ -4,8 +4,12 @@ compare-and-swap really was contended."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.support.workload import assert_exactly_once, expected_bodies, run_processes
 from wal3_spark.storage import open_store
+
+pytestmark = pytest.mark.slow
 
 WRITERS = 8
 COMMITS = 25  # 200 commits, a third of them multi-fragment

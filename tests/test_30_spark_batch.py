@@ -68,6 +68,7 @@ def test_append_then_read_local(spark, log_url):
     assert_roundtrip(spark, log_url)
 
 
+@pytest.mark.s3
 def test_append_then_read_s3(spark, request):
     seaweed = request.getfixturevalue("seaweed")
     assert_roundtrip(spark, seaweed.new_url("spark-batch"), dict(seaweed.options))

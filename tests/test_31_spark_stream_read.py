@@ -134,6 +134,7 @@ def test_stream_unknown_option(spark, log_url):
         q.stop()
 
 
+@pytest.mark.s3
 def test_stream_with_cursor_on_s3(spark, request, tmp_path):
     seaweed = request.getfixturevalue("seaweed")
     url, options = seaweed.new_url("spark-stream"), dict(seaweed.options)

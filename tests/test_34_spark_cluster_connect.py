@@ -13,7 +13,7 @@ import pytest
 
 from tests.support.spark import ROOT, run_spark_script, spark_env
 
-pytestmark = pytest.mark.timeout(400)
+pytestmark = [pytest.mark.timeout(400), pytest.mark.cluster]
 
 CLUSTER_SCRIPT = textwrap.dedent(
     """

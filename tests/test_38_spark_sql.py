@@ -172,6 +172,7 @@ spark.stop()
 """
 
 
+@pytest.mark.s3
 def test_a_table_on_s3_keeps_its_endpoint_and_takes_credentials_from_the_environment(request, tmp_path):
     """The endpoint given at CREATE TABLE reaches every read and INSERT (no AWS_ENDPOINT_URL*
     in the environment); the credentials come from the environment, never the catalog."""

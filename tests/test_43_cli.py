@@ -63,6 +63,7 @@ def url(tmp_path) -> str:
     return str(tmp_path / "log")
 
 
+@pytest.mark.slow
 def test_00_init_info_and_usage_errors(url, tmp_path):
     assert "created raw log" in ok("init", url)
     assert "already exists" in ok("init", url)
@@ -80,6 +81,7 @@ def test_00_init_info_and_usage_errors(url, tmp_path):
     assert "offsets        [1, 1)" in text and "sealed         no" in text
 
 
+@pytest.mark.slow
 def test_01_tail_and_cat_print_json_lines(url, tmp_path):
     writer = LogWriter(open_store(url))
     writer.append([b"hello", "h\u00e9llo".encode(), b"\xff\xfe"])
@@ -101,6 +103,7 @@ def test_01_tail_and_cat_print_json_lines(url, tmp_path):
     assert rows[1]["name"] == "b" and rows[1]["_offset"] == 2
 
 
+@pytest.mark.slow
 def test_02_verify_exit_status(url, tmp_path):
     store = open_store(url)
     LogWriter(store).append([b"a", b"b"])
@@ -117,6 +120,7 @@ def test_02_verify_exit_status(url, tmp_path):
     assert proc.returncode == 1 and "manifest" in proc.stdout
 
 
+@pytest.mark.slow
 def test_03_cursor_commands(url):
     LogWriter(open_store(url)).append([b"r"] * 9)  # offsets [1, 10)
     ok("cursor", "set", url, "reader", "5")
@@ -132,6 +136,7 @@ def test_03_cursor_commands(url):
     assert listed_cursors(url) == {"other": 9}
 
 
+@pytest.mark.slow
 def test_04_gc_dry_run_grace_and_refusal(url):
     store = open_store(url)
     writer = LogWriter(store)
@@ -159,6 +164,7 @@ def test_04_gc_dry_run_grace_and_refusal(url):
     assert json.loads(ok("info", url, "--json"))["oldest_offset"] == 31
 
 
+@pytest.mark.slow
 def test_05_seal_and_copy(url, tmp_path):
     store = open_store(url)
     LogWriter(store).append([b"a", b"b", b"c"])
@@ -180,6 +186,7 @@ def test_05_seal_and_copy(url, tmp_path):
     fails("seal", str(tmp_path / "none"), match="no wal3 log")
 
 
+@pytest.mark.slow
 def test_06_s3_through_environment_and_endpoint_flag(seaweed):
     url = seaweed.new_url("cli")
     env = dict(seaweed.env)

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.support.spark import run_spark_script
 from wal3_spark.cursors import CursorStore
 from wal3_spark.dirty import DirtyLog
@@ -35,6 +37,7 @@ def run(*args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_00_help_and_driver_only_run(tmp_path):
     proc = run("--help")
     assert proc.returncode == 0 and "--prefix" in proc.stdout and "--grace" in proc.stdout
@@ -58,6 +61,7 @@ def test_00_help_and_driver_only_run(tmp_path):
         assert proc.returncode == 2 and "Traceback" not in proc.stderr and bad[0] in proc.stderr, proc.stderr
 
 
+@pytest.mark.slow
 def test_01_a_prefix_is_its_log_set_and_the_dirty_log_narrows_later_runs(tmp_path):
     make_logs(tmp_path)
     proc = run("--prefix", str(tmp_path), "--driver-only", "--grace", "0", "--force")
@@ -86,6 +90,7 @@ def test_01_a_prefix_is_its_log_set_and_the_dirty_log_narrows_later_runs(tmp_pat
     assert "2 logs (every log)" in proc.stderr
 
 
+@pytest.mark.spark
 def test_02_spark_submit_one_log_per_task(tmp_path):
     make_logs(tmp_path)
     proc = run_spark_script([str(JOB), "--prefix", str(tmp_path), "--grace", "0", "--force",

@@ -83,6 +83,7 @@ def append_until(url: str, options: dict, writer: int, stop, refused, results) -
     results.put(acknowledged)
 
 
+@pytest.mark.slow
 def test_02_appender_processes_and_repeated_gc_lose_no_acknowledged_record(store, store_url, store_options):
     """Three appender processes; meanwhile a consumer's cursor follows the tail and GC runs in
     a loop: alternately as `wal3 gc --grace 0` would (the orphan grace floor keeps in-flight

@@ -15,6 +15,8 @@ from wal3_spark.errors import CursorError
 from wal3_spark.storage import open_store
 from wal3_spark.writer import LogWriter
 
+pytestmark = pytest.mark.slow  # every test runs the wal3 command in subprocesses
+
 
 @pytest.fixture
 def url(tmp_path) -> str:

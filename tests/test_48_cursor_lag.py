@@ -83,6 +83,7 @@ def test_02_lag_counts_records_bytes_and_the_age_of_the_last_move():
     assert (late.records_behind, late.bytes_behind) == (36, sum(r.num_bytes for r in refs[1:]))
 
 
+@pytest.mark.slow
 def test_03_info_and_cursor_list_show_lag_as_text_and_json(tmp_path):
     url = str(tmp_path / "log")
     store = open_store(url)
@@ -118,6 +119,7 @@ def test_03_info_and_cursor_list_show_lag_as_text_and_json(tmp_path):
     assert re.search(rf"\n +stalled at 15: 26 records, {stalled_bytes} bytes behind; moved 1h00m ago\n", text), text
 
 
+@pytest.mark.slow
 def test_04_no_cursors_list_nothing(tmp_path):
     url = str(tmp_path / "log")
     LogWriter(open_store(url)).append(b"x")

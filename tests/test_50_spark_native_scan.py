@@ -248,6 +248,7 @@ CONNECT_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.cluster
 def test_10_over_spark_connect(tmp_path, log_url):
     script = tmp_path / "connect_scan.py"
     script.write_text(CONNECT_SCRIPT.format(root=str(ROOT)))

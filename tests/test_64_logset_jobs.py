@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.support.spark import run_spark_script
 from wal3_spark.reader import LogReader
 from wal3_spark.storage import open_store
@@ -38,6 +40,7 @@ def verify(*args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_verify_a_prefix_on_threads(tmp_path: Path) -> None:
     make_set(tmp_path)
     proc = verify("--prefix", str(tmp_path), "--driver-only")
@@ -67,6 +70,7 @@ def test_verify_a_prefix_on_threads(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "go with --prefix" in proc.stderr
 
 
+@pytest.mark.spark
 def test_verify_a_prefix_with_one_spark_task_per_log(tmp_path: Path) -> None:
     make_set(tmp_path)
     break_fragment(tmp_path / "c")

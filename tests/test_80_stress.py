@@ -386,12 +386,15 @@ def _assert_clean_run(summary, required: tuple[str, ...]) -> None:
     assert summary.missing() == [], table
 
 
+@pytest.mark.slow
 def test_20_bounded_stress_run_on_the_local_filesystem(tmp_path: Path) -> None:
     config = replace(BOUNDED, url=file_url(str(tmp_path / "log")))
     summary = run_stress(config, tmp_path / "run", out=open(tmp_path / "out.txt", "w"))
     _assert_clean_run(summary, STORE_FAULTS + (ORPHAN_RACE,) + KILLS + ("gc apply",))
 
 
+@pytest.mark.slow
+@pytest.mark.s3
 def test_21_bounded_stress_run_on_seaweedfs_with_a_server_restart(tmp_path: Path) -> None:
     config = replace(BOUNDED, seaweed_restart_every_s=60.0)  # one restart, at mid-run
     summary = run_stress(config, tmp_path / "run", s3=True, out=open(tmp_path / "out.txt", "w"))

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.support.spark import spark_env
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -53,6 +55,7 @@ def test_03_readme_dirty_log_example_runs():
     assert lines == ["{'acme': 2, 'globex': 2} {'globex': 4}"]
 
 
+@pytest.mark.spark
 def test_04_readme_native_scan_example_runs():
     lines = run_example("Wal3Log.forPath", timeout=300, env=spark_env())
     assert lines[-2:] == ["4 4.0", "[('bob', 2), ('ann', 3)]"]

@@ -1,0 +1,41 @@
+"""pytest plugin: the markers that pick a part of the suite (registered in pyproject.toml).
+
+- `spark`: needs Spark (a JVM). Every test of a `test_NN_spark_*.py` file and every test using
+  the `spark` fixture gets it here, so a new Spark test is marked without remembering to; tests
+  elsewhere that start Spark in a subprocess (spark-submit) carry `@pytest.mark.spark` themselves.
+- `s3`: needs the SeaweedFS server. Tests using the `seaweed` or `s3_store` fixture, and the `s3`
+  case of a backend-parametrized fixture (`store`, `store_url`, `backend`), get it here; tests
+  that ask for the server with `request.getfixturevalue("seaweed")` carry the marker themselves.
+- `cluster`: runs executors in separate processes (`local-cluster`) or over Spark Connect;
+  always marked by hand, always with `spark` too.
+- `slow`: takes tens of seconds or more on two cores (process races, bounded stress runs);
+  marked by hand.
+
+`./dev test -m "not spark"` runs the core; `-m "not spark and not s3 and not slow"` needs
+neither a JVM nor SeaweedFS and runs in seconds.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+_S3_FIXTURES = frozenset({"seaweed", "s3_store"})
+
+
+def _uses_s3(item: pytest.Item) -> bool:
+    if _S3_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        return True
+    callspec = getattr(item, "callspec", None)
+    return callspec is not None and "s3" in callspec.params.values()
+
+
+def _uses_spark(item: pytest.Item) -> bool:
+    return "_spark_" in item.path.name or "spark" in getattr(item, "fixturenames", ())
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if _uses_spark(item):
+            item.add_marker(pytest.mark.spark)
+        if _uses_s3(item):
+            item.add_marker(pytest.mark.s3)
