@@ -51,6 +51,7 @@ CLUSTER_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.cluster
 def test_herd_of_logs_on_local_cluster(tmp_path):
     from tests.support.spark import ROOT
 
