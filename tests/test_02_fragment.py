@@ -1,15 +1,14 @@
 """Fragments: the setsum vectors, the column-major chunk encoding against a per-row reference,
-independence from batching, Parquet round trips, corruption, schema projection and uploads."""
+independence from batching, Parquet round trips, corruption, schema projection and paths
+(UUIDv7: test_04; uploads: test_05)."""
 
 from __future__ import annotations
 
 import decimal
 import io
 import json
-import pickle
 import struct
 import uuid
-from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -20,18 +19,9 @@ from hypothesis import strategies as st
 
 from tests.support.fakes import shared_testdata
 from wal3_spark.chunk_encoding import CHUNK_ROWS, encode_column, structured_setsum
-from wal3_spark.errors import (
-    AmbiguousWrite,
-    CorruptLog,
-    PreconditionFailed,
-    SchemaMismatch,
-    StorageError,
-    TransientError,
-)
+from wal3_spark.errors import CorruptLog, SchemaMismatch
 from wal3_spark.fragment import (
-    EncodedFragment,
     FragmentBuilder,
-    FragmentFile,
     decode_fragment,
     encode_raw,
     encode_table,
@@ -39,11 +29,9 @@ from wal3_spark.fragment import (
     parse_fragment_path,
     project_payload,
     recompute_setsum,
-    write_fragment,
 )
 from wal3_spark.setsum import Setsum
-from wal3_spark.storage import Blob, ObjectMeta, ObjectStore, open_store
-from wal3_spark.uuid7 import new_uuid7, uuid7_timestamp_us
+from wal3_spark.uuid7 import new_uuid7
 
 VECTORS = json.loads(shared_testdata("setsum_vectors.json").read_text())
 RAW_VECTORS = VECTORS["wal3_fragments"]
@@ -51,49 +39,6 @@ STRUCTURED_VECTORS = VECTORS["structured_chunks"]
 TS = 1_700_000_000_123_456
 
 # ----------------------------------------------------------------------------- test helpers
-
-
-class ScriptedStore(ObjectStore):
-    """A fresh `memory://` store whose next `put_if_absent` calls fail as scripted.
-
-    `faults` entries: "landed" (the object is written, then AmbiguousWrite), "lost"
-    (AmbiguousWrite, nothing written) or "drop" (TransientError, nothing written).
-    """
-
-    def __init__(self) -> None:
-        self.inner = open_store(f"memory://fragment-tests-{uuid.uuid4().hex}")
-        self.url = self.inner.url
-        self.faults: list[str] = []
-
-    @property
-    def objects(self) -> dict[str, bytes]:
-        return {meta.key: self.inner.get(meta.key).data for meta in self.inner.list()}
-
-    def put_if_absent(self, key: str, data: bytes) -> str:
-        fault = self.faults.pop(0) if self.faults else None
-        if fault == "lost":
-            raise AmbiguousWrite(key, "timeout")
-        if fault == "drop":
-            raise TransientError("connection refused")
-        etag = self.inner.put_if_absent(key, data)
-        if fault == "landed":
-            raise AmbiguousWrite(key, "timeout")
-        return etag
-
-    def get(self, key: str) -> Blob:
-        return self.inner.get(key)
-
-    def head(self, key: str) -> ObjectMeta:
-        return self.inner.head(key)
-
-    def put_if_match(self, key: str, data: bytes, etag: str) -> str:
-        return self.inner.put_if_match(key, data, etag)
-
-    def list(self, prefix: str = "") -> Iterator[ObjectMeta]:
-        return self.inner.list(prefix)
-
-    def delete(self, key: str) -> None:
-        self.inner.delete(key)
 
 
 def u64_be(value: int) -> bytes:
@@ -786,7 +731,7 @@ def test_project_payload_rejects_what_it_cannot_fill():
         project_payload(payload, pa.schema([pa.field("a", pa.list_(pa.int64()))]))
 
 
-# ------------------------------------------------------------------------ paths and uploads
+# ------------------------------------------------------------------------------ paths
 
 
 def test_fragment_paths():
@@ -799,82 +744,6 @@ def test_fragment_paths():
     for bad in ["log/Uuid=nope.parquet", "manifest/MANIFEST", f"x/Uuid={u}.parquet"]:
         with pytest.raises(ValueError):
             parse_fragment_path(bad)
-
-
-@given(st.integers(min_value=0, max_value=(1 << 48) * 1000 - 1))
-def test_uuid7_carries_the_exact_timestamp(timestamp_us):
-    u = new_uuid7(timestamp_us)
-    assert u.version == 7 and u.variant == uuid.RFC_4122
-    assert uuid7_timestamp_us(u) == timestamp_us
-    assert uuid7_timestamp_us(str(u)) == timestamp_us
-
-
-def test_uuid7_ordering_randomness_and_non_v7():
-    assert new_uuid7(TS) != new_uuid7(TS)
-    assert new_uuid7(TS) < new_uuid7(TS + 1000)
-    assert uuid7_timestamp_us(uuid.uuid4()) is None
-    assert uuid7_timestamp_us("not a uuid") is None
-    foreign = uuid.UUID(int=(1234 << 80) | (0x7 << 76) | (0xFFF << 64) | (0b10 << 62))
-    assert uuid7_timestamp_us(foreign) == 1234 * 1000
-    with pytest.raises(ValueError):
-        new_uuid7(-1)
-
-
-def test_write_fragment():
-    store = ScriptedStore()
-    encoded = encode_raw([b"a", b"b"], TS)
-    file = write_fragment(store, encoded)
-    assert store.objects[file.path] == encoded.data
-    assert file.path == fragment_path(file.uuid)
-    assert uuid7_timestamp_us(file.uuid) == TS == file.timestamp_us
-    assert (file.records, file.num_bytes, file.setsum) == (2, len(encoded.data), encoded.setsum)
-    assert write_fragment(store, encoded).path != file.path
-
-
-def test_fragment_file_pickles_small():
-    file = write_fragment(ScriptedStore(), encode_raw([b"a"], TS))
-    blob = pickle.dumps(file)
-    assert pickle.loads(blob) == file
-    assert len(blob) < 400, len(blob)
-
-
-@pytest.mark.parametrize(
-    "faults",
-    [["landed"], ["lost"], ["drop"], ["lost", "landed"], ["landed", "lost"], ["drop", "lost", "landed"]],
-)
-def test_write_fragment_resolves_ambiguous_writes(faults):
-    store = ScriptedStore()
-    store.faults = list(faults)
-    encoded = encode_raw([b"a"], TS)
-    file = write_fragment(store, encoded)
-    assert store.objects == {file.path: encoded.data}
-
-
-@pytest.mark.parametrize("fault,error", [("lost", AmbiguousWrite), ("drop", TransientError)])
-def test_write_fragment_gives_up_after_its_attempts(fault, error):
-    store = ScriptedStore()
-    store.faults = [fault] * 3
-    with pytest.raises(error):
-        write_fragment(store, encode_raw([b"a"], TS), attempts=3)
-    assert store.objects == {}
-
-
-def test_write_fragment_refuses_a_path_holding_other_bytes(monkeypatch):
-    store = ScriptedStore()
-    fixed = new_uuid7(TS)
-    monkeypatch.setattr("wal3_spark.fragment.new_uuid7", lambda _ts: fixed)
-    write_fragment(store, encode_raw([b"a"], TS))
-    with pytest.raises(PreconditionFailed):
-        write_fragment(store, encode_raw([b"b"], TS))
-    store.faults = ["lost"]
-    with pytest.raises(StorageError, match="did not write"):
-        write_fragment(store, encode_raw([b"b"], TS))
-
-
-def test_encoded_fragment_is_plain_data():
-    encoded = encode_raw([b"a"], TS)
-    assert isinstance(encoded, EncodedFragment) and isinstance(encoded.data, bytes)
-    assert isinstance(write_fragment(ScriptedStore(), encoded), FragmentFile)
 
 
 def test_a_rejected_batch_adds_nothing():

@@ -1,5 +1,5 @@
 """The commit protocol on the in-memory store: creation, placement, idempotence, seal, schema,
-ambiguity (the batched LogWriter: test_25)."""
+ambiguity (the batched LogWriter: test_25; cursors: test_28; reads below the oldest offset: test_29)."""
 
 from __future__ import annotations
 
@@ -10,15 +10,7 @@ import pyarrow as pa
 import pytest
 
 from wal3_spark.committer import Committer
-from wal3_spark.cursors import CursorStore
-from wal3_spark.errors import (
-    AmbiguousWrite,
-    CursorError,
-    DataLost,
-    LogNotFound,
-    LogSealed,
-    SchemaMismatch,
-)
+from wal3_spark.errors import AmbiguousWrite, LogNotFound, LogSealed, SchemaMismatch
 from wal3_spark.format import MANIFEST_KEY
 from wal3_spark.manifest import SnapshotOptions
 from wal3_spark.reader import LogReader
@@ -163,40 +155,3 @@ def test_10_snapshots_roll_during_commits_and_reads_are_unchanged(store):
     table = LogReader(store).read_table()
     assert table.column("body").to_pylist() == [f"r{i}".encode() for i in range(40)]
     assert LogReader(store).read_table(17, 20).column("_offset").to_pylist() == [17, 18, 19]
-
-
-def test_12_cursors_move_forward_by_cas(store):
-    LogWriter(store).append([b"r"] * 10)  # offsets [1, 11): cursors stay within them
-    cursors = CursorStore(store)
-    cursors.advance("billing", 5)
-    cursors.advance("billing", 3)  # never backwards
-    assert cursors.get("billing").cursor.offset == 5
-    with pytest.raises(CursorError, match="refusing"):
-        cursors.move("billing", 2)
-    stale = cursors.get("billing")
-    cursors.move("billing", 9)
-    with pytest.raises(CursorError, match="moved by someone else"):
-        cursors.move("billing", 10, expected=stale)
-    cursors.create("audit", 1)
-    assert sorted(s.name for s in cursors.list()) == ["audit", "billing"]
-    assert cursors.lowest() == 1
-    cursors.delete("audit")
-    assert [s.name for s in cursors.list()] == ["billing"]
-    with pytest.raises(CursorError, match="invalid cursor name"):
-        cursors.get("../escape")
-
-
-def test_13_reading_below_the_oldest_offset_is_data_loss(store):
-    from dataclasses import replace
-
-    LogWriter(store).append([b"a", b"b"])
-    LogWriter(store).append([b"c"])
-    committer = Committer(store)
-    manifest = committer.manifest()
-    dropped = manifest.fragments[0]
-    committer.update(lambda m: replace(m, fragments=m.fragments[1:], collected=m.collected + dropped.setsum,
-                                       initial_offset=3) if m.initial_offset is None else None)
-    with pytest.raises(DataLost, match=r"offsets \[1, 3\)"):
-        list(LogReader(store).read(1))
-    table = pa.Table.from_batches(list(LogReader(store).read(1, fail_on_data_loss=False)))
-    assert table.column("body").to_pylist() == [b"c"]

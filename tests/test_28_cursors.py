@@ -1,0 +1,41 @@
+"""Cursors on the in-memory store: a consumer's position moves forward by compare-and-swap, never
+backwards, and names are checked (validation of bad cursor objects: test_46; lag: test_48)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from wal3_spark.cursors import CursorStore
+from wal3_spark.errors import CursorError
+from wal3_spark.storage import open_store
+from wal3_spark.writer import LogWriter
+
+_names = itertools.count()
+
+
+@pytest.fixture
+def store():
+    return open_store(f"memory://cursors-{next(_names)}")
+
+
+def test_00_cursors_move_forward_by_cas(store):
+    LogWriter(store).append([b"r"] * 10)  # offsets [1, 11): cursors stay within them
+    cursors = CursorStore(store)
+    cursors.advance("billing", 5)
+    cursors.advance("billing", 3)  # never backwards
+    assert cursors.get("billing").cursor.offset == 5
+    with pytest.raises(CursorError, match="refusing"):
+        cursors.move("billing", 2)
+    stale = cursors.get("billing")
+    cursors.move("billing", 9)
+    with pytest.raises(CursorError, match="moved by someone else"):
+        cursors.move("billing", 10, expected=stale)
+    cursors.create("audit", 1)
+    assert sorted(s.name for s in cursors.list()) == ["audit", "billing"]
+    assert cursors.lowest() == 1
+    cursors.delete("audit")
+    assert [s.name for s in cursors.list()] == ["billing"]
+    with pytest.raises(CursorError, match="invalid cursor name"):
+        cursors.get("../escape")
