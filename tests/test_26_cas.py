@@ -15,6 +15,7 @@ import pytest
 from wal3_spark.cas import CasObject, CasPolicy, Outcome
 from wal3_spark.errors import AmbiguousWrite, CommitFailed, TransientError
 from wal3_spark.storage import FaultyStore, LateLandingStore, MemoryStore
+from wal3_spark.storage.forwarding import ForwardingStore
 
 KEY = "tokens"
 
@@ -159,3 +160,91 @@ def test_07_racing_threads_through_every_fault_append_each_token_at_most_once(in
     assert set(got) <= set(outcomes)
     assert late.counts["landed"] > 0 and late.counts["condition_lost"] > 0, late.counts
     assert faulty.counts["timeout_after_write"] > 0 and faulty.counts["error_5xx"] > 0
+
+
+def test_08_a_transient_error_after_an_ambiguous_write_ends_in_unknown_not_in_that_error(inner):
+    """Review of issue 7, finding 2: after a write that may still land, a TransientError (here
+    from `prepare`, as when the retry's snapshot write fails) means "nothing changed" to the
+    caller, who retries: the change would be applied twice. The loop must end in UNKNOWN."""
+    inner.put_if_absent(KEY, b"[]")
+    late = LateLandingStore(inner, keys=[KEY], writes=[1], land="manual")
+    calls = []
+
+    def prepare(value):
+        calls.append(value)
+        if len(calls) > 1:  # every attempt after the lost one
+            raise TransientError("injected: the store drops writes")
+        return value
+
+    result = tokens_object(late, max_attempts=3).apply(
+        lambda v: v + ["a"] if "a" not in v else None, landed=lambda v: "a" in (v or []), prepare=prepare
+    )
+    assert result.outcome is Outcome.UNKNOWN and isinstance(result.cause, TransientError)
+    late.land_all()
+    assert stored(inner) == ["a"]
+
+
+def test_09_a_check_that_fails_transiently_is_repeated_on_a_fresh_read(inner):
+    inner.put_if_absent(KEY, b"[]")
+    late = LateLandingStore(inner, keys=[KEY], writes=[1], land="after_get")
+    checks = []
+
+    def landed(value):
+        checks.append(value)
+        if len(checks) <= 2:
+            raise TransientError("injected: what the check reads is unavailable")
+        return "a" in (value or [])
+
+    result = tokens_object(late).apply(lambda v: v + ["a"] if "a" not in v else None, landed=landed)
+    assert result.outcome is Outcome.WRITTEN and result.attempts == 1  # found, never written twice
+    assert len(checks) == 3 and stored(inner) == ["a"]
+
+
+def test_10_a_refusal_after_an_ambiguous_write_that_may_land_is_unknown(inner):
+    inner.put_if_absent(KEY, b"[]")
+    late = LateLandingStore(inner, keys=[KEY], writes=[1], land="manual")
+    decisions = []
+
+    def decide(value):
+        decisions.append(value)
+        if len(decisions) > 1:
+            raise ValueError("injected: a refusal")
+        return value + ["a"]
+
+    result = tokens_object(late).apply(decide, landed=lambda v: "a" in (v or []))
+    assert result.outcome is Outcome.UNKNOWN and isinstance(result.cause, ValueError)
+
+
+class BytesRepeat(ForwardingStore):
+    """The object goes A -> B -> A (the same bytes, so the same ETag) around a lost write
+    conditioned on A, which then lands: its condition came back."""
+
+    def __init__(self, late: LateLandingStore, inner) -> None:
+        super().__init__(late)
+        self.late, self.base, self.step = late, inner, 0
+
+    def get(self, key):
+        if self.step == 0 and self.late.pending:
+            self.step = 1
+            self.base.put_if_match(key, b'["rival"]', self.base.head(key).etag)  # A -> B
+        return self.inner.get(key)
+
+    def put_if_match(self, key, data, etag):
+        if self.step == 1:
+            self.step = 2
+            self.base.put_if_match(key, b"[]", self.base.head(key).etag)  # B -> A
+            self.late.land_all()  # the lost write lands on A
+        return self.inner.put_if_match(key, data, etag)
+
+
+def test_11_a_lost_write_is_looked_for_on_every_read_even_after_its_condition_went_away(inner):
+    """Review of issue 7, finding 3: "another version was read, so the lost write can never
+    land" is false when the bytes come back. A decision that does not itself look for the change
+    (a commit places its fragments at the tail) must not be taken on a version holding it."""
+    inner.put_if_absent(KEY, b"[]")
+    late = LateLandingStore(inner, keys=[KEY], writes=[1], land="manual")
+    store = BytesRepeat(late, inner)
+    result = tokens_object(store).apply(lambda v: v + ["a"], landed=lambda v: "a" in (v or []))
+    assert store.step == 2 and late.counts["landed"] == 1, late.counts  # the scenario happened
+    assert result.outcome is Outcome.WRITTEN
+    assert stored(inner) == ["a"]

@@ -77,6 +77,8 @@ class CasResult(Generic[T]):
     current: Versioned[T] | None
     attempts: int
     conflicts: int
+    #: UNKNOWN: the error that ended the attempt to find out (None: the attempts ran out)
+    cause: BaseException | None = None
 
 
 @dataclass(frozen=True)
@@ -169,35 +171,52 @@ class CasObject(Generic[T]):
         delays = policy.delays()
         sent: list[bytes] = []
         lost_on: str | None = _NO_LOST_WRITE  # the version a lost write may still land on
-        attempts = conflicts = 0
+        attempts = conflicts = failures = 0  # failures: rounds ended by a transient error
+        error: BaseException | None = None  # the last transient error
         current = self.last if self.known else self._read(deadline, delays, lost_on)
 
-        def result(outcome: Outcome) -> CasResult[T]:
-            return CasResult(outcome, current, attempts, conflicts)
+        def result(outcome: Outcome, cause: BaseException | None = None) -> CasResult[T]:
+            return CasResult(outcome, current, attempts, conflicts, cause)
+
+        def out_of_time() -> bool:
+            return attempts + failures >= policy.max_attempts or time.monotonic() > deadline
 
         while True:
-            if lost_on is not _NO_LOST_WRITE:
-                value = current.value if current is not None else None
-                found = landed(value) if landed is not None else _sent(current, sent)
+            if sent:  # an ambiguous write was sent: look for it in every version read since
+                try:
+                    found = self._landed(current, landed, sent)
+                except TransientError as exc:  # e.g. a snapshot the check reads: read again
+                    failures += 1
+                    if out_of_time():
+                        return result(Outcome.UNKNOWN, exc)
+                    log.warning("%s: could not check whether %s landed: %s", self.store.url, self.key, exc)
+                    time.sleep(next(delays))
+                    try:
+                        current = self._read(deadline, delays, lost_on or _version(current))
+                    except _Unreadable as unreadable:
+                        return result(Outcome.UNKNOWN, unreadable.__cause__)
+                    continue
+                except Exception as exc:  # noqa: BLE001 (whether it landed is unknown: say so)
+                    return result(Outcome.UNKNOWN, exc)
                 if found is None:
                     return result(Outcome.UNKNOWN)
                 if found:
                     log.info("%s: the ambiguous write of %s had landed", self.store.url, self.key)
                     return result(Outcome.WRITTEN)
-                if _version(current) != lost_on:
+                if lost_on is not _NO_LOST_WRITE and _version(current) != lost_on:
                     lost_on = _NO_LOST_WRITE  # its condition is gone: it can never land
-            if attempts >= policy.max_attempts or time.monotonic() > deadline:
+            if out_of_time():
                 break
-            new = decide(current.value if current is not None else None)
-            if new is None:
-                return result(Outcome.UNKNOWN if lost_on is not _NO_LOST_WRITE else Outcome.NOTHING_TO_DO)
-            if prepare is not None:
-                new = prepare(new)
-            if self.validate is not None:
-                self.validate(new)
-            data = self.serialise(new)
-            attempts += 1
             try:
+                new = decide(current.value if current is not None else None)
+                if new is None:
+                    return result(Outcome.UNKNOWN if lost_on is not _NO_LOST_WRITE else Outcome.NOTHING_TO_DO)
+                if prepare is not None:
+                    new = prepare(new)
+                if self.validate is not None:
+                    self.validate(new)
+                data = self.serialise(new)
+                attempts += 1
                 self.requests["put"] += 1
                 if current is None:
                     etag = self.store.put_if_absent(self.key, data)
@@ -215,19 +234,38 @@ class CasObject(Generic[T]):
                 sent.append(data)
                 lost_on = _version(current)
             except TransientError as exc:
+                if not sent and attempts == 0:
+                    raise  # nothing was sent yet: known not to have changed anything
+                failures, error = failures + 1, exc
                 log.warning("%s: transient error writing %s: %s", self.store.url, self.key, exc)
                 time.sleep(next(delays))
+            except Exception as exc:  # noqa: BLE001 (a refusal, unless a lost write may land)
+                if lost_on is _NO_LOST_WRITE:
+                    raise
+                return result(Outcome.UNKNOWN, exc)
             try:
                 current = self._read(deadline, delays, lost_on)
-            except _Unreadable:
-                return result(Outcome.UNKNOWN)
+            except _Unreadable as exc:
+                return result(Outcome.UNKNOWN, exc.__cause__)
+            except Exception as exc:  # noqa: BLE001 (a broken object, unless a lost write may land)
+                if lost_on is _NO_LOST_WRITE:
+                    raise
+                return result(Outcome.UNKNOWN, exc)
         if lost_on is not _NO_LOST_WRITE:
-            return result(Outcome.UNKNOWN)
+            return result(Outcome.UNKNOWN, error)
         raise self.gave_up(
             f"gave up writing {self.key} of {self.store.url} after {attempts} attempts "
             f"({conflicts} conflicts); nothing was written. Too many concurrent writers, or the "
             "store is failing: retry"
-        )
+        ) from error
+
+    def _landed(
+        self, current: Versioned[T] | None, landed: Callable[[T | None], bool | None] | None, sent: list[bytes]
+    ) -> bool | None:
+        """Whether the ambiguous write's change is in `current`; may raise what `landed` raises."""
+        if landed is None:
+            return _sent(current, sent)
+        return landed(current.value if current is not None else None)
 
     def _read(self, deadline: float, delays: Iterator[float], lost_on: str | None) -> Versioned[T] | None:
         """Read, riding out transient errors until the deadline. Past it, the error propagates,
