@@ -13,7 +13,7 @@ import pytest
 from wal3_spark import committer as committer_module
 from wal3_spark.committer import Committer, roll_snapshots, write_snapshot
 from wal3_spark.cursors import CursorStore
-from wal3_spark.errors import CommitOutcomeUnknown
+from wal3_spark.errors import CommitOutcomeUnknown, TransientError
 from wal3_spark.format import MANIFEST_KEY
 from wal3_spark.gc import GarbageCollector
 from wal3_spark.manifest import Manifest, Snapshot, SnapshotOptions
@@ -171,3 +171,54 @@ def test_06_a_snapshot_path_holding_other_offsets_is_not_ours_but_the_same_one_i
     assert rolled.snapshots[0].path_to_snapshot != ours.path  # a variant with one child fewer
     assert [load_snapshot(store, p).pointer() for p in rolled.snapshots] == list(rolled.snapshots)
     rolled.scrub()
+
+
+class SnapshotReadsFail(ForwardingStore):
+    """Snapshot GETs fail transiently (`times` times; None: always)."""
+
+    def __init__(self, inner, times: int | None) -> None:
+        super().__init__(inner)
+        self.left = times
+
+    def get(self, key):
+        if key.startswith("snapshot/") and (self.left is None or self.left > 0):
+            self.left = None if self.left is None else self.left - 1
+            raise TransientError(f"injected: get {key} failed after the store's retries")
+        return self.inner.get(key)
+
+
+@pytest.mark.parametrize("times", [2, None])
+def test_07_a_landed_commit_whose_check_cannot_read_a_snapshot_is_never_a_transient_error(store, times):
+    """Review of issue 7, finding 2: the late write landed and rolled the fragments into a
+    snapshot; looking for them there failed transiently, and that TransientError ("nothing
+    changed") escaped the commit: a caller retrying on it appended the records twice."""
+    LogWriter(store).append(b"r0")
+    late = late_manifest_writes(SnapshotReadsFail(store, times), writes=[1], land="after_get")
+    committer = Committer(late, snapshot_options=SMALL_ROLLS, max_attempts=6)
+    files = one_per_record(store, b"r1", b"r2", b"r3")
+    if times is None:
+        with pytest.raises(CommitOutcomeUnknown, match="wal3 verify"):
+            committer.commit(files)
+    else:
+        result = committer.commit(files)
+        assert (result.start, result.limit) == (2, 5)
+    assert late.counts["landed"] == 1, late.counts
+    assert bodies(store) == [b"r0", b"r1", b"r2", b"r3"]
+
+
+def test_08_an_empty_append_writes_nothing_so_manifest_bytes_never_repeat(store):
+    """Review of issue 7, finding 3: an empty append rewrote the manifest with only its `writer`
+    changed, so writers X and Y alternating empty appends took it A -> B -> A, and a lost write
+    conditioned on A could land after the committer had concluded it never would."""
+    x, y = LogWriter(store, writer="X"), LogWriter(store, writer="Y")
+    x.append([b"r0"])
+    before = store.head(MANIFEST_KEY).etag
+    assert (y.append([]).start, x.append([]).limit) == (2, 2)
+    assert y.submit([]).result().start == 2
+    empty = Committer(store, writer="Z").commit([])
+    assert (empty.start, empty.limit, empty.duplicate) == (2, 2, False)
+    assert store.head(MANIFEST_KEY).etag == before
+    fresh = open_store(f"memory://certainty-{next(_names)}")
+    assert Committer(fresh).commit([]).limit == 1 and LogReader(fresh).manifest().next_offset == 1
+    assert Committer(fresh).commit([], app_id="q", version=3).duplicate is False  # records the txn
+    assert LogReader(fresh).manifest().txns["q"].version == 3

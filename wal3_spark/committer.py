@@ -169,7 +169,7 @@ class Committer:
             raise CommitOutcomeUnknown(
                 f"could not establish whether the log at {self.url} was created (the store kept "
                 "failing): run `wal3 info` on it, or retry"
-            )
+            ) from result.cause
         if result.outcome is Outcome.WRITTEN:
             log.info("created log %s", self.url)
         return result.current.value, result.current.etag
@@ -219,6 +219,7 @@ class Committer:
         placed: dict[str, int] = {}
 
         def decide(current: Manifest | None) -> Manifest | None:
+            absent = current is None
             if current is None:
                 if not create:
                     raise LogNotFound(self.url)
@@ -242,6 +243,8 @@ class Committer:
             placed["start"] = current.next_offset
             txn_entry = (app_id, Txn(version, now_us())) if app_id is not None else None
             changed = new_schema is not None and new_schema != current.arrow_schema()
+            if not fragments and txn_entry is None and not changed and not absent:
+                return None  # nothing to record: rewriting the same state could repeat bytes (ABA)
             return current.with_fragments(
                 fragments, self.writer, txn=txn_entry, schema=new_schema if changed else None
             )
@@ -262,8 +265,11 @@ class Committer:
 
         result = self._manifest.apply(decide, landed=landed, prepare=self._roll_snapshots)
         if result.outcome is Outcome.UNKNOWN:
-            raise CommitOutcomeUnknown(_unknown_message(self.url, paths, app_id, version))
+            raise CommitOutcomeUnknown(_unknown_message(self.url, paths, app_id, version)) from result.cause
         assert result.current is not None
+        if result.outcome is Outcome.NOTHING_TO_DO and app_id is None:  # an empty commit
+            tail = result.current.value.next_offset
+            return CommitResult(tail, tail, result.current.value, attempts=0)
         if result.outcome is Outcome.NOTHING_TO_DO:
             log.info("%s: txn %s version %s already committed; skipped", self.url, app_id, version)
             return CommitResult(0, 0, result.current.value, duplicate=True,
@@ -312,7 +318,7 @@ class Committer:
             raise CommitOutcomeUnknown(
                 f"a manifest update of {self.url} may or may not have landed (the store kept "
                 "failing until the deadline); run `wal3 info` on it to see, then retry"
-            )
+            ) from result.cause
         return result
 
     def _roll_snapshots(self, manifest: Manifest) -> Manifest:
