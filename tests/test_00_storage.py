@@ -78,7 +78,7 @@ def s3_store(seaweed: SeaweedServer, request: pytest.FixtureRequest) -> Iterator
 # ------------------------------------------------------------------------------ semantics
 
 
-def test_missing_objects_raise_object_not_found(store: ObjectStore) -> None:
+def test_00_missing_objects_raise_object_not_found(store: ObjectStore) -> None:
     for call in (
         store.get,
         store.head,
@@ -92,7 +92,7 @@ def test_missing_objects_raise_object_not_found(store: ObjectStore) -> None:
     store.delete("no/such/key")  # deleting a missing object is fine
 
 
-def test_put_if_absent_creates_exactly_once(store: ObjectStore) -> None:
+def test_01_put_if_absent_creates_exactly_once(store: ObjectStore) -> None:
     etag = store.put_if_absent("a/b", b"first")
     assert etag == md5(b"first")
     with pytest.raises(PreconditionFailed):
@@ -102,7 +102,7 @@ def test_put_if_absent_creates_exactly_once(store: ObjectStore) -> None:
     assert store.exists("a/b")
 
 
-def test_empty_and_large_objects_round_trip(store: ObjectStore) -> None:
+def test_02_empty_and_large_objects_round_trip(store: ObjectStore) -> None:
     assert store.put_if_absent("empty", b"") == md5(b"")
     assert store.get("empty").data == b""
     big = random.Random(7).randbytes(5 * 1024 * 1024 + 3)
@@ -112,7 +112,7 @@ def test_empty_and_large_objects_round_trip(store: ObjectStore) -> None:
     assert blob.data == big and blob.etag == md5(big)
 
 
-def test_put_if_match_is_compare_and_swap_on_the_etag(store: ObjectStore) -> None:
+def test_03_put_if_match_is_compare_and_swap_on_the_etag(store: ObjectStore) -> None:
     e1 = store.put_if_absent("counter", b"1")
     with pytest.raises(PreconditionFailed):
         store.put_if_match("counter", b"2", md5(b"something else"))
@@ -127,7 +127,7 @@ def test_put_if_match_is_compare_and_swap_on_the_etag(store: ObjectStore) -> Non
     assert store.put_if_match("counter", b"3", e3) == e3
 
 
-def test_put_if_match_on_a_missing_object_fails(store: ObjectStore) -> None:
+def test_04_put_if_match_on_a_missing_object_fails(store: ObjectStore) -> None:
     with pytest.raises(PreconditionFailed):
         store.put_if_match("never/written", b"x", md5(b"x"))
     etag = store.put_if_absent("gone", b"x")
@@ -137,7 +137,7 @@ def test_put_if_match_on_a_missing_object_fails(store: ObjectStore) -> None:
     assert not store.exists("gone")
 
 
-def test_delete_then_recreate(store: ObjectStore) -> None:
+def test_05_delete_then_recreate(store: ObjectStore) -> None:
     store.put_if_absent("k", b"1")
     store.delete("k")
     with pytest.raises(ObjectNotFound):
@@ -147,14 +147,14 @@ def test_delete_then_recreate(store: ObjectStore) -> None:
     assert store.get("k").data == b"2"
 
 
-def test_head_reports_size_etag_and_mtime(store: ObjectStore) -> None:
+def test_06_head_reports_size_etag_and_mtime(store: ObjectStore) -> None:
     store.put_if_absent("dir/obj", b"hello")
     meta = store.head("dir/obj")
     assert (meta.key, meta.size, meta.etag) == ("dir/obj", 5, md5(b"hello"))
     assert abs(meta.last_modified - time.time()) < 300
 
 
-def test_list_is_recursive_sorted_relative_and_prefix_filtered(store: ObjectStore) -> None:
+def test_07_list_is_recursive_sorted_relative_and_prefix_filtered(store: ObjectStore) -> None:
     keys = ["b", "a/c/d", "ab", "a-c", "a/b"]
     for key in keys:
         store.put_if_absent(key, key.encode())
@@ -170,7 +170,7 @@ def test_list_is_recursive_sorted_relative_and_prefix_filtered(store: ObjectStor
     assert "ab" not in [m.key for m in store.list()]
 
 
-def test_list_children_names_the_directories_directly_under_a_prefix(store: ObjectStore) -> None:
+def test_08_list_children_names_the_directories_directly_under_a_prefix(store: ObjectStore) -> None:
     keys = ["a/manifest/MANIFEST", "a/log/f1", "a-b/x", "b/c/d/e", "top", "b/c/f", "_dirty/m"]
     for key in keys:
         store.put_if_absent(key, b"")
@@ -184,7 +184,7 @@ def test_list_children_names_the_directories_directly_under_a_prefix(store: Obje
             list(store.list_children(bad))
 
 
-def test_list_children_of_a_prefixed_store_are_relative(store: ObjectStore) -> None:
+def test_09_list_children_of_a_prefixed_store_are_relative(store: ObjectStore) -> None:
     for key in ("logs/a/manifest/MANIFEST", "logs/b/log/f", "other/c/x"):
         store.put_if_absent(key, b"1")
     logs = PrefixedStore(store, "logs")
@@ -202,7 +202,7 @@ def test_list_children_of_a_prefixed_store_are_relative(store: ObjectStore) -> N
     assert not store.exists("logs/a/log/f")
 
 
-def test_stores_are_isolated_by_root(store: ObjectStore) -> None:
+def test_10_stores_are_isolated_by_root(store: ObjectStore) -> None:
     sibling = open_store(store.url + "-sibling", _options_for(store))
     child = open_store(join_url(store.url, "child"), _options_for(store))
     sibling.put_if_absent("x", b"s")
@@ -236,7 +236,7 @@ def _options_for(store: ObjectStore) -> dict[str, str]:
         (-20, 3, b"012"),
     ],
 )
-def test_get_range(store: ObjectStore, start: int, length: int, expected: bytes) -> None:
+def test_11_get_range(store: ObjectStore, start: int, length: int, expected: bytes) -> None:
     store.put_if_absent("digits", b"0123456789")
     store.put_if_absent("empty", b"")
     assert store.get_range("digits", start, length) == expected
@@ -244,7 +244,7 @@ def test_get_range(store: ObjectStore, start: int, length: int, expected: bytes)
 
 
 @pytest.mark.parametrize("key", ["", "/a", "a/", "a//b", "a/../b", ".hidden", "a/.tmp"])
-def test_invalid_keys_are_rejected_everywhere(store: ObjectStore, key: str) -> None:
+def test_12_invalid_keys_are_rejected_everywhere(store: ObjectStore, key: str) -> None:
     for call in (
         lambda: store.get(key),
         lambda: store.put_if_absent(key, b"x"),
@@ -327,7 +327,7 @@ def _contention_store(backend: str, request: pytest.FixtureRequest, tmp_path: An
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["local", "s3"])
-def test_concurrent_cas_increments_from_processes_never_lose_an_update(
+def test_13_concurrent_cas_increments_from_processes_never_lose_an_update(
     backend: str, race: Callable[..., list[Any]], request: pytest.FixtureRequest, tmp_path: Any
 ) -> None:
     increments = 25
@@ -343,7 +343,7 @@ def test_concurrent_cas_increments_from_processes_never_lose_an_update(
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("backend", "rounds"), [("local", 10), ("s3", 3)])
-def test_racing_creates_from_processes_have_exactly_one_winner(
+def test_14_racing_creates_from_processes_have_exactly_one_winner(
     backend: str,
     rounds: int,
     race: Callable[..., list[Any]],
@@ -390,7 +390,7 @@ def _churn_worker(args: tuple[ObjectStore, str, int, int]) -> tuple[list[bytes],
     return replaced, conflicts, deletes
 
 
-def test_local_cas_racing_deletes_and_recreates_never_wins_twice_from_one_version(
+def test_15_local_cas_racing_deletes_and_recreates_never_wins_twice_from_one_version(
     race: Callable[..., list[Any]], tmp_path: Any
 ) -> None:
     # deletes remove the key's lock file while other processes wait on it: a CAS must still be
@@ -405,7 +405,7 @@ def test_local_cas_racing_deletes_and_recreates_never_wins_twice_from_one_versio
     assert os.listdir(tmp_path / "store" / "churn") == []
 
 
-def test_local_cas_from_threads_never_loses_an_update(tmp_path: Any) -> None:
+def test_16_local_cas_from_threads_never_loses_an_update(tmp_path: Any) -> None:
     store = LocalStore(str(tmp_path))
     store.put_if_absent("counter", b"0")
     threads, increments = 4, 25  # flock excludes threads too: each opens its own lock fd
@@ -431,7 +431,7 @@ def test_local_cas_from_threads_never_loses_an_update(tmp_path: Any) -> None:
 # -------------------------------------------------------------------------- local backend
 
 
-def test_local_store_hides_temp_and_lock_files(tmp_path: Any) -> None:
+def test_17_local_store_hides_temp_and_lock_files(tmp_path: Any) -> None:
     store = LocalStore(str(tmp_path))
     etag = store.put_if_absent("dir/obj", b"1")
     with pytest.raises(PreconditionFailed):
@@ -442,7 +442,7 @@ def test_local_store_hides_temp_and_lock_files(tmp_path: Any) -> None:
     assert [m.key for m in store.list()] == ["dir/obj"]
 
 
-def test_local_store_removes_the_lock_file_of_a_deleted_key(tmp_path: Any) -> None:
+def test_18_local_store_removes_the_lock_file_of_a_deleted_key(tmp_path: Any) -> None:
     # what a GC of a 12-fragment log does to its fragments: before, each left a `.<name>.lock`
     store = LocalStore(str(tmp_path))
     for i in range(12):
@@ -463,7 +463,7 @@ def test_local_store_removes_the_lock_file_of_a_deleted_key(tmp_path: Any) -> No
     assert sorted(os.listdir(tmp_path)) == ["log"]
 
 
-def test_local_store_reports_refused_permissions_as_access_denied() -> None:
+def test_19_local_store_reports_refused_permissions_as_access_denied() -> None:
     root = shared_tmp_dir()
     try:
         store = LocalStore(os.path.join(root, "store"))
@@ -503,7 +503,7 @@ def test_local_store_reports_refused_permissions_as_access_denied() -> None:
         shutil.rmtree(root)
 
 
-def test_local_store_urls(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_20_local_store_urls(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     store = open_store("rel/logs")
     assert isinstance(store, LocalStore)
@@ -518,7 +518,7 @@ def test_local_store_urls(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Non
         open_store("file://otherhost/x")
 
 
-def test_memory_stores_share_objects_by_name() -> None:
+def test_21_memory_stores_share_objects_by_name() -> None:
     name = uuid.uuid4().hex
     a, b = open_store(f"memory://{name}"), open_store(f"memory://{name}")
     a.put_if_absent("k", b"v")
@@ -531,7 +531,7 @@ def test_memory_stores_share_objects_by_name() -> None:
 # ----------------------------------------------------------------------------- URLs, options
 
 
-def test_open_store_dispatches_on_the_scheme() -> None:
+def test_22_open_store_dispatches_on_the_scheme() -> None:
     assert isinstance(open_store("s3://bucket/a/b"), S3Store)
     s3a = open_store("s3a://bucket/a/b/")
     assert isinstance(s3a, S3Store) and s3a.url == "s3://bucket/a/b"
@@ -542,13 +542,13 @@ def test_open_store_dispatches_on_the_scheme() -> None:
             open_store(bad)
 
 
-def test_join_url() -> None:
+def test_23_join_url() -> None:
     assert join_url("s3://b/logs", "a") == "s3://b/logs/a"
     assert join_url("s3://b/logs/", "/a/b/") == "s3://b/logs/a/b"
     assert join_url("file:///tmp/x", "") == "file:///tmp/x"
 
 
-def test_s3_options_are_case_insensitive_and_fall_back_to_the_environment() -> None:
+def test_24_s3_options_are_case_insensitive_and_fall_back_to_the_environment() -> None:
     assert STORE_OPTIONS == {
         "endpoint", "endpointurl", "region", "accesskeyid", "secretaccesskey", "sessiontoken",
         "pathstyle",
@@ -575,7 +575,7 @@ def test_s3_options_are_case_insensitive_and_fall_back_to_the_environment() -> N
             S3Settings.from_options(bad, {})
 
 
-def test_credentials_never_appear_in_repr() -> None:
+def test_25_credentials_never_appear_in_repr() -> None:
     store = open_store(
         "s3://bucket/p",
         {"accessKeyId": "AKIDSECRETISH", "secretAccessKey": "TOPSECRET", "sessionToken": "TOK"},
@@ -588,7 +588,7 @@ def test_credentials_never_appear_in_repr() -> None:
 # ------------------------------------------------------------------------- S3 specifics
 
 
-def test_s3_wrong_secret_is_a_storage_error_without_the_secret(seaweed: SeaweedServer) -> None:
+def test_26_s3_wrong_secret_is_a_storage_error_without_the_secret(seaweed: SeaweedServer) -> None:
     wrong = "not-the-secret-9f8e7d"
     store = open_store(seaweed.new_url("auth"), {**seaweed.options, "secretAccessKey": wrong})
     for call in (lambda: store.get("k"), lambda: store.put_if_absent("k", b"v")):
@@ -598,7 +598,7 @@ def test_s3_wrong_secret_is_a_storage_error_without_the_secret(seaweed: SeaweedS
         assert wrong not in str(info.value) and "403" in str(info.value)
 
 
-def test_s3_unreachable_endpoint_is_transient_after_retries(seaweed: SeaweedServer) -> None:
+def test_27_s3_unreachable_endpoint_is_transient_after_retries(seaweed: SeaweedServer) -> None:
     from wal3_spark.stress.seaweed import free_ports
 
     port = free_ports(1)[0]
@@ -611,14 +611,14 @@ def test_s3_unreachable_endpoint_is_transient_after_retries(seaweed: SeaweedServ
         assert seaweed.secret_key not in str(info.value)
 
 
-def test_s3_missing_bucket_is_a_storage_error(seaweed: SeaweedServer) -> None:
+def test_28_s3_missing_bucket_is_a_storage_error(seaweed: SeaweedServer) -> None:
     store = open_store(f"s3://no-such-bucket-{uuid.uuid4().hex[:8]}/p", seaweed.options)
     for call in (lambda: store.get("k"), lambda: list(store.list())):
         with pytest.raises(StorageError, match="does not exist"):
             call()
 
 
-def test_s3_list_paginates(s3_store: S3Store) -> None:
+def test_29_s3_list_paginates(s3_store: S3Store) -> None:
     keys = [f"k{i}" for i in range(5)]
     for key in reversed(keys):
         s3_store.put_if_absent(key, b"")
@@ -626,7 +626,7 @@ def test_s3_list_paginates(s3_store: S3Store) -> None:
     assert [m.key for m in s3_store.list()] == keys
 
 
-def test_s3_list_children_paginates_and_never_lists_the_objects(s3_store: S3Store) -> None:
+def test_30_s3_list_children_paginates_and_never_lists_the_objects(s3_store: S3Store) -> None:
     names = [f"log{i}" for i in range(5)]
     for name in names:
         for j in range(3):
@@ -676,7 +676,7 @@ def _inject(store: S3Store, operation: str, faults: list[Any]) -> list[int]:
     return calls
 
 
-def test_s3_conditional_put_is_never_retried_after_sending(s3_store: S3Store) -> None:
+def test_31_s3_conditional_put_is_never_retried_after_sending(s3_store: S3Store) -> None:
     read_timeout = ReadTimeoutError(endpoint_url="http://injected")
     calls = _inject(s3_store, "PutObject", [read_timeout, _http_error(500, "InternalError")])
     with pytest.raises(AmbiguousWrite):
@@ -687,7 +687,7 @@ def test_s3_conditional_put_is_never_retried_after_sending(s3_store: S3Store) ->
     assert s3_store.put_if_absent("k", b"v") == md5(b"v")
 
 
-def test_s3_conditional_put_retries_what_changed_nothing(s3_store: S3Store) -> None:
+def test_32_s3_conditional_put_retries_what_changed_nothing(s3_store: S3Store) -> None:
     refused = EndpointConnectionError(endpoint_url="http://injected")
     conflict = _http_error(409, "ConditionalRequestConflict")
     calls = _inject(s3_store, "PutObject", [refused, conflict, _http_error(429, "SlowDown")])
@@ -699,13 +699,13 @@ def test_s3_conditional_put_retries_what_changed_nothing(s3_store: S3Store) -> N
     assert s3_store.get("k").data == b"v"
 
 
-def test_s3_if_match_404_from_aws_is_a_precondition_failure(s3_store: S3Store) -> None:
+def test_33_s3_if_match_404_from_aws_is_a_precondition_failure(s3_store: S3Store) -> None:
     _inject(s3_store, "PutObject", [_http_error(404, "NoSuchKey")])
     with pytest.raises(PreconditionFailed):
         s3_store.put_if_match("k", b"v", md5(b"x"))
 
 
-def test_s3_reads_retry_transient_failures(s3_store: S3Store) -> None:
+def test_34_s3_reads_retry_transient_failures(s3_store: S3Store) -> None:
     s3_store.put_if_absent("k", b"v")
     faults = [ReadTimeoutError(endpoint_url="x"), _http_error(503, "SlowDown")]
     calls = _inject(s3_store, "GetObject", faults)
@@ -716,7 +716,7 @@ def test_s3_reads_retry_transient_failures(s3_store: S3Store) -> None:
         s3_store.get("k")
 
 
-def test_pickled_s3_store_resolves_credentials_from_the_environment(
+def test_35_pickled_s3_store_resolves_credentials_from_the_environment(
     seaweed: SeaweedServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     for name, value in seaweed.env.items():
@@ -732,7 +732,7 @@ def test_pickled_s3_store_resolves_credentials_from_the_environment(
     assert store.get("k2").data == b"w"
 
 
-def test_pickled_s3_store_with_explicit_credentials_works(seaweed: SeaweedServer) -> None:
+def test_36_pickled_s3_store_with_explicit_credentials_works(seaweed: SeaweedServer) -> None:
     store = open_store(seaweed.new_url("pickle"), seaweed.options)
     store.put_if_absent("k", b"v")
     data = pickle.dumps(store)
@@ -743,7 +743,7 @@ def test_pickled_s3_store_with_explicit_credentials_works(seaweed: SeaweedServer
 # ---------------------------------------------------------------------------------- retry
 
 
-def test_backoff_delays_are_bounded_and_jittered() -> None:
+def test_37_backoff_delays_are_bounded_and_jittered() -> None:
     delays = list(backoff_delays(6, base=0.1, cap=0.5, rng=random.Random(1)))
     ceilings = [0.1, 0.2, 0.4, 0.5, 0.5]
     assert len(delays) == 5
@@ -755,7 +755,7 @@ def test_backoff_delays_are_bounded_and_jittered() -> None:
         list(backoff_delays(0))
 
 
-def test_retry_retries_only_what_it_is_told_to() -> None:
+def test_38_retry_retries_only_what_it_is_told_to() -> None:
     calls, slept = [], []
 
     def flaky() -> str:
@@ -781,7 +781,7 @@ def _faulty(**probabilities: float) -> tuple[MemoryStore, FaultyStore]:
     return inner, FaultyStore(inner, seed=42, max_delay_s=0.0005, **probabilities)
 
 
-def test_faulty_creates_fail_as_advertised_and_never_with_a_false_412() -> None:
+def test_39_faulty_creates_fail_as_advertised_and_never_with_a_false_412() -> None:
     inner, store = _faulty(
         drop=0.15, delay=0.3, error_5xx=0.15, timeout_after_write=0.15, precondition_storm=0.3
     )
@@ -812,7 +812,7 @@ def test_faulty_creates_fail_as_advertised_and_never_with_a_false_412() -> None:
     assert store.counts["precondition_storm"] > 0
 
 
-def test_faulty_cas_storm_never_writes_and_timeouts_do() -> None:
+def test_40_faulty_cas_storm_never_writes_and_timeouts_do() -> None:
     inner, store = _faulty(precondition_storm=0.4, timeout_after_write=0.3)
     etag = inner.put_if_absent("c", b"0")
     stormed = landed = 0
@@ -830,7 +830,7 @@ def test_faulty_cas_storm_never_writes_and_timeouts_do() -> None:
     assert store.counts["timeout_after_write"] == landed > 0
 
 
-def test_faulty_reads_are_retried_inside_the_wrapper() -> None:
+def test_41_faulty_reads_are_retried_inside_the_wrapper() -> None:
     inner, store = _faulty(drop=0.2, error_5xx=0.1, delay=0.5)
     inner.put_if_absent("k", b"v")
     escaped = 0
@@ -846,7 +846,7 @@ def test_faulty_reads_are_retried_inside_the_wrapper() -> None:
     assert escaped < 30  # about 0.3**4 of the 900 reads
 
 
-def test_faulty_store_is_thread_safe_and_picklable() -> None:
+def test_42_faulty_store_is_thread_safe_and_picklable() -> None:
     inner, store = _faulty(drop=0.2, error_5xx=0.2)
     failures: Counter[str] = Counter()
     lock = threading.Lock()
@@ -879,7 +879,7 @@ def _late(**kw: Any) -> tuple[MemoryStore, LateLandingStore, str]:
     return inner, LateLandingStore(inner, **{"keys": ["m"], **kw}), etag
 
 
-def test_late_write_is_ambiguous_then_lands_right_after_the_next_get() -> None:
+def test_43_late_write_is_ambiguous_then_lands_right_after_the_next_get() -> None:
     inner, store, etag = _late(writes=[1])
     with pytest.raises(AmbiguousWrite):
         store.put_if_match("m", b"v1", etag)
@@ -894,7 +894,7 @@ def test_late_write_is_ambiguous_then_lands_right_after_the_next_get() -> None:
     assert store.put_if_match("m", b"v2", inner.get("m").etag) and inner.get("m").data == b"v2"
 
 
-def test_late_write_keeps_its_condition() -> None:
+def test_44_late_write_keeps_its_condition() -> None:
     inner, store, etag = _late(writes=[1], land="after_requests", after_requests=3)
     with pytest.raises(AmbiguousWrite):
         store.put_if_match("m", b"late", etag)
@@ -906,7 +906,7 @@ def test_late_write_keeps_its_condition() -> None:
     assert store.counts["condition_lost"] == 1 and store.counts["landed"] == 0
 
 
-def test_late_creates_random_and_manual_triggers_and_other_keys() -> None:
+def test_45_late_creates_random_and_manual_triggers_and_other_keys() -> None:
     inner, store, _ = _late(writes=[1, 2], land="manual", methods=["put_if_absent"], keys=["a", "b"])
     with pytest.raises(AmbiguousWrite):
         store.put_if_absent("a", b"x")
@@ -939,7 +939,7 @@ def test_late_creates_random_and_manual_triggers_and_other_keys() -> None:
         LateLandingStore(inner2, land="later")  # type: ignore[arg-type]
 
 
-def test_store_fixtures(store_url: str, store_options: dict[str, str]) -> None:
+def test_46_store_fixtures(store_url: str, store_options: dict[str, str]) -> None:
     store = open_store(store_url, store_options)
     store.put_if_absent("k", b"v")
     assert [m.key for m in store.list()] == ["k"]

@@ -18,17 +18,17 @@ VECTORS = json.loads(shared_testdata("setsum_vectors.json").read_text())
 SEVEN = [s.encode() for s in VECTORS["seven_values"]["items_utf8"]]
 
 
-def test_primes_match_vectors():
+def test_00_primes_match_vectors():
     assert list(PRIMES) == VECTORS["primes"]
 
 
-def test_empty_hexdigest():
+def test_01_empty_hexdigest():
     assert Setsum().hexdigest() == VECTORS["empty_hexdigest"]
     assert not Setsum()
 
 
 @pytest.mark.parametrize("order", [0, 1, 2, 3, 4])
-def test_seven_values_in_any_order(order):
+def test_02_seven_values_in_any_order(order):
     perms = itertools.permutations(SEVEN)
     items = next(itertools.islice(perms, order * 997, None))
     acc = Setsum()
@@ -38,11 +38,11 @@ def test_seven_values_in_any_order(order):
     assert Setsum.of(*items).hexdigest() == VECTORS["seven_values"]["hexdigest"]
 
 
-def test_seven_values_reversed():
+def test_03_seven_values_reversed():
     assert Setsum.of(*reversed(SEVEN)).hexdigest() == VECTORS["seven_values"]["hexdigest"]
 
 
-def test_removing_all_seven_gives_empty():
+def test_04_removing_all_seven_gives_empty():
     acc = Setsum.from_hexdigest(VECTORS["seven_values"]["hexdigest"])
     for item in SEVEN[3:] + SEVEN[:3]:
         acc = acc.remove(item)
@@ -50,22 +50,22 @@ def test_removing_all_seven_gives_empty():
     assert acc.hexdigest() == VECTORS["empty_hexdigest"]
 
 
-def test_empty_item_lanes():
+def test_05_empty_item_lanes():
     vector = VECTORS["empty_item_lanes"]
     assert list(Setsum.of(bytes.fromhex(vector["item_hex"])).lanes) == vector["lanes_u32"]
 
 
-def test_add_state_exactly_primes():
+def test_06_add_state_exactly_primes():
     vector = VECTORS["add_state_exactly_primes"]
     assert list((Setsum(vector["lhs"]) + Setsum(vector["rhs"])).lanes) == vector["sum"]
 
 
-def test_invert_state_desc():
+def test_07_invert_state_desc():
     vector = VECTORS["invert_state_desc"]
     assert list((Setsum() - Setsum(vector["state"])).lanes) == vector["inverted"]
 
 
-def test_add_hex():
+def test_08_add_hex():
     vector = VECTORS["add_hex"]
     total = Setsum.from_hexdigest(vector["a"]) + Setsum.from_hexdigest(vector["b"])
     assert total.hexdigest() == vector["sum"]
@@ -80,7 +80,7 @@ def test_add_hex():
         VECTORS["empty_hexdigest"],
     ],
 )
-def test_hexdigest_round_trip(hexdigest):
+def test_09_hexdigest_round_trip(hexdigest):
     value = Setsum.from_hexdigest(hexdigest)
     assert value.hexdigest() == hexdigest
     assert Setsum.from_hexdigest(value.hexdigest()) == value
@@ -100,7 +100,7 @@ def test_hexdigest_round_trip(hexdigest):
         "ffffffff" * 8,
     ],
 )
-def test_invalid_hexdigest_rejected(text):
+def test_10_invalid_hexdigest_rejected(text):
     with pytest.raises(ValueError):
         Setsum.from_hexdigest(text)
 
@@ -113,35 +113,35 @@ setsums = lanes.map(Setsum)
 
 
 @given(setsums, setsums)
-def test_addition_commutes(a, b):
+def test_11_addition_commutes(a, b):
     assert a + b == b + a
 
 
 @given(setsums, setsums, setsums)
-def test_addition_associates(a, b, c):
+def test_12_addition_associates(a, b, c):
     assert (a + b) + c == a + (b + c)
 
 
 @given(setsums, setsums)
-def test_subtraction_undoes_addition(a, b):
+def test_13_subtraction_undoes_addition(a, b):
     assert a + b - b == a
     assert a - b + b == a
 
 
 @given(setsums)
-def test_empty_is_identity(a):
+def test_14_empty_is_identity(a):
     assert a + Setsum() == a
     assert a - a == Setsum()
 
 
 @given(setsums, st.binary(max_size=100))
-def test_insert_remove_inverse(a, item):
+def test_15_insert_remove_inverse(a, item):
     assert a.insert(item).remove(item) == a
     assert a.remove(item).insert(item) == a
 
 
 @given(items, st.randoms(use_true_random=False))
-def test_sum_of_parts_is_whole(values, rng):
+def test_16_sum_of_parts_is_whole(values, rng):
     cuts = sorted(rng.randrange(len(values) + 1) for _ in range(rng.randrange(4)))
     bounds = [0, *cuts, len(values)]
     parts = [Setsum.of(*values[a:b]) for a, b in itertools.pairwise(bounds)]

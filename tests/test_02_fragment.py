@@ -118,7 +118,7 @@ def reference_enc(array: pa.Array, parent_valid: list[bool] | None = None) -> by
 # ------------------------------------------------------------------------------ raw vectors
 
 
-def test_raw_relative_vector():
+def test_00_raw_relative_vector():
     bodies = [bytes.fromhex(h) for h in RAW_VECTORS["bodies_hex"]]
     encoded = encode_raw(bodies, RAW_VECTORS["timestamp_us"])
     assert encoded.setsum.hexdigest() == RAW_VECTORS["relative"]["hexdigest"]
@@ -131,7 +131,7 @@ def test_raw_relative_vector():
 
 
 @pytest.mark.parametrize("name", ["absolute_start_100", "absolute_start_1_first_only"])
-def test_raw_absolute_vectors_from_chroma_s3_files(name):
+def test_01_raw_absolute_vectors_from_chroma_s3_files(name):
     vector = RAW_VECTORS[name]
     bodies = [bytes.fromhex(h) for h in vector.get("bodies_hex", RAW_VECTORS["bodies_hex"])]
     data = chroma_fragment(vector["offsets_stored"], bodies, RAW_VECTORS["timestamp_us"])
@@ -142,20 +142,20 @@ def test_raw_absolute_vectors_from_chroma_s3_files(name):
     assert decoded.metadata_setsum is None and decoded.metadata_records is None
 
 
-def test_raw_item_is_chromas_per_record_item():
+def test_02_raw_item_is_chromas_per_record_item():
     bodies = [b"", b"x", b"y" * 5000]
     expected = Setsum.of(*(u64_be(i) + u64_be(TS) + body for i, body in enumerate(bodies)))
     assert encode_raw(bodies, TS).setsum == expected
     assert encode_raw(pa.array(bodies, pa.large_binary()), TS).setsum == expected
 
 
-def test_raw_accepts_strings_and_rejects_nulls():
+def test_03_raw_accepts_strings_and_rejects_nulls():
     assert encode_raw(pa.array(["a", "b"]), TS).setsum == encode_raw([b"a", b"b"], TS).setsum
     with pytest.raises(SchemaMismatch, match="null"):
         encode_raw(pa.array([b"a", None]), TS)
 
 
-def test_raw_file_layout_is_chromas():
+def test_04_raw_file_layout_is_chromas():
     encoded = encode_raw([b"a", b"b"], TS)
     schema = pq.read_schema(io.BytesIO(encoded.data))
     assert schema.names == ["relative_offset", "timestamp_us", "body"]
@@ -192,7 +192,7 @@ def three_chunks_table() -> pa.Table:
     )
 
 
-def test_structured_small_vector():
+def test_05_structured_small_vector():
     table = small_table()
     vector = STRUCTURED_VECTORS["small"]
     encoded = encode_table(table, table.schema, vector["timestamp_us"])
@@ -201,7 +201,7 @@ def test_structured_small_vector():
     assert recompute_setsum(decoded, raw=False).hexdigest() == vector["hexdigest"]
 
 
-def test_structured_small_vector_by_hand():
+def test_06_structured_small_vector_by_hand():
     item = (
         u64_be(0) + u64_be(5)
         + bytes([1, 0, 1]) + struct.pack("<3q", 1, 0, 3)
@@ -211,7 +211,7 @@ def test_structured_small_vector_by_hand():
     assert Setsum.of(item).hexdigest() == STRUCTURED_VECTORS["small"]["hexdigest"]
 
 
-def test_structured_three_chunks_vector():
+def test_07_structured_three_chunks_vector():
     table = three_chunks_table()
     vector = STRUCTURED_VECTORS["three_chunks"]
     encoded = encode_table(table, table.schema, vector["timestamp_us"])
@@ -221,7 +221,7 @@ def test_structured_three_chunks_vector():
     assert recompute_setsum(decoded, raw=False).hexdigest() == vector["hexdigest"]
 
 
-def test_chunks_are_items_with_relative_offsets():
+def test_08_chunks_are_items_with_relative_offsets():
     table = three_chunks_table()
     whole = encode_table(table, table.schema, TS).setsum
     parts = [
@@ -238,7 +238,7 @@ def test_chunks_are_items_with_relative_offsets():
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.integers(min_value=0, max_value=20000), max_size=8))
-def test_batching_never_changes_the_fragment(cuts):
+def test_09_batching_never_changes_the_fragment(cuts):
     table = three_chunks_table()
     reference = encode_table(table, table.schema, TS)
     bounds = sorted({0, len(table), *cuts})
@@ -255,7 +255,7 @@ def test_batching_never_changes_the_fragment(cuts):
     assert first.records == len(table)
 
 
-def test_batching_gives_identical_bytes_with_default_row_groups():
+def test_10_batching_gives_identical_bytes_with_default_row_groups():
     table = three_chunks_table()
     one = encode_table(table, table.schema, TS)
     builder = FragmentBuilder(table.schema, TS)
@@ -264,7 +264,7 @@ def test_batching_gives_identical_bytes_with_default_row_groups():
     assert builder.finish().data == one.data
 
 
-def test_row_groups_are_cut_at_row_group_rows():
+def test_11_row_groups_are_cut_at_row_group_rows():
     table = three_chunks_table()
     builder = FragmentBuilder(table.schema, TS, row_group_rows=CHUNK_ROWS)
     builder.add(table)
@@ -274,7 +274,7 @@ def test_row_groups_are_cut_at_row_group_rows():
         FragmentBuilder(table.schema, TS, row_group_rows=1000)
 
 
-def test_bytes_buffered_grows_and_builder_is_single_use():
+def test_12_bytes_buffered_grows_and_builder_is_single_use():
     table = three_chunks_table()
     builder = FragmentBuilder(table.schema, TS, row_group_rows=CHUNK_ROWS)
     assert builder.bytes_buffered < 1000
@@ -291,7 +291,7 @@ def test_bytes_buffered_grows_and_builder_is_single_use():
     assert encoded.timestamp_us == TS
 
 
-def test_empty_fragment():
+def test_13_empty_fragment():
     encoded = FragmentBuilder(None, TS).finish()
     assert encoded.records == 0 and encoded.setsum == Setsum()
     decoded = decode_fragment(encoded.data, path="p", raw=True)
@@ -309,13 +309,13 @@ def garbage_int64(values: list[int], nulls: list[bool]) -> pa.Array:
     )
 
 
-def test_null_slots_with_garbage_hash_like_clean_nulls():
+def test_14_null_slots_with_garbage_hash_like_clean_nulls():
     garbage = garbage_int64([1, 99, 3, 77], [False, True, False, True])
     clean = pa.array([1, None, 3, None], pa.int64())
     assert column_setsum(garbage) == column_setsum(clean) == item_setsum(clean)
 
 
-def test_string_null_slots_with_bytes_hash_like_clean_nulls():
+def test_15_string_null_slots_with_bytes_hash_like_clean_nulls():
     offsets = np.array([0, 1, 4, 5], np.int32)  # the null slot 1 spans "xyz"
     bitmap = np.packbits(np.array([1, 0, 1], bool), bitorder="little")
     garbage = pa.Array.from_buffers(
@@ -326,7 +326,7 @@ def test_string_null_slots_with_bytes_hash_like_clean_nulls():
     assert column_setsum(garbage) == column_setsum(clean) == item_setsum(clean)
 
 
-def test_null_lists_spanning_elements_hash_like_empty_nulls():
+def test_16_null_lists_spanning_elements_hash_like_empty_nulls():
     values = pa.array([1, 2, 3, 4, 5], pa.int32())
     bitmap = np.packbits(np.array([1, 0, 1], bool), bitorder="little")
     garbage = pa.Array.from_buffers(
@@ -337,7 +337,7 @@ def test_null_lists_spanning_elements_hash_like_empty_nulls():
     assert column_setsum(garbage) == column_setsum(clean) == item_setsum(clean)
 
 
-def test_boolean_null_slots_hash_as_zero():
+def test_17_boolean_null_slots_hash_as_zero():
     bitmap = np.packbits(np.array([1, 0, 1], bool), bitorder="little")
     values = np.packbits(np.array([1, 1, 0], bool), bitorder="little")
     garbage = pa.Array.from_buffers(pa.bool_(), 3, [pa.py_buffer(bitmap), pa.py_buffer(values)], 1)
@@ -345,7 +345,7 @@ def test_boolean_null_slots_hash_as_zero():
     assert column_setsum(garbage) == column_setsum(clean) == item_setsum(clean)
 
 
-def test_children_under_null_struct_parents_are_null():
+def test_18_children_under_null_struct_parents_are_null():
     child = pa.array([1, 2, 3], pa.int64())
     names = pa.array(["a", "bb", "c"])
     mask = pa.array([False, True, False])
@@ -357,7 +357,7 @@ def test_children_under_null_struct_parents_are_null():
     assert column_setsum(nulls_inside) != column_setsum(clean)
 
 
-def test_lists_under_null_struct_parents_drop_their_elements():
+def test_19_lists_under_null_struct_parents_drop_their_elements():
     inner = pa.array([[1, 2], [3], [4, 5, 6]], pa.list_(pa.int64()))
     garbage = pa.StructArray.from_arrays([inner], names=["l"], mask=pa.array([False, True, False]))
     clean = pa.array([{"l": [1, 2]}, None, {"l": [4, 5, 6]}], garbage.type)
@@ -456,7 +456,7 @@ def all_types_table(n: int = 50) -> pa.Table:
     return pa.table(columns, schema=ALL_TYPES)
 
 
-def test_every_type_matches_the_reference_encoding():
+def test_20_every_type_matches_the_reference_encoding():
     table = all_types_table()
     for field in ALL_TYPES:
         column = table.column(field.name).combine_chunks()
@@ -473,7 +473,7 @@ def test_every_type_matches_the_reference_encoding():
             assert column_setsum(column) == item_setsum(column), field.name
 
 
-def test_every_type_round_trips():
+def test_21_every_type_round_trips():
     table = all_types_table()
     encoded = encode_table(table, ALL_TYPES, TS)
     decoded = decode_fragment(encoded.data, path="log/t.parquet", raw=False)
@@ -488,7 +488,7 @@ def test_every_type_round_trips():
 
 
 @pytest.mark.parametrize("start,length", [(0, 50), (1, 20), (13, 29), (49, 1), (7, 0)])
-def test_sliced_arrays_hash_like_fresh_copies(start, length):
+def test_22_sliced_arrays_hash_like_fresh_copies(start, length):
     table = all_types_table()
     for field in ALL_TYPES:
         sliced = table.column(field.name).combine_chunks().slice(start, length)
@@ -496,14 +496,14 @@ def test_sliced_arrays_hash_like_fresh_copies(start, length):
         assert column_setsum(sliced) == column_setsum(fresh), field.name
 
 
-def test_view_types_hash_like_their_plain_types():
+def test_23_view_types_hash_like_their_plain_types():
     strings = pa.array(["a", None, "ccc"])
     lists = pa.array([[1], None, [2, 3]], pa.list_(pa.int8()))
     assert column_setsum(strings.cast(pa.string_view())) == column_setsum(strings)
     assert column_setsum(pa.array(lists.to_pylist(), pa.list_view(pa.int8()))) == column_setsum(lists)
 
 
-def test_run_end_encoded_and_extension_arrays_hash_like_their_values():
+def test_24_run_end_encoded_and_extension_arrays_hash_like_their_values():
     import pyarrow.compute as pc
 
     plain = pa.array(["a", "a", None, "b", "b", "b"])
@@ -513,7 +513,7 @@ def test_run_end_encoded_and_extension_arrays_hash_like_their_values():
     assert column_setsum(pa.ExtensionArray.from_storage(pa.uuid(), ids)) == column_setsum(ids)
 
 
-def test_list_views_with_shared_and_out_of_order_entries():
+def test_25_list_views_with_shared_and_out_of_order_entries():
     values = pa.array([10, 20, 30, 40], pa.int32())
     bitmap = np.packbits(np.array([1, 0, 1, 1, 1], bool), bitorder="little")
     offsets, sizes = np.array([2, 0, 0, 1, 3], np.int32), np.array([2, 4, 1, 3, 0], np.int32)
@@ -526,7 +526,7 @@ def test_list_views_with_shared_and_out_of_order_entries():
         assert column_setsum(sliced) == column_setsum(plain) == item_setsum(plain)
 
 
-def test_parquet_lossy_types_verify_after_a_round_trip():
+def test_26_parquet_lossy_types_verify_after_a_round_trip():
     """date64, time32[s] and timestamp[s] read back from Parquet as other types; the decoder
     restores the written types so that the recomputed setsum matches."""
     schema = pa.schema([pa.field("d", pa.date64()), pa.field("t", pa.time32("s")), pa.field("ts", pa.timestamp("s"))])
@@ -540,7 +540,7 @@ def test_parquet_lossy_types_verify_after_a_round_trip():
     assert recompute_setsum(decoded, raw=False) == encoded.setsum
 
 
-def test_dictionary_and_chunked_inputs_hash_like_plain_ones():
+def test_27_dictionary_and_chunked_inputs_hash_like_plain_ones():
     table = all_types_table(200)
     plain = table.cast(ALL_TYPES.set(ALL_TYPES.get_field_index("dict"), pa.field("dict", pa.string())))
     chunked = pa.Table.from_batches(table.to_batches(max_chunksize=17))
@@ -585,18 +585,18 @@ nested_values = st.one_of(
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(nested_values, max_size=30), st.integers(0, 5), st.integers(0, 5))
-def test_nested_columns_match_the_reference(values, head, tail):
+def test_28_nested_columns_match_the_reference(values, head, tail):
     array = pa.array(values, nested_type)
     sliced = array.slice(min(head, len(array)), max(0, len(array) - head - tail))
     assert column_setsum(sliced) == item_setsum(sliced)
 
 
-def test_null_type_column_is_validity_only():
+def test_29_null_type_column_is_validity_only():
     column = pa.nulls(3)
     assert column_setsum(column) == Setsum.of(u64_be(0) + u64_be(TS) + b"\0\0\0")
 
 
-def test_unsupported_type_is_a_schema_mismatch():
+def test_30_unsupported_type_is_a_schema_mismatch():
     union = pa.UnionArray.from_sparse(pa.array([0, 1], pa.int8()), [pa.array([1, 2]), pa.array(["a", "b"])])
     with pytest.raises(SchemaMismatch):
         encode_column(union)
@@ -605,7 +605,7 @@ def test_unsupported_type_is_a_schema_mismatch():
 # ------------------------------------------------------------------------------ schema checks
 
 
-def test_input_is_cast_to_the_log_schema():
+def test_31_input_is_cast_to_the_log_schema():
     schema = pa.schema([pa.field("id", pa.int64()), pa.field("name", pa.large_string())])
     narrow = pa.table({"id": pa.array([1, 2], pa.int32()), "name": pa.array(["a", "b"])})
     wide = pa.table({"id": pa.array([1, 2], pa.int64()), "name": pa.array(["a", "b"], pa.large_string())})
@@ -622,7 +622,7 @@ def test_input_is_cast_to_the_log_schema():
     ],
     ids=["order", "missing", "uncastable", "null-in-non-nullable"],
 )
-def test_mismatched_input_names_both_schemas(table):
+def test_32_mismatched_input_names_both_schemas(table):
     schema = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("name", pa.string())])
     with pytest.raises(SchemaMismatch) as caught:
         encode_table(table, schema, TS)
@@ -630,7 +630,7 @@ def test_mismatched_input_names_both_schemas(table):
 
 
 @pytest.mark.parametrize("name", ["relative_offset", "offset", "timestamp_us"])
-def test_reserved_column_names_are_rejected(name):
+def test_33_reserved_column_names_are_rejected(name):
     with pytest.raises(SchemaMismatch, match="reserved"):
         FragmentBuilder(pa.schema([pa.field(name, pa.int64())]), TS)
 
@@ -643,19 +643,19 @@ def test_reserved_column_names_are_rejected(name):
     [b"", b"not parquet at all", b"PAR1" + b"\0" * 100 + b"PAR1"],
     ids=["empty", "garbage", "bad-footer"],
 )
-def test_unreadable_bytes_are_corrupt_naming_the_path(data):
+def test_34_unreadable_bytes_are_corrupt_naming_the_path(data):
     with pytest.raises(CorruptLog, match="log/Uuid=bad.parquet"):
         decode_fragment(data, path="log/Uuid=bad.parquet", raw=True)
 
 
-def test_truncated_fragment_is_corrupt():
+def test_35_truncated_fragment_is_corrupt():
     data = encode_raw([b"a" * 100] * 100, TS).data
     with pytest.raises(CorruptLog, match="log/t.parquet"):
         decode_fragment(data[: len(data) // 2], path="log/t.parquet", raw=True)
 
 
 @pytest.mark.parametrize("drop", ["relative_offset", "timestamp_us", "body"])
-def test_missing_columns_are_corrupt(drop):
+def test_36_missing_columns_are_corrupt(drop):
     table = pq.read_table(io.BytesIO(encode_raw([b"a"], TS).data)).drop_columns([drop])
     sink = io.BytesIO()
     pq.write_table(table, sink)
@@ -671,7 +671,7 @@ def rewrite(data: bytes, column: str, values: pa.Array) -> bytes:
     return sink.getvalue()
 
 
-def test_tampered_content_changes_the_recomputed_setsum():
+def test_37_tampered_content_changes_the_recomputed_setsum():
     table = three_chunks_table()
     encoded = encode_table(table, table.schema, TS)
     amounts = table.column("amount").combine_chunks().to_pylist()
@@ -684,7 +684,7 @@ def test_tampered_content_changes_the_recomputed_setsum():
 
 
 @pytest.mark.parametrize("column", ["relative_offset", "timestamp_us"])
-def test_structured_fragments_need_relative_offsets_and_one_timestamp(column):
+def test_38_structured_fragments_need_relative_offsets_and_one_timestamp(column):
     table = three_chunks_table()
     encoded = encode_table(table, table.schema, TS)
     values = np.arange(len(table), dtype=np.uint64) if column == "relative_offset" else np.full(len(table), TS, np.uint64)
@@ -697,7 +697,7 @@ def test_structured_fragments_need_relative_offsets_and_one_timestamp(column):
 # ------------------------------------------------------------------------- project_payload
 
 
-def test_project_payload_adds_missing_nullable_columns_and_reorders():
+def test_39_project_payload_adds_missing_nullable_columns_and_reorders():
     old = pa.table({"b": pa.array([1, 2], pa.int32()), "a": pa.array(["x", "y"])})
     target = pa.schema(
         [
@@ -711,7 +711,7 @@ def test_project_payload_adds_missing_nullable_columns_and_reorders():
     assert projected.to_pylist() == [{"a": "x", "b": 1, "c": None}, {"a": "y", "b": 2, "c": None}]
 
 
-def test_project_payload_after_a_schema_evolution():
+def test_40_project_payload_after_a_schema_evolution():
     old_schema = pa.schema([pa.field("id", pa.int64(), nullable=False)])
     old = encode_table(pa.table({"id": [1, 2]}, schema=old_schema), old_schema, TS)
     new_schema = pa.schema([pa.field("id", pa.int64()), pa.field("note", pa.string())])
@@ -721,7 +721,7 @@ def test_project_payload_after_a_schema_evolution():
     assert projected.column("note").null_count == 2
 
 
-def test_project_payload_rejects_what_it_cannot_fill():
+def test_41_project_payload_rejects_what_it_cannot_fill():
     payload = pa.table({"a": pa.array([1, None])})
     with pytest.raises(SchemaMismatch, match="missing"):
         project_payload(payload, pa.schema([pa.field("z", pa.int64(), nullable=False)]))
@@ -734,7 +734,7 @@ def test_project_payload_rejects_what_it_cannot_fill():
 # ------------------------------------------------------------------------------ paths
 
 
-def test_fragment_paths():
+def test_42_fragment_paths():
     u = new_uuid7(TS)
     path = fragment_path(u)
     assert path == f"log/Uuid={u}.parquet"
@@ -746,7 +746,7 @@ def test_fragment_paths():
             parse_fragment_path(bad)
 
 
-def test_a_rejected_batch_adds_nothing():
+def test_43_a_rejected_batch_adds_nothing():
     schema = pa.schema([pa.field("id", pa.int64(), nullable=False)])
     builder = FragmentBuilder(schema, TS, row_group_rows=CHUNK_ROWS)
     good = pa.table({"id": pa.array(range(CHUNK_ROWS + 5), pa.int64())})
@@ -762,7 +762,7 @@ def _encode_in_child(bodies: list[bytes]) -> str:
     return encode_raw(bodies, TS).setsum.hexdigest()
 
 
-def test_builders_work_in_forked_children_after_the_parent_used_them():
+def test_44_builders_work_in_forked_children_after_the_parent_used_them():
     """Spark's Python daemon and multiprocessing fork: no state inherited from the parent may
     leave a child's builder waiting on a thread that does not exist there."""
     import multiprocessing

@@ -64,17 +64,17 @@ def assert_roundtrip(spark, url: str, options: dict | None = None) -> None:
     check_log(url, options)
 
 
-def test_append_then_read_local(spark, log_url):
+def test_00_append_then_read_local(spark, log_url):
     assert_roundtrip(spark, log_url)
 
 
 @pytest.mark.s3
-def test_append_then_read_s3(spark, request):
+def test_01_append_then_read_s3(spark, request):
     seaweed = request.getfixturevalue("seaweed")
     assert_roundtrip(spark, seaweed.new_url("spark-batch"), dict(seaweed.options))
 
 
-def test_raw_log_roundtrip(spark, log_url):
+def test_02_raw_log_roundtrip(spark, log_url):
     bodies = [f"record {i}".encode() for i in range(500)]
     df = spark.createDataFrame([(b,) for b in bodies], "body binary")
     append(df, log_url)
@@ -85,7 +85,7 @@ def test_raw_log_roundtrip(spark, log_url):
     assert [r._offset for r in rows] == list(range(1, 501))
 
 
-def test_fragment_bytes_splits_a_task_into_several_fragments(spark, log_url):
+def test_03_fragment_bytes_splits_a_task_into_several_fragments(spark, log_url):
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "1000")
     try:
         append(sample(spark, 20000, parts=1), log_url, fragmentBytes="64k")
@@ -98,7 +98,7 @@ def test_fragment_bytes_splits_a_task_into_several_fragments(spark, log_url):
     check_log(log_url)
 
 
-def test_concurrent_jobs_from_threads_all_succeed(spark, log_url):
+def test_04_concurrent_jobs_from_threads_all_succeed(spark, log_url):
     append(sample(spark, 10), log_url)  # create the log first: schema fixed
     errors: list[BaseException] = []
 
@@ -123,7 +123,7 @@ def test_concurrent_jobs_from_threads_all_succeed(spark, log_url):
     check_log(log_url)
 
 
-def test_task_failing_on_first_attempt_leaves_no_duplicates(spark, log_url):
+def test_05_task_failing_on_first_attempt_leaves_no_duplicates(spark, log_url):
     def flaky(batches):
         from pyspark import TaskContext
 
@@ -145,7 +145,7 @@ def test_task_failing_on_first_attempt_leaves_no_duplicates(spark, log_url):
     check_log(log_url)
 
 
-def test_offsets_and_timestamps_bound_reads(spark, log_url):
+def test_06_offsets_and_timestamps_bound_reads(spark, log_url):
     append(sample(spark, 100), log_url)
     append(sample(spark, 100, start=100), log_url)
     assert read(spark, log_url, startingOffsets="51").count() == 150
@@ -160,7 +160,7 @@ def test_offsets_and_timestamps_bound_reads(spark, log_url):
     assert min(r._offset for r in rows) >= 101 - 1 and len(rows) <= 101
 
 
-def test_filters_on_offset_and_timestamp_are_pushed_down(spark, log_url):
+def test_07_filters_on_offset_and_timestamp_are_pushed_down(spark, log_url):
     for i in range(4):
         append(sample(spark, 100, start=100 * i, parts=1), log_url)
     df = read(spark, log_url)
@@ -181,7 +181,7 @@ def test_filters_on_offset_and_timestamp_are_pushed_down(spark, log_url):
 # ------------------------------------------------------------------------------ errors
 
 
-def test_schema_mismatch_fails_before_any_task_with_both_schemas(spark, log_url):
+def test_08_schema_mismatch_fails_before_any_task_with_both_schemas(spark, log_url):
     append(sample(spark, 10), log_url)
     bad = spark.range(5).select(F.col("id").cast("string").alias("id"))
     with pytest.raises(Exception) as info:
@@ -192,7 +192,7 @@ def test_schema_mismatch_fails_before_any_task_with_both_schemas(spark, log_url)
     assert LogReader(open_store(log_url)).manifest().next_offset == 11
 
 
-def test_merge_schema_adds_nullable_columns(spark, log_url):
+def test_09_merge_schema_adds_nullable_columns(spark, log_url):
     append(sample(spark, 10), log_url)
     wider = sample(spark, 5, start=10).withColumn("extra", F.lit("x"))
     with pytest.raises(Exception, match="mergeSchema"):
@@ -204,19 +204,19 @@ def test_merge_schema_adds_nullable_columns(spark, log_url):
     check_log(log_url)
 
 
-def test_nullability_may_widen(spark, log_url):
+def test_10_nullability_may_widen(spark, log_url):
     append(spark.range(5), log_url)  # id NOT NULL
     append(spark.createDataFrame([(None,), (7,)], "id long"), log_url)
     ids = sorted((r.id for r in read(spark, log_url).collect()), key=lambda v: (v is None, v))
     assert ids == [0, 1, 2, 3, 4, 7, None]
 
 
-def test_overwrite_mode_fails_clearly(spark, log_url):
+def test_11_overwrite_mode_fails_clearly(spark, log_url):
     with pytest.raises(Exception, match="append-only"):
         sample(spark, 5).write.format("wal3").mode("overwrite").save(log_url)
 
 
-def test_unknown_option_lists_valid_options(spark, log_url):
+def test_12_unknown_option_lists_valid_options(spark, log_url):
     with pytest.raises(Exception) as info:
         append(sample(spark, 5), log_url, fragmentSize="1m")
     text = str(info.value)
@@ -227,7 +227,7 @@ def test_unknown_option_lists_valid_options(spark, log_url):
         append(sample(spark, 5), log_url, maxRecordsPerTrigger="5")
 
 
-def test_secret_options_never_appear_in_errors_or_manifest(spark, log_url):
+def test_13_secret_options_never_appear_in_errors_or_manifest(spark, log_url):
     from wal3_spark.spark import options as opts
 
     secret_names = [n for n in opts.store_option_names() if opts.is_secret(n)]
@@ -241,12 +241,12 @@ def test_secret_options_never_appear_in_errors_or_manifest(spark, log_url):
     assert "TOPSECRET123" not in repr(parsed)
 
 
-def test_missing_log_fails_on_read(spark, log_url):
+def test_14_missing_log_fails_on_read(spark, log_url):
     with pytest.raises(Exception, match="no wal3 log at"):
         read(spark, log_url).collect()
 
 
-def test_sealed_log_refuses_appends(spark, log_url):
+def test_15_sealed_log_refuses_appends(spark, log_url):
     from wal3_spark.committer import Committer
 
     append(sample(spark, 5), log_url)
@@ -270,7 +270,7 @@ def gc_first_fragment(url: str) -> tuple[int, int]:
     return first.start, first.limit
 
 
-def test_read_of_garbage_collected_offsets(spark, log_url):
+def test_16_read_of_garbage_collected_offsets(spark, log_url):
     append(sample(spark, 10, parts=1), log_url)
     append(sample(spark, 10, start=10, parts=1), log_url)
     start, limit = gc_first_fragment(log_url)
@@ -281,7 +281,7 @@ def test_read_of_garbage_collected_offsets(spark, log_url):
     assert read(spark, log_url, startingOffsets="1", failOnDataLoss="false").count() == 10
 
 
-def test_corrupted_fragment_fails_the_read_naming_it(spark, log_url):
+def test_17_corrupted_fragment_fails_the_read_naming_it(spark, log_url):
     append(sample(spark, 100, parts=1), log_url)
     store = open_store(log_url)
     ref = LogReader(store).manifest().fragments[0]
@@ -310,14 +310,14 @@ def corrupt_fragment(store, path: str) -> None:
 
 @pytest.mark.xfail(strict=True, reason="Spark 4.3 reuses a DataFrame's last pushed-down scan for "
                    "its later unfiltered queries (README, Known issues)")
-def test_reused_dataframe_after_pushdown_spark_issue(spark, log_url):
+def test_18_reused_dataframe_after_pushdown_spark_issue(spark, log_url):
     append(sample(spark, 100, parts=1), log_url)
     df = read(spark, log_url)
     assert df.where("_offset > 90").count() == 10
     assert df.count() == 100  # fails on 4.3: returns 10
 
 
-def test_reads_work_with_filter_pushdown_disabled(spark, log_url):
+def test_19_reads_work_with_filter_pushdown_disabled(spark, log_url):
     append(sample(spark, 100, parts=1), log_url)
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "false")
     try:
@@ -326,7 +326,7 @@ def test_reads_work_with_filter_pushdown_disabled(spark, log_url):
         spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
 
 
-def test_pushdown_skips_fragments(spark, log_url):
+def test_20_pushdown_skips_fragments(spark, log_url):
     """Pruning is visible in the plan: one input partition per fragment left to read."""
     for i in range(4):
         append(sample(spark, 100, start=100 * i, parts=1), log_url)
@@ -350,7 +350,7 @@ def test_pushdown_skips_fragments(spark, log_url):
     assert sorted(r.id for r in df.collect()) == list(range(300, 400))
 
 
-def test_nested_and_typed_columns_roundtrip(spark, log_url):
+def test_21_nested_and_typed_columns_roundtrip(spark, log_url):
     df = spark.sql(
         "select id, array(id, id + 1) arr, named_struct('a', id, 'b', cast(id as string)) st, "
         "map('k', id) m, cast(id as decimal(12,2)) dec, date_add(date'2024-01-01', cast(id as int)) d, "

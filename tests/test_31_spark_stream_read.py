@@ -44,7 +44,7 @@ def sink_rows(spark, sink):
     return spark.read.parquet(str(sink)).collect()
 
 
-def test_max_records_per_trigger_bounds_batches_and_available_now_stops(spark, log_url, tmp_path):
+def test_00_max_records_per_trigger_bounds_batches_and_available_now_stops(spark, log_url, tmp_path):
     append(sample(spark, 1000, parts=2), log_url)
     progress = run_available_now(spark, log_url, tmp_path / "ckpt", tmp_path / "out",
                                  maxRecordsPerTrigger="300")
@@ -55,7 +55,7 @@ def test_max_records_per_trigger_bounds_batches_and_available_now_stops(spark, l
     assert sorted(r.id for r in rows) == list(range(1000))
 
 
-def test_max_fragments_and_bytes_per_trigger(spark, log_url, tmp_path):
+def test_01_max_fragments_and_bytes_per_trigger(spark, log_url, tmp_path):
     for i in range(5):
         append(sample(spark, 100, start=100 * i, parts=1), log_url)
     progress = run_available_now(spark, log_url, tmp_path / "c1", tmp_path / "o1",
@@ -67,7 +67,7 @@ def test_max_fragments_and_bytes_per_trigger(spark, log_url, tmp_path):
     assert len(sink_rows(spark, tmp_path / "o2")) == 500
 
 
-def test_restart_from_checkpoint_delivers_every_record_once(spark, log_url, tmp_path):
+def test_02_restart_from_checkpoint_delivers_every_record_once(spark, log_url, tmp_path):
     ckpt, out = tmp_path / "ckpt", tmp_path / "out"
     append(sample(spark, 500), log_url)
 
@@ -91,7 +91,7 @@ def test_restart_from_checkpoint_delivers_every_record_once(spark, log_url, tmp_
     assert cursor is not None and 801 <= cursor.cursor.offset <= 1001
 
 
-def test_starting_offsets_latest_and_offset(spark, log_url, tmp_path):
+def test_03_starting_offsets_latest_and_offset(spark, log_url, tmp_path):
     append(sample(spark, 100), log_url)
     run_available_now(spark, log_url, tmp_path / "c1", tmp_path / "o1", startingOffsets="latest")
     assert not (tmp_path / "o1").exists() or len(sink_rows(spark, tmp_path / "o1")) == 0
@@ -99,7 +99,7 @@ def test_starting_offsets_latest_and_offset(spark, log_url, tmp_path):
     assert sorted(r._offset for r in sink_rows(spark, tmp_path / "o2")) == list(range(91, 101))
 
 
-def test_garbage_collected_start_fails_or_skips(spark, log_url, tmp_path):
+def test_04_garbage_collected_start_fails_or_skips(spark, log_url, tmp_path):
     append(sample(spark, 10, parts=1), log_url)
     append(sample(spark, 10, start=10, parts=1), log_url)
     start, limit = gc_first_fragment(log_url)
@@ -111,7 +111,7 @@ def test_garbage_collected_start_fails_or_skips(spark, log_url, tmp_path):
     assert sorted(r._offset for r in sink_rows(spark, tmp_path / "o2")) == list(range(limit, 21))
 
 
-def test_corrupted_fragment_fails_the_stream_naming_it(spark, log_url, tmp_path):
+def test_05_corrupted_fragment_fails_the_stream_naming_it(spark, log_url, tmp_path):
     append(sample(spark, 50, parts=1), log_url)
     store = open_store(log_url)
     ref = LogReader(store).manifest().fragments[0]
@@ -121,12 +121,12 @@ def test_corrupted_fragment_fails_the_stream_naming_it(spark, log_url, tmp_path)
     assert ref.path in str(info.value) and "setsum" in str(info.value)
 
 
-def test_missing_log_fails_the_stream(spark, log_url):
+def test_06_missing_log_fails_the_stream(spark, log_url):
     with pytest.raises(Exception, match="no wal3 log at"):
         stream(spark, log_url).writeStream.format("console").start().stop()
 
 
-def test_stream_unknown_option(spark, log_url):
+def test_07_stream_unknown_option(spark, log_url):
     append(sample(spark, 5), log_url)
     with pytest.raises(Exception, match="maxRecordsPerTrigger"):
         q = stream(spark, log_url, maxRowsPerTrigger="5").writeStream.format("noop").start()
@@ -135,7 +135,7 @@ def test_stream_unknown_option(spark, log_url):
 
 
 @pytest.mark.s3
-def test_stream_with_cursor_on_s3(spark, request, tmp_path):
+def test_08_stream_with_cursor_on_s3(spark, request, tmp_path):
     seaweed = request.getfixturevalue("seaweed")
     url, options = seaweed.new_url("spark-stream"), dict(seaweed.options)
     append(sample(spark, 400), url, **options)
@@ -147,7 +147,7 @@ def test_stream_with_cursor_on_s3(spark, request, tmp_path):
     assert cursor is not None and cursor.cursor.offset in (301, 401)
 
 
-def test_gc_below_the_cursor_then_the_stream_continues_without_loss(spark, log_url, tmp_path):
+def test_09_gc_below_the_cursor_then_the_stream_continues_without_loss(spark, log_url, tmp_path):
     """The consumer's cursor pins the log: GC removes only what lies wholly below it, and the
     restarted query (its checkpoint is at or past the cursor) loses and repeats nothing."""
     from wal3_spark.gc import collect_garbage
@@ -179,7 +179,7 @@ def batch_sizes(query) -> list[int]:
     return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
 
 
-def test_min_records_per_trigger_holds_small_batches_back(spark, log_url, tmp_path):
+def test_10_min_records_per_trigger_holds_small_batches_back(spark, log_url, tmp_path):
     """Below minRecordsPerTrigger the source offers no new batch (maxTriggerDelay is an hour,
     far beyond this test), so 200 new records wait and go out with the next 400."""
     append(sample(spark, 300, parts=1), log_url)
@@ -198,7 +198,7 @@ def test_min_records_per_trigger_holds_small_batches_back(spark, log_url, tmp_pa
     assert sorted(r._offset for r in sink_rows(spark, tmp_path / "out")) == list(range(1, 901))
 
 
-def test_available_now_ignores_min_records_per_trigger(spark, log_url, tmp_path):
+def test_11_available_now_ignores_min_records_per_trigger(spark, log_url, tmp_path):
     append(sample(spark, 300, parts=1), log_url)
     progress = run_available_now(spark, log_url, tmp_path / "ckpt", tmp_path / "out",
                                  minRecordsPerTrigger="250", maxRecordsPerTrigger="250",
@@ -206,7 +206,7 @@ def test_available_now_ignores_min_records_per_trigger(spark, log_url, tmp_path)
     assert [p["numInputRows"] for p in progress if p["numInputRows"]] == [250, 50]
 
 
-def test_progress_reports_the_tail_and_the_offsets_behind_it(spark, log_url, tmp_path, caplog):
+def test_12_progress_reports_the_tail_and_the_offsets_behind_it(spark, log_url, tmp_path, caplog):
     """Every progress carries the log's tail as latestOffset; offsets_behind turns a progress into
     the records still to read, and LagLogger logs it at every progress."""
     import logging

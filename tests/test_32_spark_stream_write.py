@@ -26,7 +26,7 @@ def pipe(spark, source, sink, ckpt, **options):
     return q
 
 
-def test_replayed_batch_commits_once(spark, log_url, tmp_path):
+def test_00_replayed_batch_commits_once(spark, log_url, tmp_path):
     source, sink, ckpt = log_url, log_url + "-sink", tmp_path / "ckpt"
     append(sample(spark, 300), source)
     pipe(spark, source, sink, ckpt)
@@ -47,7 +47,7 @@ def test_replayed_batch_commits_once(spark, log_url, tmp_path):
     check_log(sink)
 
 
-def test_writer_id_option_and_missing_id(spark, log_url, tmp_path):
+def test_01_writer_id_option_and_missing_id(spark, log_url, tmp_path):
     append(sample(spark, 20), log_url)
     df = spark.readStream.format("wal3").load(log_url).drop("_offset", "_timestamp")
     with pytest.raises(Exception, match="writerId"):
@@ -64,7 +64,7 @@ def test_writer_id_option_and_missing_id(spark, log_url, tmp_path):
     assert "orders_copy" in LogReader(open_store(log_url + "-s")).manifest().txns
 
 
-def test_stream_parse_requires_writer_id():
+def test_02_stream_parse_requires_writer_id():
     from wal3_spark.errors import InvalidOption
     from wal3_spark.spark import options as opts
 
@@ -75,7 +75,7 @@ def test_stream_parse_requires_writer_id():
     assert a.writer_id == b.writer_id and a.writer_id.startswith("ckpt-")
 
 
-def test_complete_mode_is_refused(spark, log_url, tmp_path):
+def test_03_complete_mode_is_refused(spark, log_url, tmp_path):
     append(sample(spark, 20), log_url)
     agg = spark.readStream.format("wal3").load(log_url).groupBy("flag").count()
     with pytest.raises(Exception, match="append-only"):
@@ -87,7 +87,7 @@ def test_complete_mode_is_refused(spark, log_url, tmp_path):
             raise q.exception()
 
 
-def test_a_sealed_sink_log_fails_the_stream_and_keeps_its_records(spark, log_url, tmp_path):
+def test_04_a_sealed_sink_log_fails_the_stream_and_keeps_its_records(spark, log_url, tmp_path):
     from wal3_spark.committer import Committer
 
     source, sink = log_url, log_url + "-sealed"

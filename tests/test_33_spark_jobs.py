@@ -14,7 +14,7 @@ pytestmark = pytest.mark.timeout(400)
 JOBS = ["quickstart", "ingest", "tail", "pipeline", "verify"]
 
 
-def test_every_job_has_help():
+def test_00_every_job_has_help():
     from concurrent.futures import ThreadPoolExecutor
 
     def run(job):
@@ -26,14 +26,14 @@ def test_every_job_has_help():
             assert "usage:" in result.stdout, job
 
 
-def test_quickstart_runs_with_no_arguments():
+def test_01_quickstart_runs_with_no_arguments():
     result = run_spark_script([str(ROOT / "jobs" / "quickstart.py")], timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     assert "result               OK" in result.stdout
     assert "verify               ok" in result.stdout
 
 
-def test_ingest_pipeline_and_verify_jobs(spark, tmp_path):
+def test_02_ingest_pipeline_and_verify_jobs(spark, tmp_path):
     src_files = tmp_path / "in"
     sample(spark, 2000).write.parquet(str(src_files))
     source, sink = (tmp_path / "source").as_uri(), (tmp_path / "sink").as_uri()
@@ -55,7 +55,7 @@ def test_ingest_pipeline_and_verify_jobs(spark, tmp_path):
     assert r.returncode == 0 and "ok" in r.stdout, r.stdout + r.stderr[-3000:]
 
 
-def test_distributed_scrub_reports_corrupt_fragment(spark, log_url):
+def test_03_distributed_scrub_reports_corrupt_fragment(spark, log_url):
     from wal3_spark.spark.scrub import scrub
 
     append(sample(spark, 300, parts=3), log_url)

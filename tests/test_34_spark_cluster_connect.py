@@ -91,7 +91,7 @@ def last_json(stdout: str) -> dict:
     raise AssertionError(f"no JSON result in output:\n{stdout[-3000:]}")
 
 
-def test_sink_and_source_on_local_cluster(tmp_path):
+def test_00_sink_and_source_on_local_cluster(tmp_path):
     script = tmp_path / "cluster_job.py"
     script.write_text(CLUSTER_SCRIPT.format(jobs=str(ROOT / "jobs")))
     url = (tmp_path / "log").as_uri()
@@ -107,7 +107,7 @@ def test_sink_and_source_on_local_cluster(tmp_path):
     assert out["verify"] is True
 
 
-def test_batch_append_and_read_over_spark_connect(tmp_path):
+def test_01_batch_append_and_read_over_spark_connect(tmp_path):
     script = tmp_path / "connect_job.py"
     script.write_text(CONNECT_SCRIPT.format(root=str(ROOT)))
     url = (tmp_path / "log").as_uri()

@@ -15,7 +15,7 @@ from wal3_spark.spark.tasks import pack, write_partition
 from wal3_spark.storage import open_store
 
 
-def test_options_parse_case_insensitively_into_a_frozen_object():
+def test_00_options_parse_case_insensitively_into_a_frozen_object():
     o = opts.parse({"path": "/tmp/x", "FRAGMENTBYTES": "8m", "mergeschema": "TRUE"}, opts.WRITE)
     assert (o.fragment_bytes, o.merge_schema) == (8 << 20, True)
     with pytest.raises(Exception):
@@ -38,19 +38,19 @@ def test_options_parse_case_insensitively_into_a_frozen_object():
     ({"verifyOnRead": "maybe"}, "expected true or false"),
     ({"startingOffsets": "1", "startingTimestamp": "5"}, "not both"),
 ])
-def test_bad_options_fail_with_the_valid_list(options, match):
+def test_01_bad_options_fail_with_the_valid_list(options, match):
     with pytest.raises(InvalidOption, match=match) as info:
         opts.parse({"path": "/tmp/x", **options}, opts.READ)
     assert "Valid options for batch reads" in str(info.value)
     assert "startingOffsets" in str(info.value) and "endpoint" in str(info.value)
 
 
-def test_stream_read_cursor_name_is_checked():
+def test_02_stream_read_cursor_name_is_checked():
     with pytest.raises(InvalidOption, match="letters, digits and underscores"):
         opts.parse({"path": "/tmp/x", "cursor": "bad name"}, opts.STREAM_READ)
 
 
-def test_credentials_are_masked():
+def test_03_credentials_are_masked():
     o = opts.parse({"path": "s3://b/l", "secretAccessKey": "S3CR3T", "accessKeyId": "AKIA1",
                     "endpoint": "http://h:1"}, opts.READ)
     assert dict(o.store_options)["secretAccessKey"] == "S3CR3T"
@@ -72,7 +72,7 @@ def _ranges(sizes, records=10):
     return out
 
 
-def test_pack_is_contiguous_balanced_and_bounded():
+def test_04_pack_is_contiguous_balanced_and_bounded():
     mb = 1 << 20
     ranges = _ranges([20 * mb] * 8)
     parts = pack(ranges, 128 * mb, min_partitions=4)
@@ -85,7 +85,7 @@ def test_pack_is_contiguous_balanced_and_bounded():
     assert pack([], 1, 1) == []
 
 
-def test_admit_never_stalls_and_respects_limits():
+def test_05_admit_never_stalls_and_respects_limits():
     ranges = _ranges([100, 100, 100, 100])  # offsets 1..41, 10 records each
     assert admit(ranges, 1, 41, max_records=15) == 16
     assert admit(ranges, 1, 41, max_fragments=2) == 21
@@ -94,7 +94,7 @@ def test_admit_never_stalls_and_respects_limits():
     assert admit(ranges, 1, 41, max_bytes=1000, max_records=5) == 6
 
 
-def test_write_task_memory_is_bounded_by_fragment_bytes(tmp_path):
+def test_06_write_task_memory_is_bounded_by_fragment_bytes(tmp_path):
     """A task streaming 48 MB through write_partition never holds much more than 2x
     fragmentBytes in Arrow memory, whatever the partition size."""
     store = open_store((tmp_path / "log").as_uri())
@@ -117,7 +117,7 @@ def test_write_task_memory_is_bounded_by_fragment_bytes(tmp_path):
     assert peak - base < 2.5 * fragment_bytes, (peak - base) / fragment_bytes
 
 
-def test_a_read_keeps_the_query_schema_when_the_log_gained_a_column():
+def test_07_a_read_keeps_the_query_schema_when_the_log_gained_a_column():
     """A stream fixes its schema when it starts; a later mergeSchema append adds a column.
     Batches must still come out in the query's schema, columns taken by name."""
     from wal3_spark.reader import LogReader, output_schema
@@ -140,7 +140,7 @@ def test_a_read_keeps_the_query_schema_when_the_log_gained_a_column():
     assert table.column("_offset").to_pylist() == [1, 2, 3]
 
 
-def test_an_executor_reading_fragments_gc_deleted_after_planning_gets_the_collected_range(tmp_path):
+def test_08_an_executor_reading_fragments_gc_deleted_after_planning_gets_the_collected_range(tmp_path):
     """The driver plans partitions from one manifest; GC collects before the tasks run."""
     from wal3_spark.cursors import CursorStore
     from wal3_spark.errors import DataLost
@@ -163,7 +163,7 @@ def test_an_executor_reading_fragments_gc_deleted_after_planning_gets_the_collec
     assert (info.value.start, info.value.oldest) == (1, 11)
 
 
-def test_min_records_per_trigger_waits_for_records_or_the_delay():
+def test_09_min_records_per_trigger_waits_for_records_or_the_delay():
     """latestOffset under minRecordsPerTrigger + maxTriggerDelay, driven by an injected clock:
     a batch waits for the minimum, never longer than the delay since the last batch; the max
     limits still cap it; AvailableNow and Trigger.Once (ReadAllAvailable) ignore the minimum."""
@@ -219,14 +219,14 @@ def test_min_records_per_trigger_waits_for_records_or_the_delay():
     ({"minRecordsPerTrigger": "0"}, "expected a positive integer"),
     ({"minRecordsPerTrigger": "100", "maxRecordsPerTrigger": "10"}, "larger than maxRecordsPerTrigger"),
 ])
-def test_trigger_option_errors_name_the_problem_and_the_valid_options(options, match):
+def test_10_trigger_option_errors_name_the_problem_and_the_valid_options(options, match):
     with pytest.raises(InvalidOption, match=match) as info:
         opts.parse({"path": "/tmp/x", **options}, opts.STREAM_READ)
     assert "Valid options for streaming reads" in str(info.value)
     assert "minRecordsPerTrigger" in str(info.value) and "maxTriggerDelay" in str(info.value)
 
 
-def test_trigger_delay_forms():
+def test_11_trigger_delay_forms():
     parsed = [opts.parse({"path": "/x", "minRecordsPerTrigger": "5", "maxTriggerDelay": d},
                          opts.STREAM_READ).max_trigger_delay_ms for d in ("15m", "30s", "500ms", "2h", "750")]
     assert parsed == [900_000, 30_000, 500, 7_200_000, 750]
@@ -240,7 +240,7 @@ def test_trigger_delay_forms():
     ({"writerId": "nightly", "writerVersion": "v2"}, "expected an integer >= 0"),
     ({"writerId": " ", "writerVersion": "1"}, "non-empty id"),
 ])
-def test_idempotent_write_options_go_together(options, match):
+def test_12_idempotent_write_options_go_together(options, match):
     with pytest.raises(InvalidOption, match=match) as info:
         opts.parse({"path": "/tmp/x", **options}, opts.WRITE)
     assert "Valid options for batch writes" in str(info.value) and "writerVersion" in str(info.value)

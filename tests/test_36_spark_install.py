@@ -46,7 +46,7 @@ def project_environment() -> dict[str, str]:
     return env
 
 
-def test_format_wal3_auto_registers_from_outside_the_checkout(tmp_path):
+def test_00_format_wal3_auto_registers_from_outside_the_checkout(tmp_path):
     workdir = tmp_path / "elsewhere"
     workdir.mkdir()
     script = workdir / "job.py"
@@ -79,7 +79,7 @@ def run_dev(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
                           env={**os.environ, "WAL3_VENV": str(tmp_path / "venv"), **env})
 
 
-def test_dev_names_the_python_it_needs_when_python3_is_too_old(tmp_path):
+def test_01_dev_names_the_python_it_needs_when_python3_is_too_old(tmp_path):
     fake = fake_python(tmp_path / "bin", "3.10.13")
     result = run_dev(tmp_path, {"PATH": f"{fake.parent}{os.pathsep}{os.environ['PATH']}"})
     assert result.returncode == 1
@@ -89,7 +89,7 @@ def test_dev_names_the_python_it_needs_when_python3_is_too_old(tmp_path):
     assert not (tmp_path / "venv").exists()  # nothing was created
 
 
-def test_dev_refuses_an_environment_made_with_an_old_python(tmp_path):
+def test_02_dev_refuses_an_environment_made_with_an_old_python(tmp_path):
     fake_python(tmp_path / "venv" / "bin", "3.10.13").rename(tmp_path / "venv" / "bin" / "python")
     result = run_dev(tmp_path, {})
     assert result.returncode == 1
@@ -97,7 +97,7 @@ def test_dev_refuses_an_environment_made_with_an_old_python(tmp_path):
     assert f"rm -rf {tmp_path / 'venv'}" in result.stderr
 
 
-def test_install_metadata_declares_the_pythons_pyspark_supports():
+def test_03_install_metadata_declares_the_pythons_pyspark_supports():
     import tomllib
     from importlib.metadata import metadata
 

@@ -26,7 +26,7 @@ def referenced_fragments(url: str) -> set[str]:
     return {ref.path for ref in iter_fragments(store, LogReader(store).manifest())}
 
 
-def test_a_version_commits_once_and_reruns_leave_nothing(spark, log_url):
+def test_00_a_version_commits_once_and_reruns_leave_nothing(spark, log_url):
     nightly = {"writerId": "nightly-load", "writerVersion": "42"}
     append(sample(spark, 100), log_url, **nightly)
     append(sample(spark, 100), log_url, **nightly)  # the same run again: skipped
@@ -46,7 +46,7 @@ def test_a_version_commits_once_and_reruns_leave_nothing(spark, log_url):
     check_log(log_url)
 
 
-def test_bad_writer_options_fail_before_writing(spark, log_url):
+def test_01_bad_writer_options_fail_before_writing(spark, log_url):
     with pytest.raises(Exception, match="needs both writerId and writerVersion"):
         append(sample(spark, 10), log_url, writerId="nightly-load")
     with pytest.raises(Exception, match="writerVersion='-3': expected an integer >= 0"):
@@ -54,7 +54,7 @@ def test_bad_writer_options_fail_before_writing(spark, log_url):
     assert not open_store(log_url).exists("manifest/MANIFEST")
 
 
-def test_foreach_batch_pipeline_restarted_mid_way_is_exactly_once(spark, log_url, tmp_path):
+def test_02_foreach_batch_pipeline_restarted_mid_way_is_exactly_once(spark, log_url, tmp_path):
     """The batch function crashes right after its sink write committed batch 1: Spark replays
     batch 1 on restart, and the sink skips it instead of appending it twice."""
     source, sink, ckpt = log_url, log_url + "-sink", tmp_path / "ckpt"

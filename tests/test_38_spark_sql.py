@@ -37,7 +37,7 @@ def manifest_bytes(url: str) -> bytes:
     return open_store(url).get(MANIFEST_KEY).data
 
 
-def test_create_select_describe_insert(spark, log_url, table):
+def test_00_create_select_describe_insert(spark, log_url, table):
     orders(spark, log_url)
     spark.sql(f"CREATE TABLE {table} USING wal3 OPTIONS (path '{log_url}')")
     described = {r.col_name: r for r in spark.sql(f"DESCRIBE TABLE {table}").collect()}
@@ -60,7 +60,7 @@ def test_create_select_describe_insert(spark, log_url, table):
     assert read(spark, log_url).count() == spark.table(table).count() == 10
 
 
-def test_location_and_per_statement_read_options(spark, log_url, table):
+def test_01_location_and_per_statement_read_options(spark, log_url, table):
     orders(spark, log_url, 8)
     spark.sql(f"CREATE TABLE {table} USING wal3 LOCATION '{log_url}'")
     assert spark.sql(f"SELECT count(*) n FROM {table}").first().n == 8
@@ -70,7 +70,7 @@ def test_location_and_per_statement_read_options(spark, log_url, table):
     assert spark.read.option("endingOffsets", "3").table(table).count() == 2
 
 
-def test_statements_an_append_only_log_cannot_run_change_nothing(spark, log_url, table):
+def test_02_statements_an_append_only_log_cannot_run_change_nothing(spark, log_url, table):
     orders(spark, log_url)
     spark.sql(f"CREATE TABLE {table} USING wal3 OPTIONS (path '{log_url}')")
     before = manifest_bytes(log_url)
@@ -90,7 +90,7 @@ def test_statements_an_append_only_log_cannot_run_change_nothing(spark, log_url,
     assert spark.table(table).count() == 5
 
 
-def test_drop_table_keeps_the_log(spark, log_url, table):
+def test_03_drop_table_keeps_the_log(spark, log_url, table):
     orders(spark, log_url)
     spark.sql(f"CREATE TABLE {table} USING wal3 OPTIONS (path '{log_url}')")
     before = sorted(m.key for m in open_store(log_url).list())
@@ -100,7 +100,7 @@ def test_drop_table_keeps_the_log(spark, log_url, table):
     check_log(log_url)
 
 
-def test_create_table_errors_change_nothing(spark, log_url, table):
+def test_04_create_table_errors_change_nothing(spark, log_url, table):
     with pytest.raises(Exception, match="no wal3 log at"):
         spark.sql(f"CREATE TABLE {table} USING wal3 OPTIONS (path '{log_url}')")
     assert not spark.catalog.tableExists(table)
@@ -112,7 +112,7 @@ def test_create_table_errors_change_nothing(spark, log_url, table):
     assert not spark.catalog.tableExists(table)
 
 
-def test_a_column_list_table_says_how_to_create_it(spark, log_url, table):
+def test_05_a_column_list_table_says_how_to_create_it(spark, log_url, table):
     """Spark runs no wal3 code for CREATE TABLE with a column list, so the table cannot know its
     log: every use fails naming the fix, and nothing is written."""
     orders(spark, log_url)
@@ -124,7 +124,7 @@ def test_a_column_list_table_says_how_to_create_it(spark, log_url, table):
     assert manifest_bytes(log_url) == before
 
 
-def test_read_stream_table_and_write_stream_to_table(spark, log_url, tmp_path, table):
+def test_06_read_stream_table_and_write_stream_to_table(spark, log_url, tmp_path, table):
     source, sink = log_url, log_url + "-sink"
     orders(spark, source, 30)
     orders(spark, sink, 0)  # the sink log exists with the same schema, empty
@@ -173,7 +173,7 @@ spark.stop()
 
 
 @pytest.mark.s3
-def test_a_table_on_s3_keeps_its_endpoint_and_takes_credentials_from_the_environment(request, tmp_path):
+def test_07_a_table_on_s3_keeps_its_endpoint_and_takes_credentials_from_the_environment(request, tmp_path):
     """The endpoint given at CREATE TABLE reaches every read and INSERT (no AWS_ENDPOINT_URL*
     in the environment); the credentials come from the environment, never the catalog."""
     seaweed = request.getfixturevalue("seaweed")

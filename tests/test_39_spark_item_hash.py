@@ -22,7 +22,7 @@ def frame(spark, start: int, n: int, extra: bool = False):
 
 
 @pytest.mark.parametrize("legacy", [False, True], ids=["new-log", "old-log"])
-def test_spark_appends_keep_the_logs_item_hash(spark, log_url, legacy):
+def test_00_spark_appends_keep_the_logs_item_hash(spark, log_url, legacy):
     store = open_store(log_url)
     if legacy:
         legacy_log(store, SCHEMA)
