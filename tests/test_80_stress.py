@@ -20,6 +20,7 @@ from wal3_spark.committer import Committer
 from wal3_spark.errors import PastOrphanHorizon
 from wal3_spark.format import MANIFEST_KEY
 from wal3_spark.manifest import Manifest
+from wal3_spark.reader import LogReader
 from wal3_spark.storage import open_store
 from wal3_spark.storage.common import file_url
 from wal3_spark.stress.collector import StressCollector
@@ -41,7 +42,7 @@ from wal3_spark.stress.reader import StressReader
 from wal3_spark.stress.rundir import RunDir, read_json, write_json
 from wal3_spark.stress.streams import Message, MessageMismatch, StreamPicker, decode, encode
 from wal3_spark.stress.summary import ORPHAN_RACE, STORE_FAULTS
-from wal3_spark.stress.supervisor import run_stress
+from wal3_spark.stress.supervisor import FragmentAudit, run_stress
 from wal3_spark.stress.writer import Regime, StressWriter, open_writer
 from wal3_spark.writer import LogWriter, to_batches, write_fragments
 
@@ -350,6 +351,25 @@ def test_16_a_racing_sweep_deletes_an_uncommitted_fragment_and_its_commit_is_ref
     assert LogWriter(store).append(b"r1 again").start == 2
 
 
+def test_17_the_audit_finds_a_referenced_fragment_deleted_after_every_reader_read_it(tmp_path: Path) -> None:
+    """Readers read a record once and `verify` runs only at the end, so a fragment deleted while
+    the manifest still references it is found only by the supervisor's audit."""
+    store = open_store(file_url(str(tmp_path / "log")))
+    with LogWriter(store) as writer:
+        for i in range(4):
+            writer.append([b"r%d" % i])
+    orphan = write_fragments(store, to_batches([b"never committed"])[0], None, fragment_bytes=1 << 20)[0]
+    audit = FragmentAudit(store, LogReader(store))
+    audit.audit()
+    assert audit.counts() == {"audits": 1, "audits skipped": 0, "referenced fragments missing": 0}
+    store.delete(orphan.path)  # unreferenced: nobody's business
+    victim = Manifest.from_json(store.get(MANIFEST_KEY).data).fragments[1]
+    store.delete(victim.path)
+    audit.audit()
+    assert list(audit.missing) == [victim.path]
+    assert "yet missing" in audit.missing[victim.path]
+
+
 # ----------------------------------------------------------------------- bounded runs
 
 
@@ -382,6 +402,7 @@ def _assert_clean_run(summary, required: tuple[str, ...]) -> None:
     assert summary.verified() >= summary.records_acknowledged > 0, table
     assert not summary.verify_problems, table
     assert not summary.crashes.get("writer") and not summary.crashes.get("reader"), table
+    assert summary.audit["audits"] > 0 and not summary.missing_fragments, table
     assert summary.ok, table
     assert summary.missing() == [], table
 

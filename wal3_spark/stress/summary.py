@@ -84,6 +84,9 @@ class Summary:
     examples: dict[str, list[str]] = field(default_factory=dict)
     #: problems `verify` found in the log at the end (orphan files excepted)
     verify_problems: list[str] = field(default_factory=list)
+    #: the supervisor's audits of the referenced fragments during the run, and what they found
+    audit: dict[str, int] = field(default_factory=dict)
+    missing_fragments: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     #: what the run was configured to exercise: fault kinds (store faults, `kill <role>`,
     #: `seaweed_restart`) and `gc apply`
@@ -107,6 +110,7 @@ class Summary:
             self.final
             and not any(self.violations().values())
             and not self.verify_problems
+            and not self.missing_fragments
             and not any(self.crashes.values())
             and all(r["finished"] for r in self.readers.values())
             and not self.notes
@@ -133,6 +137,7 @@ class Summary:
         section("kills", {**dict(sorted(self.kills.items())),
                           **{f"crashed {role}": n for role, n in sorted(self.crashes.items()) if n}})
         section("gc", dict(sorted(self.gc.items())))
+        section("audit", self.audit)
         if self.errors:
             section("errors survived", dict(sorted(self.errors.items())))
         width = max(len(r[1]) for r in rows)
@@ -144,6 +149,7 @@ class Summary:
             lines.append(f"  verify: {'clean' if not self.verify_problems else self.verify_problems[:5]}")
         for kind, texts in self.examples.items():
             lines += [f"  {kind}: {text}" for text in texts[:3]]
+        lines += [f"  missing fragment: {text}" for text in self.missing_fragments[:3]]
         lines += [f"  note: {note}" for note in self.notes]
         return "\n".join(lines)
 

@@ -8,6 +8,11 @@ The end of a run goes in order, because verification needs a complete picture:
 3. readers read up to it, catch up with the complete journals, decide every append left, and
    exit; the collectors are stopped;
 4. `verify` checks every invariant and fragment of the log.
+
+Between those, every `AUDIT_EVERY_S` the supervisor checks that every fragment the log
+references exists (`FragmentAudit`): readers read each record once and the final `verify` sees
+only what is still referenced at the end, so a fragment deleted while referenced, after every
+reader had read it and before GC dropped it, would otherwise go unnoticed.
 """
 
 from __future__ import annotations
@@ -27,8 +32,10 @@ from typing import IO
 from wal3_spark.committer import Committer
 from wal3_spark.cursors import CursorStore
 from wal3_spark.errors import StorageError, Wal3Error
+from wal3_spark.format import FRAGMENT_PREFIX
+from wal3_spark.gc import referenced
 from wal3_spark.reader import LogReader
-from wal3_spark.storage import open_store
+from wal3_spark.storage import ObjectStore, open_store
 from wal3_spark.storage.retry import retry
 from wal3_spark.stress.config import StressConfig
 from wal3_spark.stress.journal import mark_killed
@@ -49,10 +56,53 @@ STARTUP_S = 180.0
 MAX_CRASHES = 10
 #: with require_every_fault, the load goes on for at most this many times the duration more
 EXTENSION = 3
+#: seconds between audits of the referenced fragments
+AUDIT_EVERY_S = 10.0
 
 
 class StressSetupError(Wal3Error):
     """The stress run cannot start (its log location is not empty)."""
+
+
+class FragmentAudit:
+    """Checks that the fragments the log references exist, while the run goes on.
+
+    One audit reads the manifest (M1), lists the fragments, and reads the manifest again (M2); a
+    fragment referenced by both but not listed is missing. That is exact despite the writers and
+    collectors racing it: a commit only references a fragment already uploaded, so one in M1
+    was uploaded before the listing; a fragment leaves the references once and for all (paths
+    are unique), so one in M1 and M2 was referenced throughout, and GC deletes only what is no
+    longer referenced. An audit that cannot read the log (a server restart, a snapshot deleted
+    under it) is skipped and counted.
+    """
+
+    def __init__(self, store: ObjectStore, reader: LogReader) -> None:
+        self.store = store
+        self.reader = reader
+        self.done = 0
+        self.skipped = 0
+        #: fragment path -> "referenced by manifests N1 to N2, yet missing" (the first time seen)
+        self.missing: dict[str, str] = {}
+
+    def audit(self) -> None:
+        try:
+            first = self.reader.manifest()
+            before = referenced(self.store, first).fragments
+            listed = {m.key for m in self.store.list(FRAGMENT_PREFIX)}
+            second = self.reader.manifest()
+            after = referenced(self.store, second).fragments
+        except Wal3Error as exc:
+            self.skipped += 1
+            log.info("fragment audit skipped: %s", exc)
+            return
+        self.done += 1
+        for path in sorted((before & after) - listed):
+            self.missing.setdefault(path, f"{path}: referenced by the manifests at tails "
+                                          f"{first.next_offset} and {second.next_offset}, yet missing")
+
+    def counts(self) -> dict[str, int]:
+        return {"audits": self.done, "audits skipped": self.skipped,
+                "referenced fragments missing": len(self.missing)}
 
 
 @dataclass
@@ -79,6 +129,7 @@ class Supervisor:
         self.tally = AppendTally()
         #: reads the log without faults
         self.reader = LogReader(open_store(config.url, config.options))
+        self.audit = FragmentAudit(open_store(config.url, config.options), self.reader)
         self.started = time.monotonic()
         #: why the run stopped early, if it did
         self.aborted: str | None = None
@@ -155,20 +206,28 @@ class Supervisor:
         c = self.config
         roles = self.roles()
         kill_order = itertools.cycle(self.rng.sample(roles, len(roles)))
+        victim_role = next(kill_order)
         next_kill = self._after(c.kill_every_s)
         next_restart = self._after(min(c.seaweed_restart_every_s, c.duration_s / 2), jitter=False)
         next_summary = self.started + c.summary_every_s
+        next_audit = self.started + min(AUDIT_EVERY_S, c.duration_s / 2)
         end = self.started + c.duration_s
         while self.aborted is None and self.keep_going(time.monotonic(), end):
             now = time.monotonic()
             self.reap()
-            if now >= next_kill and self.kill_one(next(kill_order)):
+            # a role whose processes are all still starting keeps its turn (on a loaded machine
+            # imports take seconds, and a turn passed on would leave that role unkilled for long)
+            if now >= next_kill and self.kill_one(victim_role):
+                victim_role = next(kill_order)
                 next_kill = self._after(c.kill_every_s)
             if self.seaweed is not None and c.seaweed_restart_every_s > 0 and now >= next_restart:
                 log.info("restarting SeaweedFS")
                 self.seaweed.restart()
                 self.seaweed_restarts += 1
                 next_restart = time.monotonic() + c.seaweed_restart_every_s
+            if now >= next_audit:
+                self.audit.audit()
+                next_audit = time.monotonic() + AUDIT_EVERY_S
             if now >= next_summary:
                 self.print(self.summary())
                 next_summary = now + c.summary_every_s
@@ -308,6 +367,8 @@ class Supervisor:
                          self.config.duration_s, self.kills, self.crashes, self.seaweed_restarts)
         summary.final = final
         summary.required = self.required()
+        summary.audit = self.audit.counts()
+        summary.missing_fragments = list(self.audit.missing.values())
         return summary
 
     def print(self, summary: Summary) -> None:
