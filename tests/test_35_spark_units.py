@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import pyarrow as pa
 import pytest
 
@@ -61,6 +63,7 @@ def test_03_credentials_are_masked():
     with pytest.raises(InvalidOption) as info:
         opts.parse({"path": "s3://b/l", "secretAccessKey": "S3CR3T", "writerId": "w"}, opts.WRITE)
     assert "S3CR3T" not in str(info.value)
+    assert all(f"{f.name}=" in repr(o) for f in fields(o)), "repr shows every field"
 
 
 def _ranges(sizes, records=10):

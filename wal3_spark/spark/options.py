@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, fields
 from wal3_spark.dirty import DEFAULT_FULL_SCAN_EVERY_S
 from wal3_spark.errors import InvalidOption
 from wal3_spark.logset import ALL_LOGS, LogSelection, LogSet, check_log_name
+from wal3_spark.storage import STORE_OPTIONS, ObjectStore, open_store
 
 WRITE, READ, STREAM_READ, STREAM_WRITE = "write", "read", "streamRead", "streamWrite"
 ROLES = (WRITE, READ, STREAM_READ, STREAM_WRITE)
@@ -68,12 +69,7 @@ OPTIONS: dict[str, tuple[tuple[str, ...], str]] = {
 
 def store_option_names() -> tuple[str, ...]:
     """The object-store options (endpoint, region, credentials) that `open_store` accepts."""
-    try:
-        from wal3_spark.storage import STORE_OPTIONS
-    except ImportError:  # pragma: no cover - storage not installed
-        return ()
-    names = STORE_OPTIONS.keys() if isinstance(STORE_OPTIONS, Mapping) else STORE_OPTIONS
-    return tuple(sorted(_DISPLAY.get(n.lower(), n) for n in names))
+    return tuple(sorted(_DISPLAY.get(n.lower(), n) for n in STORE_OPTIONS))
 
 
 #: how the store's (lower-case) option names are spelled in docs and messages
@@ -143,21 +139,18 @@ class Wal3Options:
     log_column: str | None = None
 
     def __repr__(self) -> str:
-        shown = ", ".join(
-            f"{k}={'***' if is_secret(k) else v}" for k, v in self.store_options
-        )
-        rest = ", ".join(
-            f"{f.name}={getattr(self, f.name)}" for f in fields(self)
-            if f.name not in ("role", "url", "store_options")
-        )
-        return f"Wal3Options(role={self.role}, url={self.url}, store_options=[{shown}], {rest})"
+        """Every field, so that a new one is never missing; credentials masked (`is_secret`)."""
+        return f"Wal3Options({', '.join(f'{f.name}={self._shown(f.name)}' for f in fields(self))})"
+
+    def _shown(self, name: str) -> str:
+        if name != "store_options":
+            return str(getattr(self, name))
+        return "[" + ", ".join(f"{k}={'***' if is_secret(k) else v}" for k, v in self.store_options) + "]"
 
     __str__ = __repr__
 
-    def open_store(self):
+    def open_store(self) -> ObjectStore:
         """The log's object store (opened lazily; call on executors, not at pickling time)."""
-        from wal3_spark.storage import open_store
-
         return open_store(self.url, dict(self.store_options) or None)
 
     def log_set(self) -> LogSet:
