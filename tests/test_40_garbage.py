@@ -9,10 +9,9 @@ import pytest
 
 from tests.support.fakes import FakeFragment as Frag
 from tests.support.fakes import chroma_testdata
-from wal3_spark.errors import CorruptLog
+from wal3_spark.errors import CorruptLog, GarbageStale
 from wal3_spark.garbage import (
     Garbage,
-    GarbageStale,
     apply_garbage,
     compute_garbage,
     seq_no_fragment_path,

@@ -13,9 +13,10 @@ import pytest
 from tests.support.fakes import chroma_testdata
 from wal3_spark.cursors import CursorStore
 from wal3_spark.format import FRAGMENT_PREFIX, GARBAGE_KEY, SNAPSHOT_PREFIX
+from wal3_spark.errors import GCRefused
 from wal3_spark.fragment import encode_raw, write_fragment
 from wal3_spark.garbage import Garbage, compute_garbage
-from wal3_spark.gc import PHASES, GarbageCollector, GCRefused, GCStopped, load_garbage, referenced
+from wal3_spark.gc import PHASES, GarbageCollector, load_garbage, referenced
 from wal3_spark.manifest import Manifest, Snapshot, SnapshotOptions
 from wal3_spark.reader import LogReader, iter_fragments, load_snapshot
 from wal3_spark.setsum import Setsum
@@ -23,6 +24,20 @@ from wal3_spark.storage import open_store
 from wal3_spark.verify import verify
 from wal3_spark.writer import LogWriter
 
+
+
+class Crash(Exception):
+    """A collector process dying between two steps."""
+
+
+def crash_after(step: str):
+    """An `after_step` observer that crashes the collector once `step` is done."""
+
+    def observe(done: str) -> None:
+        if done == step:
+            raise Crash(step)
+
+    return observe
 
 
 def body(i: int) -> bytes:
@@ -103,8 +118,8 @@ def test_01_a_crash_after_any_phase_is_finished_by_the_next_run(store, phase):
     kept = [f for f in before.fragments if f.limit > 27]
     dropped = [f for f in before.fragments if f.limit <= 27]
 
-    with pytest.raises(GCStopped):
-        GarbageCollector(store, grace_s=0, stop_after=phase).run()
+    with pytest.raises(Crash):
+        GarbageCollector(store, grace_s=0, after_step=crash_after(phase)).run()
     # readers keep working from the cursor whatever the step the crash came after
     assert offsets_and_bodies(store, 27)[0] == (27, body(26))
     report = GarbageCollector(store, grace_s=0).run()
@@ -251,8 +266,8 @@ def test_07_stale_garbage_after_writers_rolled_snapshots_is_recomputed(tmp_path)
     options = SnapshotOptions(2, 2)
     fill(store, appends=3)
     CursorStore(store).create("c", 11)
-    with pytest.raises(GCStopped):
-        GarbageCollector(store, grace_s=0, stop_after="compute").run()
+    with pytest.raises(Crash):
+        GarbageCollector(store, grace_s=0, after_step=crash_after("compute")).run()
     # writers roll the garbage's fragments into snapshots before phase 2 runs
     fill(store, appends=3, snapshot_options=options)
     assert Committer_manifest(store).snapshots

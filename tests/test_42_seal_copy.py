@@ -7,9 +7,9 @@ import pytest
 
 from tests.support.fakes import chroma_fragment
 from wal3_spark.committer import Committer
-from wal3_spark.copy import CopyError, copy_log
+from wal3_spark.copy import copy_log
 from wal3_spark.cursors import CursorStore
-from wal3_spark.errors import DataLost, LogSealed
+from wal3_spark.errors import CopyError, DataLost, LogSealed
 from wal3_spark.format import MANIFEST_KEY, FragmentRef
 from wal3_spark.fragment import encode_raw, write_fragment
 from wal3_spark.gc import GarbageCollector

@@ -31,6 +31,7 @@ import pyarrow as pa
 from wal3_spark.cas import CasObject, CasPolicy, CasResult, Outcome
 from wal3_spark.errors import (
     AmbiguousWrite,
+    AppendsUnsupported,
     CommitFailed,
     CommitOutcomeUnknown,
     CorruptLog,
@@ -41,7 +42,6 @@ from wal3_spark.errors import (
     PreconditionFailed,
     SchemaMismatch,
     TransientError,
-    Wal3Error,
 )
 from wal3_spark.format import MANIFEST_KEY
 from wal3_spark.manifest import Manifest, NewFragment, Snapshot, SnapshotOptions, Txn
@@ -231,11 +231,7 @@ class Committer:
                 if txn is not None and txn.version >= version:
                     return None
             if current.uses_seq_nos:
-                raise Wal3Error(
-                    f"{self.url} was written by Chroma's S3 backend (sequence-numbered fragments); "
-                    "wal3-spark can read and verify it but appends only to UUID-fragment logs. "
-                    "Copy it to a new log (`wal3 copy`) and append there"
-                )
+                raise AppendsUnsupported(self.url)
             _check_orphan_horizon(current, fragments, self.url)
             new_schema = _target_schema(current, schema, merge_schema, self.url)
             _check_item_hash(fragments, current.append_item_hash(new_schema is not None), self.url)

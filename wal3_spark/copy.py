@@ -32,11 +32,11 @@ from wal3_spark.committer import roll_snapshots
 from wal3_spark.cursors import CursorStore
 from wal3_spark.errors import (
     AmbiguousWrite,
+    CopyError,
     CorruptLog,
     DataLost,
     ObjectNotFound,
     PreconditionFailed,
-    Wal3Error,
 )
 from wal3_spark.format import MANIFEST_KEY, FragmentRef
 from wal3_spark.fragment import encode_table, fragment_path
@@ -50,10 +50,6 @@ from wal3_spark.verify import verify
 log = logging.getLogger(__name__)
 
 COPY_WRITER = "wal3-spark copy"
-
-
-class CopyError(Wal3Error):
-    """The copy could not be made or did not verify."""
 
 
 @dataclass

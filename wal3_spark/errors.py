@@ -147,6 +147,19 @@ class CommitOutcomeUnknown(Wal3Error):
     """
 
 
+class AppendsUnsupported(Wal3Error):
+    """The log is one wal3-spark reads and verifies but does not append to: Chroma's S3 backend
+    wrote it with sequence-numbered fragments, whose next number only Chroma's writer assigns."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(
+            f"{url} was written by Chroma's S3 backend (sequence-numbered fragments); "
+            "wal3-spark can read and verify it but appends only to UUID-fragment logs. "
+            "Copy it to a new log (`wal3 copy`) and append there"
+        )
+        self.url = url
+
+
 class CursorError(Wal3Error):
     """A cursor operation failed (missing cursor, lost race, invalid name or move)."""
 
@@ -178,3 +191,28 @@ class RoutedCommitFailed(Wal3Error):
         self.prefix = prefix
         self.committed = committed
         self.failed = failed
+
+
+# ------------------------------------------------------------------------ garbage collection
+
+
+class GarbageError(Wal3Error):
+    """The garbage record (`gc/GARBAGE`) is malformed or cannot be computed."""
+
+
+class GarbageStale(GarbageError):
+    """The garbage no longer applies to the manifest (a writer rolled the fragments it names
+    into a snapshot in the meantime): reset it and compute it again."""
+
+
+class GCRefused(Wal3Error):
+    """A safety check refused to collect: too much of the log would go (`force` overrides), a
+    cursor cannot be read (it may be pinning data: repair or delete it first), or the garbage to
+    delete is still in the manifest."""
+
+
+# -------------------------------------------------------------------------------------- copy
+
+
+class CopyError(Wal3Error):
+    """The copy could not be made or did not verify."""

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from wal3_spark.errors import CorruptLog, Wal3Error
+from wal3_spark.errors import CorruptLog, GarbageError, GarbageStale
 from wal3_spark.format import (
     FIRST_OFFSET,
     GARBAGE_KEY,
@@ -47,15 +47,6 @@ from wal3_spark.setsum import Setsum
 GC_WRITER = "garbage collection"
 
 SnapshotLoader = Callable[[SnapshotPointer], Snapshot]
-
-
-class GarbageError(Wal3Error):
-    """The garbage record is malformed or cannot be computed."""
-
-
-class GarbageStale(GarbageError):
-    """The garbage no longer applies to the manifest (a writer rolled the fragments it names
-    into a snapshot in the meantime): reset it and compute it again."""
 
 
 def seq_no_fragment_path(seq_no: int) -> str:

@@ -35,11 +35,10 @@ from dataclasses import asdict, dataclass, field, replace
 from wal3_spark.cas import CasObject, Outcome
 from wal3_spark.committer import Committer, write_snapshot
 from wal3_spark.cursors import CursorStore
-from wal3_spark.errors import InvalidOption, ObjectNotFound, Wal3Error
+from wal3_spark.errors import CommitOutcomeUnknown, GarbageStale, GCRefused, InvalidOption, ObjectNotFound
 from wal3_spark.format import FRAGMENT_PREFIX, GARBAGE_KEY, SnapshotPointer
 from wal3_spark.garbage import (
     Garbage,
-    GarbageStale,
     apply_garbage,
     compute_garbage,
     garbage_applied,
@@ -59,15 +58,6 @@ MIN_ORPHAN_GRACE_S = 900.0
 #: refuse (without force) to drop more than this share of the records in the log
 DEFAULT_MAX_DROP_SHARE = 0.9
 PHASES = ("compute", "apply", "mark", "delete", "reset")
-
-
-class GCRefused(Wal3Error):
-    """A safety check refused to collect: too much of the log would go (`force` overrides), or
-    a cursor cannot be read (it may be pinning data: repair or delete it first)."""
-
-
-class GCStopped(Exception):
-    """Raised after the phase named by `stop_after` (crash injection for tests)."""
 
 
 @dataclass
@@ -159,11 +149,9 @@ class GarbageCollector:
         now: Callable[[], float] = time.time,
         orphan_now: Callable[[], float] | None = None,
         writer: str = "wal3-spark gc",
-        stop_after: str | None = None,
+        after_step: Callable[[str], None] | None = None,
         progress: Callable[[int, int], None] | None = None,
     ) -> None:
-        if stop_after is not None and stop_after not in PHASES:
-            raise ValueError(f"stop_after must be one of {PHASES}")
         if not (math.isfinite(grace_s) and grace_s >= 0):
             raise InvalidOption(f"grace_s must be a number of seconds >= 0, got {grace_s}")
         if orphan_grace_s is not None and not orphan_grace_s >= MIN_ORPHAN_GRACE_S:
@@ -189,7 +177,9 @@ class GarbageCollector:
         #: that safe (those appends fail cleanly). Python only: no CLI option sets it
         self.orphan_now = now if orphan_now is None else orphan_now
         self.writer = writer
-        self.stop_after = stop_after
+        #: called with each step's name (`PHASES`) once it is done; what it raises ends the run
+        #: there, as a crash would (how the tests crash a collector between two steps)
+        self.after_step = after_step
         self.progress = progress
         self.committer = Committer(store, writer=writer)
         self.cursors = CursorStore(store, writer=writer)
@@ -271,8 +261,8 @@ class GarbageCollector:
     def _step(self, report: GCReport, name: str) -> None:
         report.steps.append(name)
         log.info("%s: gc %s done", self.url, name)
-        if self.stop_after == name:
-            raise GCStopped(name)
+        if self.after_step is not None:
+            self.after_step(name)
 
     def _cutoff(self, cursors: dict[str, int], keep_from: int | None) -> int | None:
         if not cursors:
@@ -347,7 +337,7 @@ class GarbageCollector:
 
         result = self.garbage.apply(decide)
         if result.outcome is Outcome.UNKNOWN:
-            raise Wal3Error(
+            raise CommitOutcomeUnknown(
                 f"{self.url}: could not establish whether {GARBAGE_KEY} was written (the store "
                 "kept failing until the deadline); run gc again: it finishes whatever landed"
             )
@@ -364,7 +354,7 @@ class GarbageCollector:
     def _delete(self, garbage: Garbage, report: GCReport) -> None:
         manifest = self.committer.manifest()
         if not garbage_applied(manifest, garbage):
-            raise Wal3Error(f"{self.url}: refusing to delete garbage the manifest still holds")
+            raise GCRefused(f"{self.url}: refusing to delete garbage the manifest still holds")
         refs = referenced(self.store, manifest)
         candidates = garbage.snapshot_paths() + garbage.fragment_paths()
         unsafe = [p for p in candidates if p in refs.snapshots or p in refs.fragments]
@@ -427,9 +417,7 @@ __all__ = [
     "DEFAULT_GRACE_S",
     "DEFAULT_MAX_DROP_SHARE",
     "MIN_ORPHAN_GRACE_S",
-    "GCRefused",
     "GCReport",
-    "GCStopped",
     "GarbageCollector",
     "collect_garbage",
     "load_garbage",
