@@ -6,7 +6,8 @@ The end of a run goes in order, because verification needs a complete picture:
    that it exited (a writer that does not stop in time is killed and marked so);
 2. the final tail is read and written to `final.json`;
 3. readers read up to it, catch up with the complete journals, decide every append left, and
-   exit; the collectors are stopped;
+   exit; the collectors are stopped; the tail must not have moved since 2 (a write landing
+   after every writer stopped would otherwise go unverified);
 4. `verify` checks every invariant and fragment of the log.
 
 Between those, every `AUDIT_EVERY_S` the supervisor checks that every fragment the log
@@ -251,6 +252,10 @@ class Supervisor:
         write_json(self.run_dir.final, {"tail": tail})
         notes = self.await_readers()
         self.stop_role("collector", COLLECTOR_STOP_S)
+        after = self.final_tail()
+        if after != tail:  # a write landed after every writer had stopped: nobody verified it
+            notes.append(f"the log grew after the writers stopped: offsets [{tail}, {after}) "
+                         "were never verified")
         summary = self.summary(final=True)
         summary.notes += notes + ([self.aborted] if self.aborted else [])
         summary.verify_problems = self.verify()
