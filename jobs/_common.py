@@ -84,3 +84,9 @@ def store_options(pairs: list[str] | None) -> dict[str, str]:
             raise SystemExit(f"--option expects key=value, got {pair!r}")
         out[key] = value
     return out
+
+
+def log_selection(names: str | None, pattern: str | None) -> str:
+    """The `logs` option selecting a log set's logs from `--logs a,b` or `--pattern GLOB`
+    (neither: every log)."""
+    return names or pattern or "*"
