@@ -110,7 +110,7 @@ def test_06_a_missing_log_is_reported():
 
 def test_07_problems_are_classified_by_what_failed_not_by_words_in_a_message(log_store):
     manifest = LogReader(log_store).manifest()
-    # a snapshot that is there but malformed (the detail says "missing 'depth'") is corrupt
+    # a snapshot that is there but malformed (the problem says "'depth' is missing") is corrupt
     malformed = load_snapshot(log_store, manifest.snapshots[0]).snapshots[-1].path_to_snapshot
     doc = json.loads(log_store.get(malformed).data)
     del doc["depth"]
@@ -127,7 +127,7 @@ def test_07_problems_are_classified_by_what_failed_not_by_words_in_a_message(log
     found = {(p.kind, p.obj): p.detail for p in report.problems}
     assert not report.ok
     assert set(found) == {("corrupt", malformed), ("unreadable", flaky), ("unreadable", denied)}
-    assert "missing 'depth'" in found["corrupt", malformed]
+    assert "'depth' is missing" in found["corrupt", malformed]
     assert "HTTP 503" in found["unreadable", flaky] and "permission denied" in found["unreadable", denied]
 
 

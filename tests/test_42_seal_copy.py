@@ -138,7 +138,7 @@ def test_06_copy_refuses_a_chroma_fragment_placed_where_its_offsets_do_not_start
     ref = FragmentRef(path, 1, 1, 3, len(data), setsum)
     src.put_if_absent(MANIFEST_KEY, Manifest(setsum, Setsum(), len(data), "chroma", (), (ref,)).to_json())
     dst = open_store(str(tmp_path / "dst"))
-    with pytest.raises(CopyError, match="stored offsets start where the manifest places it") as info:
+    with pytest.raises(CopyError, match="stored offsets do not start where the manifest places it") as info:
         copy_log(src, dst)
     assert path in str(info.value) and "wal3 verify" in str(info.value)
     assert not dst.exists(MANIFEST_KEY)

@@ -282,7 +282,7 @@ def test_09_storage_errors_are_reported_as_what_they_are(url, monkeypatch):
     store.delete(victim)
     code, _, err = run_main("cat", url)
     assert code == 1 and err.count("\n") == 1 and "Traceback" not in err
-    assert f"{victim}: every referenced fragment exists does not hold: the object is missing" in err
+    assert f"{victim}: is missing, and the manifest still references it" in err
     # transient: the store cannot be reached, through every retry
     monkeypatch.setattr(S3Store, "retry_base_s", 0.001)
     monkeypatch.setattr(S3Store, "retry_cap_s", 0.001)

@@ -66,7 +66,7 @@ def _parse(key: str):
         try:
             return Cursor.from_json(loads(data, key), key)
         except CorruptLog as exc:
-            return BrokenCursor(key[len(CURSOR_PREFIX):-len(".json")], key, exc.detail)
+            return BrokenCursor(key[len(CURSOR_PREFIX):-len(".json")], key, exc.problem)
 
     return parse
 

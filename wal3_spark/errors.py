@@ -102,15 +102,18 @@ class SchemaMismatch(Wal3Error):
 class CorruptLog(Wal3Error):
     """An invariant of the log's metadata or data does not hold.
 
-    `invariant` names the broken rule and `obj` the object that breaks it, so that an operator
-    knows what to look at without reading code.
+    The message names the object and says what is wrong with it ("log/Uuid=….parquet: content
+    does not match its setsum in the manifest (recomputed …, manifest …)"), so that an operator
+    knows what to look at without reading code. `invariant` names the rule broken, for code that
+    classifies problems (verify tells missing objects from corrupt ones by it); `problem` is the
+    message after the object's name.
     """
 
-    def __init__(self, invariant: str, obj: str, detail: str) -> None:
-        super().__init__(f"{obj}: {invariant} does not hold: {detail}")
+    def __init__(self, invariant: str, obj: str, problem: str) -> None:
+        super().__init__(f"{obj}: {problem}")
         self.invariant = invariant
         self.obj = obj
-        self.detail = detail
+        self.problem = problem
 
 
 class DataLost(Wal3Error):

@@ -52,7 +52,7 @@ def loads(data: bytes, obj: str) -> Any:
     try:
         return json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CorruptLog("valid JSON", obj, str(exc)) from None
+        raise CorruptLog("valid JSON", obj, f"not valid JSON ({exc})") from None
 
 
 def position(offset: int) -> dict[str, int]:
@@ -63,9 +63,11 @@ def parse_offset(value: Any, obj: str, field: str) -> int:
     try:
         offset = value["offset"]
     except (TypeError, KeyError):
-        raise CorruptLog("well-formed log position", obj, f"{field} is {value!r}") from None
+        problem = f"{field} is not a log position: {value!r}"
+        raise CorruptLog("well-formed log position", obj, problem) from None
     if not isinstance(offset, int) or offset < 0:
-        raise CorruptLog("well-formed log position", obj, f"{field} offset is {offset!r}")
+        problem = f"{field} offset is not an integer >= 0: {offset!r}"
+        raise CorruptLog("well-formed log position", obj, problem)
     return offset
 
 
@@ -73,15 +75,15 @@ def parse_setsum(value: Any, obj: str, field: str) -> Setsum:
     try:
         return Setsum.from_hexdigest(value)
     except (TypeError, ValueError) as exc:
-        raise CorruptLog("well-formed setsum", obj, f"{field}: {exc}") from None
+        raise CorruptLog("well-formed setsum", obj, f"{field} is not a setsum ({exc})") from None
 
 
 def require_field(data: dict, name: str, obj: str, kind: type | tuple[type, ...]) -> Any:
     if not isinstance(data, dict) or name not in data:
-        raise CorruptLog("required field present", obj, f"missing {name!r}")
+        raise CorruptLog("required field present", obj, f"the required field {name!r} is missing")
     value = data[name]
     if not isinstance(value, kind) or isinstance(value, bool) and kind is int:
-        raise CorruptLog("field type", obj, f"{name!r} is {value!r}")
+        raise CorruptLog("field type", obj, f"{name!r} has the wrong type: {value!r}")
     return value
 
 

@@ -420,7 +420,8 @@ def decode_fragment(data: bytes, *, path: str, raw: bool) -> DecodedFragment:
         parquet = pq.ParquetFile(pa.BufferReader(data))
         table = _restore_arrow_types(parquet.read(), parquet.metadata.metadata or {})
     except (pa.ArrowException, OSError, ValueError) as exc:
-        raise CorruptLog("a fragment is a readable Parquet file", path, str(exc)) from None
+        problem = f"not a readable Parquet file ({exc})"
+        raise CorruptLog("a fragment is a readable Parquet file", path, problem) from None
     names = table.schema.names
     absolute = RELATIVE_OFFSET not in names and ABSOLUTE_OFFSET in names
     offset_name = ABSOLUTE_OFFSET if absolute else RELATIVE_OFFSET
@@ -428,7 +429,7 @@ def decode_fragment(data: bytes, *, path: str, raw: bool) -> DecodedFragment:
     missing = [name for name in required if name not in names]
     if missing:
         raise CorruptLog(
-            "a fragment has its required columns", path, f"missing {missing} in {names}"
+            "a fragment has its required columns", path, f"columns {missing} are missing (it has {names})"
         )
     metadata = {
         key.decode(errors="replace"): value.decode(errors="replace")
@@ -469,8 +470,8 @@ def _restore_arrow_types(table: pa.Table, metadata: dict[bytes, bytes]) -> pa.Ta
 def _u64_column(table: pa.Table, name: str, path: str) -> np.ndarray:
     column = table.column(name)
     if column.null_count or not pa.types.is_integer(column.type):
-        detail = f"{column.type} with {column.null_count} nulls"
-        raise CorruptLog(f"a fragment's {name} is a non-null integer", path, detail)
+        problem = f"{name} is not a non-null integer column ({column.type} with {column.null_count} nulls)"
+        raise CorruptLog(f"a fragment's {name} is a non-null integer", path, problem)
     return column.to_numpy().astype(np.uint64, copy=False)
 
 
@@ -478,7 +479,8 @@ def _metadata_records(value: str | None, path: str) -> int | None:
     if value is None:
         return None
     if not value.isdigit():
-        raise CorruptLog(f"{RECORDS_KEY} metadata is a decimal count", path, repr(value))
+        raise CorruptLog(f"{RECORDS_KEY} metadata is a decimal count", path,
+                         f"its {RECORDS_KEY} metadata is not a decimal count ({value!r})")
     return int(value)
 
 
@@ -494,8 +496,8 @@ def recompute_setsum(decoded: DecodedFragment, raw: bool, *, item_hash: str | No
     if raw:
         body = decoded.payload.column(BODY)
         if body.null_count:
-            detail = f"{body.null_count} null bodies"
-            raise CorruptLog("a raw fragment has no null body", decoded.path, detail)
+            problem = f"a raw fragment with {body.null_count} null bodies"
+            raise CorruptLog("a raw fragment has no null body", decoded.path, problem)
         return Setsum.sum(
             raw_setsum(
                 decoded.offsets[a:b], decoded.timestamp_us[a:b], _single_array(body.slice(a, b - a))
@@ -504,9 +506,9 @@ def recompute_setsum(decoded: DecodedFragment, raw: bool, *, item_hash: str | No
         )
     if decoded.absolute or not np.array_equal(decoded.offsets, np.arange(n, dtype=np.uint64)):
         invariant = "a structured fragment's relative_offset is 0..n-1"
-        raise CorruptLog(invariant, decoded.path, "it is not")
+        raise CorruptLog(invariant, decoded.path, "its relative_offset column is not 0..n-1")
     if n and (decoded.timestamp_us != decoded.timestamp_us[0]).any():
-        raise CorruptLog("a fragment has one timestamp_us", decoded.path, "its rows differ")
+        raise CorruptLog("a fragment has one timestamp_us", decoded.path, "its rows' timestamp_us differ")
     timestamp_us = int(decoded.timestamp_us[0]) if n else 0
     return Setsum.sum(
         structured_setsum(

@@ -133,7 +133,7 @@ class Garbage:
             return cls.empty()  # a zero-byte file is the empty garbage too
         doc = loads(data, obj)
         if not isinstance(doc, dict):
-            raise CorruptLog("garbage is a JSON object", obj, repr(doc)[:80])
+            raise CorruptLog("garbage is a JSON object", obj, f"not a JSON object: {repr(doc)[:80]}")
         try:
             root = doc.get("snapshot_for_root")
             uuid_limit = doc.get("fragments_to_drop_uuid_limit")
@@ -141,7 +141,7 @@ class Garbage:
                 uuid_limit = str(uuid.UUID(str(uuid_limit)))
             applied = doc.get("applied_epoch_us")
             if applied is not None and (not isinstance(applied, int) or isinstance(applied, bool)):
-                raise CorruptLog("field type", obj, f"'applied_epoch_us' is {applied!r}")
+                raise CorruptLog("field type", obj, f"'applied_epoch_us' has the wrong type: {applied!r}")
             return cls(
                 snapshots_to_drop=tuple(
                     SnapshotPointer.from_json(p, obj) for p in doc.get("snapshots_to_drop", [])
@@ -162,7 +162,7 @@ class Garbage:
                 applied_epoch_us=applied,
             )
         except (TypeError, ValueError, AttributeError) as exc:
-            raise CorruptLog("well-formed garbage", obj, str(exc)) from None
+            raise CorruptLog("well-formed garbage", obj, f"malformed garbage ({exc})") from None
 
     # -- summary ------------------------------------------------------------------------
 
@@ -210,7 +210,8 @@ class _Acc:
             raise CorruptLog(
                 "a dropped snapshot's setsum equals the sum of what it holds",
                 pointer.path_to_snapshot,
-                f"pointer {pointer.setsum.hexdigest()}, children {acc.hexdigest()}",
+                f"its setsum does not equal the sum of what it holds (pointer "
+                f"{pointer.setsum.hexdigest()}, children {acc.hexdigest()})",
             )
         self.snapshots_to_drop.append(pointer)
         return acc
@@ -285,7 +286,7 @@ class _Acc:
             raise CorruptLog(
                 "a rebuilt snapshot plus what it drops equals the original",
                 pointer.path_to_snapshot,
-                "setsums do not balance",
+                "the rebuilt snapshot plus what it drops does not equal the original's setsum",
             )
         self.snapshots_to_make.extend(made + [root])
         return dropped, root.pointer()
@@ -339,12 +340,13 @@ def compute_garbage(
             raise CorruptLog(
                 "fragment identifiers are all sequence numbers or all UUIDs",
                 GARBAGE_KEY,
-                "mixed identifiers below the cutoff",
+                "sequence-number and UUID fragments are mixed below the cutoff",
             )
         for lhs, rhs in zip(seq_nos, seq_nos[1:]):
             if rhs != lhs + 1:
                 raise CorruptLog(
-                    "dropped sequence numbers are contiguous", GARBAGE_KEY, f"{lhs} then {rhs}"
+                    "dropped sequence numbers are contiguous", GARBAGE_KEY,
+                    f"the dropped sequence numbers have a gap ({lhs} then {rhs})"
                 )
         start, limit = seq_nos[0], seq_nos[-1] + 1
     uuid_limit = None

@@ -79,7 +79,8 @@ def decode_schema(text: str) -> pa.Schema:
     try:
         return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
     except (ValueError, pa.ArrowInvalid) as exc:
-        raise CorruptLog("schema is base64 Arrow IPC", MANIFEST_KEY, str(exc)) from None
+        problem = f"the schema is not base64 Arrow IPC ({exc})"
+        raise CorruptLog("schema is base64 Arrow IPC", MANIFEST_KEY, problem) from None
 
 
 def _parse_item_hash(doc: Any, raw: bool, obj: str) -> str | None:
@@ -88,11 +89,12 @@ def _parse_item_hash(doc: Any, raw: bool, obj: str) -> str | None:
         raise CorruptLog(
             "item_hash names a setsum item hash this wal3-spark knows",
             obj,
-            f"'item_hash' is {item_hash!r}, known: {[h for h in ITEM_HASHES if h]}; a newer "
+            f"'item_hash' {item_hash!r} is not one this wal3-spark knows "
+            f"({[h for h in ITEM_HASHES if h]}); a newer "
             "wal3-spark may have written it: upgrade to read this log",
         )
     if raw and item_hash is not None:
-        raise CorruptLog("raw logs carry no item_hash", obj, f"'item_hash' is {item_hash!r}")
+        raise CorruptLog("raw logs carry no item_hash", obj, f"a raw log with an 'item_hash' ({item_hash!r})")
     return item_hash
 
 
@@ -106,7 +108,8 @@ def _check_contiguous(obj: str, entries: Sequence[Any], what: str) -> None:
             raise CorruptLog(
                 f"{what} are contiguous",
                 obj,
-                f"gap or overlap between limit {lhs.limit} and next start {rhs.start}",
+                f"{what} are not contiguous (a gap or overlap between limit {lhs.limit} and next "
+                f"start {rhs.start})",
             )
 
 
@@ -116,7 +119,7 @@ def _check_uniform_ids(obj: str, fragments: Sequence[FragmentRef]) -> None:
         raise CorruptLog(
             "fragment identifiers are all sequence numbers or all UUIDs",
             obj,
-            "mixed sequence-number and UUID fragments",
+            "sequence-number and UUID fragments are mixed",
         )
 
 
@@ -126,14 +129,15 @@ def _check_unique(obj: str, paths: Iterable[str], what: str) -> None:
     seen: set[str] = set()
     for path in paths:
         if path in seen:
-            raise CorruptLog(f"{what} paths are unique", obj, f"{path} is referenced twice")
+            raise CorruptLog(f"{what} paths are unique", obj, f"{what} {path} is referenced twice")
         seen.add(path)
 
 
 def _check_fragments(obj: str, fragments: Sequence[FragmentRef]) -> None:
     for frag in fragments:
         if not frag.start < frag.limit:
-            raise CorruptLog("start < limit for every fragment", obj, f"{frag.path}")
+            problem = f"fragment {frag.path} has start >= limit"
+            raise CorruptLog("start < limit for every fragment", obj, problem)
     _check_contiguous(obj, fragments, "fragments")
     _check_uniform_ids(obj, fragments)
     _check_unique(obj, (f.path for f in fragments), "fragment")
@@ -187,22 +191,27 @@ class Snapshot:
         """Raise CorruptLog naming the broken invariant; Chroma's `Snapshot::scrub` rules."""
         obj = self.path
         if self.snapshots and self.fragments:
-            raise CorruptLog("a snapshot holds fragments or snapshots, never both", obj, "both")
+            raise CorruptLog("a snapshot holds fragments or snapshots, never both", obj,
+                             "holds both fragments and snapshots")
         if not self.snapshots and not self.fragments:
-            raise CorruptLog("a snapshot is not empty", obj, "no children")
+            raise CorruptLog("a snapshot is not empty", obj, "an empty snapshot (no children)")
         if self.snapshots and max(s.depth for s in self.snapshots) >= self.depth:
-            raise CorruptLog("snapshot depth exceeds its children's", obj, f"depth {self.depth}")
+            raise CorruptLog("snapshot depth exceeds its children's", obj,
+                             f"its depth {self.depth} does not exceed its children's")
         if self.fragments and self.depth != 1:
-            raise CorruptLog("a snapshot of fragments has depth 1", obj, f"depth {self.depth}")
+            raise CorruptLog("a snapshot of fragments has depth 1", obj,
+                             f"a snapshot of fragments with depth {self.depth}, not 1")
         calculated = _sum_parts(self.snapshots, self.fragments)
         if calculated != self.setsum:
             raise CorruptLog(
                 "snapshot setsum equals the sum of its children",
                 obj,
-                f"recorded {self.setsum.hexdigest()} != children {calculated.hexdigest()}",
+                f"its setsum does not equal the sum of its children (recorded {self.setsum.hexdigest()}, "
+                f"children {calculated.hexdigest()})",
             )
         if not self.path.endswith(self.setsum.hexdigest()):
-            raise CorruptLog("snapshot path ends in its setsum", obj, self.setsum.hexdigest())
+            raise CorruptLog("snapshot path ends in its setsum", obj,
+                             f"its path does not end in its setsum {self.setsum.hexdigest()}")
         _check_contiguous(obj, self.snapshots, "snapshot pointers")
         _check_unique(obj, (s.path_to_snapshot for s in self.snapshots), "snapshot")
         _check_fragments(obj, self.fragments)
@@ -282,16 +291,16 @@ class Manifest:
         initial = doc.get("initial_offset") if isinstance(doc, dict) else None
         txns = doc.get("txns", {}) if isinstance(doc, dict) else {}
         if not isinstance(txns, dict):
-            raise CorruptLog("field type", obj, f"'txns' is {txns!r}")
+            raise CorruptLog("field type", obj, f"'txns' has the wrong type: {txns!r}")
         sealed = doc.get("sealed", False) if isinstance(doc, dict) else False
         if not isinstance(sealed, bool):
-            raise CorruptLog("field type", obj, f"'sealed' is {sealed!r}")
+            raise CorruptLog("field type", obj, f"'sealed' has the wrong type: {sealed!r}")
         schema = doc.get("schema") if isinstance(doc, dict) else None
         if schema is not None and not isinstance(schema, str):
-            raise CorruptLog("field type", obj, f"'schema' is {schema!r}")
+            raise CorruptLog("field type", obj, f"'schema' has the wrong type: {schema!r}")
         horizon = doc.get("orphan_horizon_us") if isinstance(doc, dict) else None
         if horizon is not None and (not isinstance(horizon, int) or isinstance(horizon, bool) or horizon < 0):
-            raise CorruptLog("field type", obj, f"'orphan_horizon_us' is {horizon!r}")
+            raise CorruptLog("field type", obj, f"'orphan_horizon_us' has the wrong type: {horizon!r}")
         item_hash = _parse_item_hash(doc, schema is None, obj)
         return cls(
             setsum=parse_setsum(require_field(doc, "setsum", obj, str), obj, "setsum"),
@@ -395,11 +404,13 @@ class Manifest:
             raise CorruptLog(
                 "setsum == snapshots + fragments + collected",
                 obj,
-                f"recorded {self.setsum.hexdigest()} != computed {calculated.hexdigest()}",
+                f"its setsum does not equal snapshots + fragments + collected (recorded "
+                f"{self.setsum.hexdigest()}, computed {calculated.hexdigest()})",
             )
         for snap in self.snapshots:
             if not snap.start < snap.limit:
-                raise CorruptLog("start < limit for every snapshot", obj, snap.path_to_snapshot)
+                problem = f"snapshot {snap.path_to_snapshot} has start >= limit"
+                raise CorruptLog("start < limit for every snapshot", obj, problem)
         _check_contiguous(obj, self.snapshots, "snapshots")
         _check_unique(obj, (s.path_to_snapshot for s in self.snapshots), "snapshot")
         _check_fragments(obj, self.fragments)
@@ -407,13 +418,14 @@ class Manifest:
             raise CorruptLog(
                 "snapshots are followed contiguously by fragments",
                 obj,
-                f"snapshot limit {self.snapshots[-1].limit} != fragment start {self.fragments[0].start}",
+                f"the fragments do not follow the snapshots contiguously (snapshot limit "
+                f"{self.snapshots[-1].limit}, fragment start {self.fragments[0].start})",
             )
         if self.initial_offset is not None and self.initial_offset != self.oldest_offset:
             raise CorruptLog(
                 "initial_offset equals the oldest offset",
                 obj,
-                f"initial_offset {self.initial_offset} != oldest {self.oldest_offset}",
+                f"initial_offset {self.initial_offset} is not the oldest offset {self.oldest_offset}",
             )
 
     # -- transitions --------------------------------------------------------------------
@@ -478,7 +490,8 @@ class Manifest:
             n = len(snapshot.fragments)
             if self.fragments[:n] != snapshot.fragments:
                 raise CorruptLog(
-                    "a snapshot covers a prefix of the manifest's fragments", snapshot.path, "mismatch"
+                    "a snapshot covers a prefix of the manifest's fragments", snapshot.path,
+                    "does not cover a prefix of the manifest's fragments"
                 )
             snapshots, fragments = self.snapshots + (pointer,), self.fragments[n:]
         else:
@@ -489,7 +502,8 @@ class Manifest:
             )
             if idx is None:
                 raise CorruptLog(
-                    "a snapshot covers contiguous manifest snapshot pointers", snapshot.path, "mismatch"
+                    "a snapshot covers contiguous manifest snapshot pointers", snapshot.path,
+                    "does not cover contiguous snapshot pointers of the manifest"
                 )
             snapshots = self.snapshots[:idx] + (pointer,) + self.snapshots[idx + len(children) :]
             fragments = self.fragments

@@ -66,7 +66,7 @@ def load_snapshot(store: ObjectStore, pointer: SnapshotPointer) -> Snapshot:
         raise CorruptLog(
             "a snapshot matches the pointer to it",
             pointer.path_to_snapshot,
-            f"pointer {pointer} != snapshot {snapshot.pointer()}",
+            f"does not match the pointer to it (pointer {pointer}, snapshot {snapshot.pointer()})",
         )
     with _cache_lock:
         _cache[key] = snapshot
@@ -127,7 +127,7 @@ def missing_error(store: ObjectStore, invariant: str, path: str, start: int) -> 
         return exc
     if start < oldest:
         return DataLost(store.url, start, oldest)
-    return CorruptLog(invariant, path, "the object is missing")
+    return CorruptLog(invariant, path, "is missing, and the manifest still references it")
 
 
 def output_schema(payload: pa.Schema | None) -> pa.Schema:
@@ -359,14 +359,16 @@ def check_fragment_data(
     n = len(decoded.offsets)
     if n != ref.records:
         raise CorruptLog(
-            "a fragment holds limit - start records", ref.path, f"{n} records, manifest says {ref.records}"
+            "a fragment holds limit - start records", ref.path,
+            f"holds {n} records, the manifest says {ref.records}"
         )
     first = int(decoded.offsets[0]) if n else 0
     if first != (ref.start if decoded.absolute else 0):
         raise CorruptLog(
             "a fragment's stored offsets start where the manifest places it",
             ref.path,
-            f"first stored offset {first}, manifest start {ref.start}",
+            f"its stored offsets do not start where the manifest places it (first stored offset "
+            f"{first}, manifest start {ref.start})",
         )
     if verify:
         actual = recompute_setsum(decoded, raw=raw, item_hash=item_hash)
@@ -374,8 +376,9 @@ def check_fragment_data(
             raise CorruptLog(
                 "a fragment's content matches its setsum in the manifest",
                 ref.path,
-                f"recomputed {actual.hexdigest()} != manifest {ref.setsum.hexdigest()}; the file "
-                "is corrupt: restore it from a copy or run `wal3 verify` for the full report",
+                f"content does not match its setsum in the manifest (recomputed "
+                f"{actual.hexdigest()}, manifest {ref.setsum.hexdigest()}); the file is corrupt: "
+                "restore it from a copy or run `wal3 verify` for the full report",
             )
     return decoded
 

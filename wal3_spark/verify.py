@@ -153,7 +153,7 @@ def _check(report: VerifyReport, kind: str, fn: Callable[[], object]) -> bool:
     try:
         fn()
     except CorruptLog as exc:
-        report.problems.append(Problem(kind, exc.obj, f"{exc.invariant} does not hold: {exc.detail}"))
+        report.problems.append(Problem(kind, exc.obj, exc.problem))
         return False
     return True
 
@@ -211,7 +211,7 @@ def _problem(obj: str, exc: CorruptLog | DataLost | LogNotFound | StorageError) 
     if isinstance(exc, StorageError):
         return Problem("unreadable", obj, f"cannot be read: {exc}")
     kind = "missing" if exc.invariant in (MISSING_FRAGMENT, MISSING_SNAPSHOT) else "corrupt"
-    return Problem(kind, exc.obj, f"{exc.invariant} does not hold: {exc.detail}")
+    return Problem(kind, exc.obj, exc.problem)
 
 
 def _report_extras(store: ObjectStore, report: VerifyReport, fragments: set[str], snapshots: set[str]) -> None:
