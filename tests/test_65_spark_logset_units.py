@@ -158,6 +158,10 @@ def test_union_schema_across_logs():
         w.append([b"raw"])
     with pytest.raises(Exception, match="mixes raw logs"):
         union_payload({n: LogReader(open_store(f"{prefix}/{n}")).manifest() for n in "ar"})
+    with LogWriter(open_store(f"{prefix}/own")) as w:
+        w.append(pa.table({"_log": ["kept from elsewhere"]}))
+    with pytest.raises(Exception, match="log own has a column named _log, which a log-set read"):
+        union_payload({n: LogReader(open_store(f"{prefix}/{n}")).manifest() for n in ("a", "own")})
 
 
 # ------------------------------------------------------------------------- stream source

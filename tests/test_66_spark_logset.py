@@ -159,6 +159,9 @@ def test_routing_column_must_be_a_string_column(spark, tmp_path):
         routed(df, (tmp_path / "t").as_uri())
     with pytest.raises(Exception, match="logColumn 'tenant' is not a column"):
         routed(spark.range(3), (tmp_path / "t").as_uri())
+    with pytest.raises(Exception, match="column _log would be stored in the routed logs"):
+        routed(spark.createDataFrame([(1, "a", "b")], "id long, tenant string, _log string"),
+               (tmp_path / "t").as_uri())
 
 
 def test_routing_stream_replayed_batch_adds_nothing(spark, tmp_path):

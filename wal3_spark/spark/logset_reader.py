@@ -28,6 +28,7 @@ from pyspark.sql.datasource import (
     InputPartition,
     StringStartsWith,
 )
+from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
 from wal3_spark.errors import LogNotFound, SchemaMismatch, Wal3Error
@@ -85,6 +86,12 @@ def union_payload(manifests: Mapping[str, Manifest]) -> pa.Schema | None:
         )
     if not structured:
         return None
+    clash = next((n for n, schema in structured.items() if LOG_COLUMN in schema.names), None)
+    if clash is not None:
+        raise SchemaMismatch(
+            f"log {clash} has a column named {LOG_COLUMN}, which a log-set read adds (each row's "
+            "log name); read that log on its own, or leave it out of the logs option"
+        )
     union: pa.Schema | None = None
     first = ""
     for name, schema in structured.items():
@@ -111,8 +118,6 @@ def logset_output_schema(payload: pa.Schema | None) -> pa.Schema:
 
 def logset_schema(options: Wal3Options) -> StructType:
     """What a read of the log set returns, from the selected logs' manifests."""
-    from pyspark.sql.pandas.types import from_arrow_schema
-
     log_set = options.log_set()
     manifests = read_manifests(log_set, strict=True)
     if not manifests:

@@ -52,6 +52,7 @@ from wal3_spark.spark.batch_writer import (
     task_context,
     writer_name,
 )
+from wal3_spark.spark.logset_reader import LOG_COLUMN
 from wal3_spark.spark.options import Wal3Options
 from wal3_spark.spark.source import appended_schema
 from wal3_spark.spark.tasks import commit_files, delete_files
@@ -135,6 +136,12 @@ class RoutingSink:
                 "name a string column holding each row's log name"
             )
         rest = StructType([f for f in schema.fields if f.name != column])
+        if LOG_COLUMN in rest.names:
+            raise InvalidOption(
+                f"column {LOG_COLUMN} would be stored in the routed logs, but a log-set read adds "
+                f"{LOG_COLUMN} (each row's log name) and could not read them back: drop it, or "
+                f"route by it (logColumn={LOG_COLUMN})"
+            )
         if not rest.fields:
             raise InvalidOption(f"logColumn {column!r} is the DataFrame's only column: no data")
         appended = appended_schema(rest)
