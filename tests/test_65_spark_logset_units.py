@@ -243,6 +243,21 @@ def test_sealed_and_missing_logs_do_not_stop_the_others(caplog):
     assert f"{prefix}/sealed is sealed and read to its end" in caplog.text
 
 
+def test_a_restart_with_another_selection_keeps_the_old_logs_offsets_unread(caplog):
+    prefix = prefix_url()
+    for name in ("a1", "a2", "b1"):
+        append(prefix, name, 2)
+    first = stream_reader(prefix, logs="a*")
+    checkpointed = first.latestOffset(first.initialOffset(), ReadAllAvailable())
+    assert checkpointed == encode({"a1": 3, "a2": 3})
+    append(prefix, "a1", 2, start=2)
+    restarted = stream_reader(prefix, logs="a2,b1")  # the checkpoint's offsets win
+    end = restarted.latestOffset(checkpointed, ReadAllAvailable())
+    assert end == encode({"a1": 3, "a2": 3, "b1": 1})  # b1 joins; a1 stays, unread
+    assert restarted.latestOffset(end, ReadAllAvailable()) == encode({"a1": 3, "a2": 3, "b1": 3})
+    assert "no manifest" not in caplog.text
+
+
 def test_available_now_stops_at_each_tail_as_of_the_start():
     prefix = prefix_url()
     append(prefix, "a", 4)

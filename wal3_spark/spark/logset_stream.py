@@ -94,7 +94,8 @@ class LogSetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _look(self, known: Iterable[str] = ()) -> None:
         """Learn which logs changed since the last look (`changes_since`: the dirty log, or
         every manifest at the first look, periodically, and without a dirty log). After a full
-        scan, a log of `known` that is not there any more is warned about."""
+        scan, a log of `known` that is still selected but not there any more is warned about (a
+        log the selection no longer holds stays in the offset, unread, without a warning)."""
         changes = changes_since(self.log_set, self.position,
                                 full_scan_every_s=self.options.full_scan_interval_ms / 1000)
         self.position = changes.position
@@ -102,7 +103,8 @@ class LogSetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self.tails[name] = max(tail, self.tails.get(name, 0))
         if changes.full_scan:
             for name in set(known) - changes.tails.keys() - changes.failed.keys():
-                self._warn_missing(name)
+                if self.log_set.selection.matches(name):
+                    self._warn_missing(name)
 
     def _manifests(self, names: Iterable[str], *, again: bool = False) -> dict[str, Manifest]:
         """The manifests of `names` that exist: read again when `again` (garbage collection
