@@ -237,8 +237,8 @@ def bench_long_manifest(base_url: str, fragments: int) -> None:
         manifest = roll_snapshots(store, manifest, options, "bench")
     build = time.perf_counter() - start
     manifest.scrub()
-    store.inner.put_if_absent(MANIFEST_KEY, manifest.to_json())
-    size = len(manifest.to_json())
+    store.inner.put_if_absent(MANIFEST_KEY, manifest.to_bytes())
+    size = len(manifest.to_bytes())
     store.counts.clear()
     reader = LogReader(store)
     t = _best(lambda: reader.bounds(), 5)

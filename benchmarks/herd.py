@@ -66,7 +66,7 @@ def set_up(prefix: ObjectStore, n: int) -> float:
     start = time.perf_counter()
     have = set(LogSet(prefix).names())
     todo = [name for name in log_names(n) if name not in have]
-    body = Manifest.empty("wal3 herd benchmark").to_json()
+    body = Manifest.empty("wal3 herd benchmark").to_bytes()
 
     def create(name: str) -> None:
         try:

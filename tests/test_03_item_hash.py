@@ -37,7 +37,7 @@ def table(ids: range) -> pa.Table:
 def legacy_log(store, schema: pa.Schema = SCHEMA) -> None:
     """A structured log as wal3-spark created it before `item_hash` existed."""
     manifest = replace(Manifest.empty("old wal3-spark", schema), item_hash=None)
-    store.put_if_absent(MANIFEST_KEY, manifest.to_json())
+    store.put_if_absent(MANIFEST_KEY, manifest.to_bytes())
 
 
 def manifest_doc(store) -> dict:
@@ -97,20 +97,20 @@ def test_02_new_structured_logs_record_blake3_raw_logs_never(tmp_path):
 
 def test_03_manifest_field_position_and_parsing():
     manifest = Manifest.empty("w", SCHEMA).sealed_by("w")
-    keys = list(json.loads(manifest.to_json()))
+    keys = list(json.loads(manifest.to_bytes()))
     assert keys[-3:] == ["schema", "sealed", "item_hash"]  # FORMAT.md's order: before txns
-    assert Manifest.from_json(manifest.to_json()) == manifest
+    assert Manifest.from_bytes(manifest.to_bytes()) == manifest
     # Chroma's manifests (raw logs) still re-serialise byte for byte, without the field
     chroma = chroma_testdata("production_MANIFEST.json").read_bytes()
-    assert Manifest.from_json(chroma).item_hash is None
-    assert Manifest.from_json(chroma).to_json() == chroma.strip()
+    assert Manifest.from_bytes(chroma).item_hash is None
+    assert Manifest.from_bytes(chroma).to_bytes() == chroma.strip()
 
-    doc = json.loads(manifest.to_json())
+    doc = json.loads(manifest.to_bytes())
     with pytest.raises(CorruptLog, match="upgrade"):
-        Manifest.from_json(json.dumps({**doc, "item_hash": "xxh3"}).encode())
+        Manifest.from_bytes(json.dumps({**doc, "item_hash": "xxh3"}).encode())
     raw_doc = {k: v for k, v in doc.items() if k != "schema"}
     with pytest.raises(CorruptLog, match="a raw log with an 'item_hash'"):
-        Manifest.from_json(json.dumps(raw_doc).encode())
+        Manifest.from_bytes(json.dumps(raw_doc).encode())
 
 
 def test_04_an_old_log_keeps_sha3_items_after_appends(store):

@@ -22,9 +22,9 @@ def frag(i: int, records: int = 3) -> Frag:
 
 def test_00_production_manifest_round_trips_byte_for_byte_and_balances():
     raw = chroma_testdata("production_MANIFEST.json").read_bytes()
-    manifest = Manifest.from_json(raw)
+    manifest = Manifest.from_bytes(raw)
     manifest.scrub()
-    assert manifest.to_json() == raw.strip()
+    assert manifest.to_bytes() == raw.strip()
     assert manifest.uses_seq_nos
     assert (manifest.oldest_offset, manifest.next_offset) == (1, 3521399)
     assert len(manifest.snapshots) == 693 and len(manifest.fragments) == 1059
@@ -34,17 +34,17 @@ def test_01_production_manifest_with_one_edited_setsum_names_the_invariant():
     doc = json.loads(chroma_testdata("production_MANIFEST.json").read_bytes())
     doc["fragments"][5]["setsum"] = Setsum.of(b"tampered").hexdigest()
     with pytest.raises(CorruptLog) as err:
-        Manifest.from_json(json.dumps(doc).encode()).scrub()
+        Manifest.from_bytes(json.dumps(doc).encode()).scrub()
     assert err.value.invariant == "setsum == snapshots + fragments + collected"
 
 
 def test_02_chroma_gc_fixture_is_a_consistent_tree():
     """bad_manifest1/bad_snapshots1 are Chroma's GC regression fixture (garbage at offset 9340
     once failed); every invariant holds, and the pointers match the snapshots they name."""
-    manifest = Manifest.from_json(chroma_testdata("bad_manifest1.json").read_bytes())
+    manifest = Manifest.from_bytes(chroma_testdata("bad_manifest1.json").read_bytes())
     manifest.scrub()
     snapshots = {
-        doc["path"]: Snapshot.from_json(doc, doc["path"])
+        doc["path"]: Snapshot.from_dict(doc, doc["path"])
         for doc in json.loads(chroma_testdata("bad_snapshots1.json").read_bytes())
     }
     for snapshot in snapshots.values():
@@ -75,7 +75,7 @@ def test_03_broken_manifests_name_the_broken_invariant(edit, invariant):
     doc = json.loads(chroma_testdata("bad_manifest1.json").read_bytes())
     edit(doc)
     with pytest.raises(CorruptLog) as err:
-        Manifest.from_json(json.dumps(doc).encode()).scrub()
+        Manifest.from_bytes(json.dumps(doc).encode()).scrub()
     assert err.value.invariant == invariant
     assert str(err.value) == f"{err.value.obj}: {err.value.problem}"  # the object, then what is wrong
 
@@ -95,16 +95,16 @@ def test_04_broken_snapshots_name_the_broken_invariant(edit, invariant):
     doc = next(d for d in docs if d["depth"] == 2)
     edit(doc)
     with pytest.raises(CorruptLog) as err:
-        Snapshot.from_json(doc, doc["path"]).scrub()
+        Snapshot.from_dict(doc, doc["path"]).scrub()
     assert err.value.invariant == invariant
 
 
 def test_05_extensions_round_trip_and_are_omitted_at_their_defaults():
     manifest = Manifest.empty("w").with_fragments([frag(1)], "w", txn=("app", Txn(3, 42)))
     manifest = manifest.sealed_by("w")
-    again = Manifest.from_json(manifest.to_json())
+    again = Manifest.from_bytes(manifest.to_bytes())
     assert again == manifest and again.sealed and again.txns == {"app": Txn(3, 42)}
-    plain = json.loads(Manifest.empty("w").to_json())
+    plain = json.loads(Manifest.empty("w").to_bytes())
     assert list(plain) == ["setsum", "collected", "acc_bytes", "writer", "snapshots", "fragments"]
 
 
@@ -170,7 +170,7 @@ def test_08_property_apply_compact_scrub(sizes, commits, fthreshold, sthreshold)
         made.extend(batch)
         manifest = _compact(manifest.with_fragments(batch, "w"), options, store)
         manifest.scrub()
-        again = Manifest.from_json(manifest.to_json())
+        again = Manifest.from_bytes(manifest.to_bytes())
         assert again == manifest
     flat = _flatten(manifest, store)
     assert [f.path for f in flat] == [f.path for f in made]

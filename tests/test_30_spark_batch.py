@@ -260,12 +260,12 @@ def gc_first_fragment(url: str) -> tuple[int, int]:
     """Simulate garbage collection of the log's first fragment; return (start, limit) removed."""
     store = open_store(url)
     blob = store.get(MANIFEST_KEY)
-    m = Manifest.from_json(blob.data)
+    m = Manifest.from_bytes(blob.data)
     first = m.fragments[0]
     new = replace(m, fragments=m.fragments[1:], collected=m.collected + first.setsum,
                   initial_offset=first.limit)
     new.scrub()
-    store.put_if_match(MANIFEST_KEY, new.to_json(), blob.etag)
+    store.put_if_match(MANIFEST_KEY, new.to_bytes(), blob.etag)
     store.delete(first.path)
     return first.start, first.limit
 

@@ -146,17 +146,17 @@ def test_04_snapshot_trees_every_cutoff_balances_and_keeps_every_offset_at_or_af
 def test_05_garbage_json_round_trips_with_chroma_field_names():
     m, snaps = build(30, rollover=3)
     g = compute_garbage(m, 123, snaps)
-    doc = json.loads(g.to_json())
+    doc = json.loads(g.to_bytes())
     assert list(doc) == [
         "snapshots_to_drop", "snapshots_to_make", "snapshot_for_root", "fragments_to_drop_start",
         "fragments_to_drop_limit", "fragments_to_drop_uuid_limit", "fragments_are_uuids",
         "setsum_to_discard", "first_to_keep", "fragment_paths_to_drop",
     ]
     assert doc["fragment_paths_to_drop"] == [f.path for f in all_fragments(m, snaps) if f.limit <= 123]
-    assert Garbage.from_json(g.to_json()) == g
-    assert Garbage.from_json(Garbage.empty().to_json()).is_empty()
-    assert Garbage.from_json(b"").is_empty()
-    empty = json.loads(Garbage.empty().to_json())
+    assert Garbage.from_bytes(g.to_bytes()) == g
+    assert Garbage.from_bytes(Garbage.empty().to_bytes()).is_empty()
+    assert Garbage.from_bytes(b"").is_empty()
+    empty = json.loads(Garbage.empty().to_bytes())
     assert empty["snapshot_for_root"] is None and empty["first_to_keep"] == {"offset": 1}
 
 
@@ -173,7 +173,7 @@ def test_06_chroma_garbage_json_from_its_test_suite_parses():
         "setsum_to_discard": "c921d21a0820be5d3b6f2d90942648f2853188bb0e3c6a22fe3dbd81c1e1c380",
         "first_to_keep": {"offset": 900883},
     }
-    g = Garbage.from_json(json.dumps(chroma).encode())
+    g = Garbage.from_bytes(json.dumps(chroma).encode())
     assert g.first_to_keep == 900883 and len(g.fragment_paths()) == 100
     assert g.fragment_paths()[0] == "log/Bucket=0000000000000000/FragmentSeqNo=0000000000000064.parquet"
     assert seq_no_fragment_path(4097) == "log/Bucket=0000000000001000/FragmentSeqNo=0000000000001001.parquet"
@@ -204,10 +204,10 @@ def test_08_concurrent_appends_between_phase_1_and_2_are_kept():
 def test_09_chroma_regression_bad_manifest1_at_9340():
     """Chroma's `s3_bad_manifest1` case: computing garbage at 9340 must succeed (a sequence-
     numbered log with a depth-3/2/2 snapshot tree straddled near its end)."""
-    manifest = Manifest.from_json(chroma_testdata("bad_manifest1.json").read_bytes())
+    manifest = Manifest.from_bytes(chroma_testdata("bad_manifest1.json").read_bytes())
     snaps = Snapshots()
     for doc in json.loads(chroma_testdata("bad_snapshots1.json").read_bytes()):
-        s = Snapshot.from_json(doc, doc["path"])
+        s = Snapshot.from_dict(doc, doc["path"])
         snaps[s.path] = s
     before = all_fragments(manifest, snaps)
     g = compute_garbage(manifest, 9340, snaps)
@@ -229,7 +229,7 @@ def test_09_chroma_regression_bad_manifest1_at_9340():
     assert new.initial_seq_no == g.fragments_to_drop_limit
     assert new.setsum == manifest.setsum
     # round trip through Chroma's JSON keeps the decision
-    assert Garbage.from_json(g.to_json()) == g
+    assert Garbage.from_bytes(g.to_bytes()) == g
 
 
 def test_10_corrupt_snapshot_setsum_is_refused():

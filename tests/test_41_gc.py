@@ -301,13 +301,13 @@ def test_08_snapshot_trees_collect_and_stay_readable(tmp_path, cutoff):
 def test_09_chroma_bad_manifest1_from_a_memory_store():
     store = open_store("memory://gc-bad-manifest1")
     for doc in json.loads(chroma_testdata("bad_snapshots1.json").read_bytes()):
-        store.put_if_absent(doc["path"], Snapshot.from_json(doc, doc["path"]).to_json())
-    manifest = Manifest.from_json(chroma_testdata("bad_manifest1.json").read_bytes())
+        store.put_if_absent(doc["path"], Snapshot.from_dict(doc, doc["path"]).to_bytes())
+    manifest = Manifest.from_bytes(chroma_testdata("bad_manifest1.json").read_bytes())
     garbage = compute_garbage(manifest, 9340, lambda p: load_snapshot(store, p))
     assert garbage is not None and garbage.first_to_keep <= 9340
     kept = list(iter_fragments(store, manifest, garbage.first_to_keep))
     assert kept[0].start == garbage.first_to_keep and kept[-1].limit == manifest.next_offset
-    assert Garbage.from_json(garbage.to_json()) == garbage
+    assert Garbage.from_bytes(garbage.to_bytes()) == garbage
 
 
 def test_10_collecting_a_local_log_leaves_no_file_behind(tmp_path):
@@ -334,7 +334,7 @@ def test_11_a_rebuilt_snapshot_whose_path_holds_other_offsets_is_not_trusted(sto
     elsewhere = [replace(f, start=f.start + 10, limit=f.limit + 10) for f in kept]
     planted = Snapshot.of_fragments(elsewhere, "a lost commit attempt")
     assert planted.path == Snapshot.of_fragments(kept, "gc").path
-    store.put_if_absent(planted.path, planted.to_json())
+    store.put_if_absent(planted.path, planted.to_bytes())
     CursorStore(store).create("c", 5)
     report = GarbageCollector(store, grace_s=0).run()
     assert any("kept whole" in note for note in report.notes), report.notes

@@ -136,7 +136,7 @@ def test_06_copy_refuses_a_chroma_fragment_placed_where_its_offsets_do_not_start
     path = "log/Bucket=0000000000000000/FragmentSeqNo=0000000000000001.parquet"
     src.put_if_absent(path, data)
     ref = FragmentRef(path, 1, 1, 3, len(data), setsum)
-    src.put_if_absent(MANIFEST_KEY, Manifest(setsum, Setsum(), len(data), "chroma", (), (ref,)).to_json())
+    src.put_if_absent(MANIFEST_KEY, Manifest(setsum, Setsum(), len(data), "chroma", (), (ref,)).to_bytes())
     dst = open_store(str(tmp_path / "dst"))
     with pytest.raises(CopyError, match="stored offsets do not start where the manifest places it") as info:
         copy_log(src, dst)

@@ -94,7 +94,7 @@ def test_03_info_and_cursor_list_show_lag_as_text_and_json(tmp_path):
     CursorStore(store).advance("current", 41)
     # A consumer that stopped an hour ago, half-way through the second fragment.
     stalled = Cursor(15, now_us() - HOUR_US, "a stalled consumer")
-    store.put_if_absent(cursor_key("stalled"), dumps(stalled.to_json()))
+    store.put_if_absent(cursor_key("stalled"), dumps(stalled.to_dict()))
     stalled_bytes = sum(r.num_bytes for r in refs[1:])
 
     listed = json.loads(ok("cursor", "list", url, "--json"))

@@ -91,8 +91,8 @@ def manifest_object(store: ObjectStore, policy: CasPolicy | None = None) -> CasO
     return CasObject(
         store,
         MANIFEST_KEY,
-        parse=Manifest.from_json,
-        serialise=Manifest.to_json,
+        parse=Manifest.from_bytes,
+        serialise=Manifest.to_bytes,
         validate=Manifest.scrub,
         policy=policy,
     )
@@ -390,7 +390,7 @@ def write_snapshot(store: ObjectStore, snapshot: Snapshot) -> bool:
     instead (`roll_snapshots`, docs/design.md section 4).
     """
     snapshot.scrub()
-    data = snapshot.to_json()
+    data = snapshot.to_bytes()
 
     def attempt() -> bool:
         try:
@@ -411,7 +411,7 @@ def _holds(data: bytes, snapshot: Snapshot) -> bool:
     """Whether stored snapshot bytes hold `snapshot` (whoever wrote them); unreadable bytes do
     not: the path is taken either way."""
     try:
-        stored = Snapshot.from_json(data, snapshot.path)
+        stored = Snapshot.from_bytes(data, snapshot.path)
     except CorruptLog:
         return False
     if stored.same_content(snapshot):

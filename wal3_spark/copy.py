@@ -165,11 +165,11 @@ def copy_log(
     new = roll_snapshots(destination, new, snapshot_options or SnapshotOptions(), COPY_WRITER)
     new.scrub()
     try:
-        destination.put_if_absent(MANIFEST_KEY, new.to_json())
+        destination.put_if_absent(MANIFEST_KEY, new.to_bytes())
     except PreconditionFailed:
         raise CopyError(f"{destination.url}: another process created a log there meanwhile") from None
     except AmbiguousWrite:
-        if destination.get(MANIFEST_KEY).data != new.to_json():
+        if destination.get(MANIFEST_KEY).data != new.to_bytes():
             raise CopyError(f"{destination.url}: the manifest write failed; retry into a new location") from None
 
     if copy_cursors:

@@ -64,7 +64,7 @@ def _valid_name(name: str) -> bool:
 def _parse(key: str):
     def parse(data: bytes) -> Cursor | BrokenCursor:
         try:
-            return Cursor.from_json(loads(data, key), key)
+            return Cursor.from_dict(loads(data, key), key)
         except CorruptLog as exc:
             return BrokenCursor(key[len(CURSOR_PREFIX):-len(".json")], key, exc.problem)
 
@@ -73,7 +73,7 @@ def _parse(key: str):
 
 def _serialise(cursor: Cursor | BrokenCursor) -> bytes:
     assert isinstance(cursor, Cursor)
-    return dumps(cursor.to_json())
+    return dumps(cursor.to_dict())
 
 
 class CursorStore:
@@ -172,7 +172,7 @@ class CursorStore:
         self._check_offset(name, offset, allow_backwards)
         obj = self._object(name)
         if expected is not None:  # decide on the version the caller read
-            obj.last = Versioned(expected.cursor, expected.etag, dumps(expected.cursor.to_json()))
+            obj.last = Versioned(expected.cursor, expected.etag, dumps(expected.cursor.to_dict()))
             obj.known = True
 
         def decide(current: Cursor | BrokenCursor | None) -> Cursor | None:

@@ -103,7 +103,7 @@ class FragmentRef:
     def records(self) -> int:
         return self.limit - self.start
 
-    def to_json(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "path": self.path,
             "seq_no": self.seq_no,
@@ -116,17 +116,17 @@ class FragmentRef:
     @functools.cached_property
     def json_text(self) -> str:
         """Serialised once per pointer: a manifest rewrites thousands of them per commit."""
-        return json_text(self.to_json())
+        return json_text(self.to_dict())
 
     @classmethod
-    def from_json(cls, data: dict[str, Any], obj: str) -> FragmentRef:
+    def from_dict(cls, data: dict[str, Any], obj: str) -> FragmentRef:
         """Parse one pointer, reusing the identical one parsed before if there is one.
 
         Re-reading a manifest (every lost commit race) parses thousands of pointers that this
         process has already seen; reusing them also reuses their serialised text.
         """
         known = _known_refs.get(data.get("path")) if isinstance(data, dict) else None
-        if known is not None and known.to_json() == data:
+        if known is not None and known.to_dict() == data:
             return known
         ref = cls._parse(data, obj)
         if len(_known_refs) >= _KNOWN_REFS_LIMIT:
@@ -163,7 +163,7 @@ class SnapshotPointer:
     limit: int
     num_bytes: int
 
-    def to_json(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "setsum": self.setsum.hexdigest(),
             "path_to_snapshot": self.path_to_snapshot,
@@ -175,10 +175,10 @@ class SnapshotPointer:
 
     @functools.cached_property
     def json_text(self) -> str:
-        return json_text(self.to_json())
+        return json_text(self.to_dict())
 
     @classmethod
-    def from_json(cls, data: dict[str, Any], obj: str) -> SnapshotPointer:
+    def from_dict(cls, data: dict[str, Any], obj: str) -> SnapshotPointer:
         return cls(
             setsum=parse_setsum(data.get("setsum"), obj, "setsum"),
             path_to_snapshot=require_field(data, "path_to_snapshot", obj, str),
@@ -197,11 +197,11 @@ class Cursor:
     epoch_us: int
     writer: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return {"position": position(self.offset), "epoch_us": self.epoch_us, "writer": self.writer}
 
     @classmethod
-    def from_json(cls, data: Any, obj: str) -> Cursor:
+    def from_dict(cls, data: Any, obj: str) -> Cursor:
         return cls(
             offset=parse_offset(data.get("position") if isinstance(data, dict) else None, obj, "position"),
             epoch_us=require_field(data, "epoch_us", obj, int),

@@ -108,11 +108,11 @@ class Garbage:
 
     # -- JSON ---------------------------------------------------------------------------
 
-    def to_json(self) -> bytes:
+    def to_bytes(self) -> bytes:
         doc: dict[str, Any] = {
-            "snapshots_to_drop": [p.to_json() for p in self.snapshots_to_drop],
+            "snapshots_to_drop": [p.to_dict() for p in self.snapshots_to_drop],
             "snapshots_to_make": [_snapshot_doc(s) for s in self.snapshots_to_make],
-            "snapshot_for_root": self.snapshot_for_root.to_json() if self.snapshot_for_root else None,
+            "snapshot_for_root": self.snapshot_for_root.to_dict() if self.snapshot_for_root else None,
             "fragments_to_drop_start": self.fragments_to_drop_start,
             "fragments_to_drop_limit": self.fragments_to_drop_limit,
         }
@@ -128,7 +128,7 @@ class Garbage:
         return dumps(doc)
 
     @classmethod
-    def from_json(cls, data: bytes, obj: str = GARBAGE_KEY) -> Garbage:
+    def from_bytes(cls, data: bytes, obj: str = GARBAGE_KEY) -> Garbage:
         if not data.strip():
             return cls.empty()  # a zero-byte file is the empty garbage too
         doc = loads(data, obj)
@@ -144,12 +144,12 @@ class Garbage:
                 raise CorruptLog("field type", obj, f"'applied_epoch_us' has the wrong type: {applied!r}")
             return cls(
                 snapshots_to_drop=tuple(
-                    SnapshotPointer.from_json(p, obj) for p in doc.get("snapshots_to_drop", [])
+                    SnapshotPointer.from_dict(p, obj) for p in doc.get("snapshots_to_drop", [])
                 ),
                 snapshots_to_make=tuple(
-                    Snapshot.from_json(s, obj) for s in doc.get("snapshots_to_make", [])
+                    Snapshot.from_dict(s, obj) for s in doc.get("snapshots_to_make", [])
                 ),
-                snapshot_for_root=SnapshotPointer.from_json(root, obj) if root else None,
+                snapshot_for_root=SnapshotPointer.from_dict(root, obj) if root else None,
                 fragments_to_drop_start=int(doc.get("fragments_to_drop_start", 0)),
                 fragments_to_drop_limit=int(doc.get("fragments_to_drop_limit", 0)),
                 fragments_to_drop_uuid_limit=uuid_limit,
@@ -180,7 +180,7 @@ class Garbage:
 
 
 def _snapshot_doc(snapshot: Snapshot) -> dict[str, Any]:
-    return loads(snapshot.to_json(), snapshot.path)
+    return loads(snapshot.to_bytes(), snapshot.path)
 
 
 # ------------------------------------------------------------------------------ computing

@@ -97,7 +97,7 @@ class _Referenced:
 
 def garbage_object(store: ObjectStore) -> CasObject[Garbage]:
     """`gc/GARBAGE` under compare-and-swap (absent and zero bytes are the empty garbage)."""
-    return CasObject(store, GARBAGE_KEY, parse=Garbage.from_json, serialise=Garbage.to_json)
+    return CasObject(store, GARBAGE_KEY, parse=Garbage.from_bytes, serialise=Garbage.to_bytes)
 
 
 def load_garbage(store: ObjectStore) -> tuple[Garbage, str | None]:
@@ -106,7 +106,7 @@ def load_garbage(store: ObjectStore) -> tuple[Garbage, str | None]:
         blob = store.get(GARBAGE_KEY)
     except ObjectNotFound:
         return Garbage.empty(), None
-    return Garbage.from_json(blob.data), blob.etag
+    return Garbage.from_bytes(blob.data), blob.etag
 
 
 def referenced(store: ObjectStore, manifest: Manifest) -> _Referenced:

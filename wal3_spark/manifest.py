@@ -216,31 +216,35 @@ class Snapshot:
         _check_unique(obj, (s.path_to_snapshot for s in self.snapshots), "snapshot")
         _check_fragments(obj, self.fragments)
 
-    def to_json(self) -> bytes:
+    def to_bytes(self) -> bytes:
         return dumps(
             {
                 "path": self.path,
                 "depth": self.depth,
                 "setsum": self.setsum.hexdigest(),
                 "writer": self.writer,
-                "snapshots": [s.to_json() for s in self.snapshots],
-                "fragments": [f.to_json() for f in self.fragments],
+                "snapshots": [s.to_dict() for s in self.snapshots],
+                "fragments": [f.to_dict() for f in self.fragments],
             }
         )
 
     @classmethod
-    def from_json(cls, data: bytes | dict, obj: str) -> Snapshot:
-        doc = loads(data, obj) if isinstance(data, (bytes, str)) else data
+    def from_bytes(cls, data: bytes, obj: str) -> Snapshot:
+        return cls.from_dict(loads(data, obj), obj)
+
+    @classmethod
+    def from_dict(cls, doc: Any, obj: str) -> Snapshot:
+        """A snapshot from its parsed JSON (garbage records embed snapshots as objects)."""
         return cls(
             path=require_field(doc, "path", obj, str),
             depth=require_field(doc, "depth", obj, int),
             setsum=parse_setsum(doc.get("setsum"), obj, "setsum"),
             writer=require_field(doc, "writer", obj, str),
             snapshots=tuple(
-                SnapshotPointer.from_json(s, obj) for s in require_field(doc, "snapshots", obj, list)
+                SnapshotPointer.from_dict(s, obj) for s in require_field(doc, "snapshots", obj, list)
             ),
             fragments=tuple(
-                FragmentRef.from_json(f, obj) for f in require_field(doc, "fragments", obj, list)
+                FragmentRef.from_dict(f, obj) for f in require_field(doc, "fragments", obj, list)
             ),
         )
 
@@ -285,7 +289,7 @@ class Manifest:
         )
 
     @classmethod
-    def from_json(cls, data: bytes, obj: str = MANIFEST_KEY) -> Manifest:
+    def from_bytes(cls, data: bytes, obj: str = MANIFEST_KEY) -> Manifest:
         doc = loads(data, obj)
         collected = doc.get("collected") if isinstance(doc, dict) else None
         initial = doc.get("initial_offset") if isinstance(doc, dict) else None
@@ -308,10 +312,10 @@ class Manifest:
             acc_bytes=require_field(doc, "acc_bytes", obj, int),
             writer=require_field(doc, "writer", obj, str),
             snapshots=tuple(
-                SnapshotPointer.from_json(s, obj) for s in require_field(doc, "snapshots", obj, list)
+                SnapshotPointer.from_dict(s, obj) for s in require_field(doc, "snapshots", obj, list)
             ),
             fragments=tuple(
-                FragmentRef.from_json(f, obj) for f in require_field(doc, "fragments", obj, list)
+                FragmentRef.from_dict(f, obj) for f in require_field(doc, "fragments", obj, list)
             ),
             initial_offset=parse_offset(initial, obj, "initial_offset") if initial is not None else None,
             initial_seq_no=doc.get("initial_seq_no"),
@@ -325,7 +329,7 @@ class Manifest:
             orphan_horizon_us=horizon,
         )
 
-    def to_json(self) -> bytes:
+    def to_bytes(self) -> bytes:
         """Compact JSON in Chroma's key order; pointers reuse their cached text, so a commit
         serialises only what it added."""
         parts = [

@@ -60,7 +60,7 @@ def load_snapshot(store: ObjectStore, pointer: SnapshotPointer) -> Snapshot:
         data = store.get(pointer.path_to_snapshot).data
     except ObjectNotFound:
         raise missing_error(store, MISSING_SNAPSHOT, pointer.path_to_snapshot, pointer.start) from None
-    snapshot = Snapshot.from_json(data, pointer.path_to_snapshot)
+    snapshot = Snapshot.from_bytes(data, pointer.path_to_snapshot)
     snapshot.scrub()
     if snapshot.pointer() != pointer:
         raise CorruptLog(
@@ -161,7 +161,7 @@ class LogReader:
 
     def manifest(self) -> Manifest:
         try:
-            return Manifest.from_json(self.store.get(MANIFEST_KEY).data)
+            return Manifest.from_bytes(self.store.get(MANIFEST_KEY).data)
         except ObjectNotFound:
             raise LogNotFound(self.url) from None
 

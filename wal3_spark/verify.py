@@ -98,7 +98,7 @@ def verify(
 def _verify_once(store: ObjectStore, check: FragmentChecker | None) -> VerifyReport:
     report = VerifyReport(store.url)
     try:
-        manifest = Manifest.from_json(store.get(MANIFEST_KEY).data)
+        manifest = Manifest.from_bytes(store.get(MANIFEST_KEY).data)
     except ObjectNotFound:
         report.problems.append(Problem("missing", MANIFEST_KEY, "no manifest: this is not a wal3 log"))
         return report

@@ -87,7 +87,7 @@ def write_chroma_s3_log(store: ObjectStore) -> ObjectStore:
         start += len(bodies)
     manifest = Manifest(Setsum.sum(r.setsum for r in refs), Setsum(), sum(r.num_bytes for r in refs),
                         "chroma", (), tuple(refs))
-    store.put_if_absent(MANIFEST_KEY, manifest.to_json())
+    store.put_if_absent(MANIFEST_KEY, manifest.to_bytes())
     return store
 
 def snapshotted_log(url: str, records: int, options: SnapshotOptions) -> ObjectStore:
