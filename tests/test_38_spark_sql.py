@@ -9,10 +9,11 @@ import subprocess
 import sys
 import uuid
 
+import pyarrow as pa
 import pytest
 
 from tests.support.spark import spark_env
-from tests.test_30_spark_batch import append, check_log, read, sample
+from tests.test_30_spark_batch import append, check_log, read
 from wal3_spark.format import MANIFEST_KEY
 from wal3_spark.reader import LogReader
 from wal3_spark.storage import open_store
@@ -101,9 +102,16 @@ def test_03_drop_table_keeps_the_log(spark, log_url, table):
 
 
 def test_04_create_table_errors_change_nothing(spark, log_url, table):
-    with pytest.raises(Exception, match="no wal3 log at"):
+    with pytest.raises(Exception, match="no wal3 log at .*declare its columns and the table creates it"):
         spark.sql(f"CREATE TABLE {table} USING wal3 OPTIONS (path '{log_url}')")
     assert not spark.catalog.tableExists(table)
+    with pytest.raises(Exception, match="unknown type 'nosuchtype' for column 'name'"):
+        spark.sql(f"CREATE TABLE {table} USING wal3 OPTIONS (path '{log_url}', schema 'id BIGINT, name nosuchtype')")
+    with pytest.raises(Exception, match="metadataColumns='maybe': valid values are true .* and false"):
+        spark.sql(f"CREATE TABLE {table} USING wal3 OPTIONS (path '{log_url}', schema 'id BIGINT', "
+                  "metadataColumns 'maybe')")
+    assert not spark.catalog.tableExists(table)
+    assert not open_store(log_url).exists(MANIFEST_KEY)  # refused before any log was created
     orders(spark, log_url)
     with pytest.raises(Exception, match="table option verifyonread: Spark passes a table's options"):
         spark.sql(f"CREATE TABLE {table} USING wal3 OPTIONS (path '{log_url}', verifyOnRead 'false')")
@@ -114,12 +122,12 @@ def test_04_create_table_errors_change_nothing(spark, log_url, table):
 
 def test_05_a_column_list_table_says_how_to_create_it(spark, log_url, table):
     """Spark runs no wal3 code for CREATE TABLE with a column list, so the table cannot know its
-    log: every use fails naming the fix, and nothing is written."""
+    log: every use fails naming the fix (the schema option), and nothing is written."""
     orders(spark, log_url)
     spark.sql(f"CREATE TABLE {table} (id BIGINT, name STRING) USING wal3 OPTIONS (path '{log_url}')")
     before = manifest_bytes(log_url)
     for statement in (f"SELECT * FROM {table}", f"INSERT INTO {table} VALUES (1, 'a')"):
-        with pytest.raises(Exception, match="without a column list"):
+        with pytest.raises(Exception, match="without a column list .*schema 'id BIGINT, name STRING'"):
             spark.sql(statement).collect()
     assert manifest_bytes(log_url) == before
 
@@ -188,3 +196,58 @@ def test_07_a_table_on_s3_keeps_its_endpoint_and_takes_credentials_from_the_envi
     rows = json.loads(result.stdout.strip().splitlines()[-1])
     assert rows == [[0, "a", 1], [1, "a", 2], [2, "a", 3], [3, "a", 4], [4, "b", 5], [5, "b", 6]]
     check_log(url, dict(seaweed.options))
+
+
+def test_08_the_schema_option_creates_an_empty_structured_log(spark, log_url, table):
+    """What a column list would do: the table's `schema` option creates the log, empty, with
+    those columns (Spark SQL types become the Arrow types a DataFrame of them appends)."""
+    spark.sql(f"CREATE TABLE {table} USING wal3 LOCATION '{log_url}' "
+              "OPTIONS (schema 'id BIGINT NOT NULL, name STRING, amount DECIMAL(10, 2)')")
+    manifest = LogReader(open_store(log_url)).manifest()
+    assert manifest.next_offset == 1 and not manifest.fragments
+    assert manifest.arrow_schema() == pa.schema([pa.field("id", pa.int64(), nullable=False),
+                                                 ("name", pa.string()), ("amount", pa.decimal128(10, 2))])
+    described = [r.col_name for r in spark.sql(f"DESCRIBE TABLE {table}").collect()]
+    assert described[:5] == ["id", "name", "amount", "_offset", "_timestamp"]
+    assert spark.table(table).count() == 0
+
+    spark.sql(f"INSERT INTO {table} (id, name, amount) SELECT id, 'x', 2.5 FROM range(3)")
+    append(spark.range(3, 5).selectExpr("id", "'df' AS name", "CAST(1 AS DECIMAL(10, 2)) AS amount"), log_url)
+    rows = spark.sql(f"SELECT id, name, _offset FROM {table} ORDER BY _offset").collect()
+    assert [(r.id, r.name, r._offset) for r in rows] == [
+        (0, "x", 1), (1, "x", 2), (2, "x", 3), (3, "df", 4), (4, "df", 5)]
+    check_log(log_url)
+
+    # another table over the same log: a schema the log takes is fine, another one is refused
+    again = table + "_again"
+    try:
+        spark.sql(f"CREATE TABLE {again} USING wal3 OPTIONS (path '{log_url}', schema 'id BIGINT, name STRING')")
+        assert spark.table(again).columns == ["id", "name", "amount", "_offset", "_timestamp"]
+        spark.sql(f"DROP TABLE {again}")
+        before = manifest_bytes(log_url)
+        with pytest.raises(Exception, match="exists, and appends of the columns the schema option declares "
+                                            "would not fit it.*column 'id' is int32, the log has int64"):
+            spark.sql(f"CREATE TABLE {again} USING wal3 OPTIONS (path '{log_url}', schema 'id INT')")
+        assert not spark.catalog.tableExists(again) and manifest_bytes(log_url) == before
+    finally:
+        spark.sql(f"DROP TABLE IF EXISTS {again}")
+
+
+def test_09_a_table_without_metadata_columns_takes_positional_inserts(spark, log_url, table):
+    """Spark 4.3 checks a positional INSERT's arity against every column of a DS v2 table, so
+    with `_offset`/`_timestamp` in the table only INSERTs naming their columns work; with
+    metadataColumns 'false' the table holds only the payload and positional INSERTs work."""
+    spark.sql(f"CREATE TABLE {table} USING wal3 OPTIONS (path '{log_url}', "
+              "schema 'id BIGINT, name STRING', metadataColumns 'false')")
+    assert [r.col_name for r in spark.sql(f"DESCRIBE TABLE {table}").collect()] == ["id", "name"]
+    spark.sql(f"INSERT INTO {table} SELECT id, 'p' FROM range(2)")
+    spark.sql(f"INSERT INTO {table} VALUES (7, 'v')")
+    spark.sql(f"INSERT INTO {table} BY NAME SELECT 'n' AS name, 8 AS id")
+    assert spark.table(table).columns == ["id", "name"]
+    assert sorted(tuple(r) for r in spark.table(table).collect()) == [(0, "p"), (1, "p"), (7, "v"), (8, "n")]
+    # the log still numbers every record: a DataFrame read shows them
+    assert [r._offset for r in read(spark, log_url).orderBy("_offset").collect()] == [1, 2, 3, 4]
+    with pytest.raises(Exception, match="a wal3 log is append-only"):
+        spark.sql(f"INSERT OVERWRITE {table} SELECT id, 'o' FROM range(1)")
+    assert LogReader(open_store(log_url)).manifest().next_offset == 5
+    check_log(log_url)

@@ -203,16 +203,26 @@ def test_06_s3_through_environment_and_endpoint_flag(seaweed):
 
 
 def test_07_schema_parsing_and_record_encoding_in_process():
-    from wal3_spark.cli import parse_schema, record_json
+    from wal3_spark.cli import record_json
     from wal3_spark.errors import Wal3Error
+    from wal3_spark.schema import parse_schema
 
     assert parse_schema("a: int64 not null, b: timestamp[us, tz=UTC]") == pa.schema(
         [pa.field("a", pa.int64(), nullable=False), pa.field("b", pa.timestamp("us", tz="UTC"))]
     )
-    with pytest.raises(Wal3Error, match="unknown type"):
+    # Spark SQL DDL (a SQL table's schema option) gives the types a Spark DataFrame appends
+    assert parse_schema("id BIGINT NOT NULL, `full name` String, d DECIMAL(10, 2), ts timestamp, "
+                        "day DATE, c VARCHAR(3), f FLOAT") == pa.schema(
+        [pa.field("id", pa.int64(), nullable=False), ("full name", pa.string()),
+         ("d", pa.decimal128(10, 2)), ("ts", pa.timestamp("us", tz="UTC")), ("day", pa.date32()),
+         ("c", pa.string()), ("f", pa.float32())]
+    )
+    with pytest.raises(Wal3Error, match="unknown type 'nosuchtype' for column 'id'"):
         parse_schema("id: nosuchtype")
     with pytest.raises(Wal3Error, match="NAME: TYPE"):
         parse_schema("id")
+    with pytest.raises(Wal3Error, match="reserved by wal3"):
+        parse_schema("_offset BIGINT")
     import datetime as dt
     import decimal
 
@@ -256,7 +266,7 @@ def test_08_every_argument_is_checked_and_a_bad_one_named_with_its_range(url, tm
     usage_error("tail", url, "-n", "-1", match="integer >= 0")
     usage_error("cat", url, "--from", "4", "--to", "2", match="--to >= --from")
     usage_error("cat", url, "--from", "7", match="holds offsets [1, 6); give --from within [1, 6]")
-    for schema, match in (("", "names no fields"), ("id", "NAME: TYPE"), ("id: nosuch", "unknown type"),
+    for schema, match in (("", "names no columns"), ("id", "NAME: TYPE"), ("id: nosuch", "unknown type"),
                           ("_offset: int64", "reserved"), ("a: int64, a: string", "duplicate")):
         usage_error("init", str(tmp_path / "new"), "--schema", schema, match=match)
     for bad_url, match in (("memory://x", "lives inside one process"), ("", "non-empty"),

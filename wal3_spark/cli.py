@@ -37,19 +37,18 @@ import datetime as dt
 import decimal
 import json
 import math
-import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
 
-from wal3_spark.errors import InvalidLogName, InvalidOption, InvalidUrl, SchemaMismatch, Wal3Error
+from wal3_spark.errors import InvalidLogName, InvalidOption, InvalidUrl, Wal3Error
 from wal3_spark.format import FIRST_OFFSET
 from wal3_spark.lag import CursorLag, cursor_lags
 from wal3_spark.progress import ProgressBar
 from wal3_spark.reader import LogReader
-from wal3_spark.schema import check_columns
+from wal3_spark.schema import parse_schema
 from wal3_spark.storage.common import split_url
 from wal3_spark.storage.s3 import S3Settings
 from wal3_spark.stress import command as stress_command
@@ -230,50 +229,6 @@ def _print_records(store, manifest, start: int | None, limit: int | None, out) -
             progress(n, scan.records)
     out.flush()
     return n
-
-
-def parse_schema(text: str) -> pa.Schema:
-    """`"id: int64, name: string not null"` as an Arrow schema (Arrow type aliases)."""
-    parts, depth, current = [], 0, ""
-    for ch in text:  # commas inside brackets belong to a type: timestamp[us, tz=UTC]
-        depth += (ch in "[(<") - (ch in "])>")
-        if ch == "," and depth == 0:
-            parts.append(current)
-            current = ""
-        else:
-            current += ch
-    parts.append(current)
-    fields = []
-    for part in filter(None, (p.strip() for p in parts)):
-        if ":" not in part:
-            raise Wal3Error(f"bad schema field {part!r}: write NAME: TYPE, e.g. 'id: int64'")
-        name, type_text = (s.strip() for s in part.split(":", 1))
-        nullable = True
-        if type_text.lower().endswith(" not null"):
-            type_text, nullable = type_text[: -len(" not null")].strip(), False
-        try:
-            arrow_type = _arrow_type(type_text)
-        except (ValueError, TypeError):
-            raise Wal3Error(
-                f"unknown type {type_text!r} for {name!r}: use an Arrow type name "
-                "(int64, float64, string, binary, bool, date32, timestamp[us, tz=UTC], ...)"
-            ) from None
-        fields.append(pa.field(name, arrow_type, nullable=nullable))
-    if not fields:
-        raise Wal3Error("the schema names no fields: write NAME: TYPE, ..., e.g. 'id: int64'")
-    schema = pa.schema(fields)
-    try:
-        check_columns(schema)
-    except SchemaMismatch as exc:
-        raise Wal3Error(str(exc)) from None
-    return schema
-
-
-def _arrow_type(text: str) -> pa.DataType:
-    match = re.fullmatch(r"timestamp\[(s|ms|us|ns)(?:,\s*tz=([^\]]+))?\]", text)
-    if match:
-        return pa.timestamp(match.group(1), tz=match.group(2))
-    return pa.type_for_alias(text)
 
 
 # ----------------------------------------------------------------------------- commands
@@ -617,7 +572,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("init", cmd_init, "create a log (raw, or structured with --schema)")
     p.add_argument("url", type=url_arg)
-    p.add_argument("--schema", type=schema_arg, help='Arrow schema, e.g. "id: int64, name: string not null"')
+    p.add_argument("--schema", type=schema_arg, help='columns with Arrow or Spark SQL types, e.g. "id: int64, name: string not null" or "id BIGINT, name STRING"')
 
     p = add("info", cmd_info, "show offsets, counts, setsum balance, schema, cursors, seal, garbage "
             "(of a log; of the log set, for a prefix that holds logs)")

@@ -76,10 +76,10 @@ class InvalidUrl(Wal3Error, ValueError):
 class LogNotFound(Wal3Error):
     """The URL holds no wal3 log (no manifest)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, create: str = "`wal3 init URL`, or append to it, which creates it") -> None:
         super().__init__(
             f"no wal3 log at {url} (manifest/MANIFEST is missing): check the path, or create the "
-            "log first (`wal3 init URL`, or append to it, which creates it)"
+            f"log first ({create})"
         )
         self.url = url
 

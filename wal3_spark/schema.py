@@ -9,9 +9,11 @@ manifest) never changes.
 
 from __future__ import annotations
 
+import re
+
 import pyarrow as pa
 
-from wal3_spark.errors import SchemaMismatch
+from wal3_spark.errors import InvalidOption, SchemaMismatch
 
 RAW_SCHEMA = pa.schema([pa.field("body", pa.binary(), nullable=False)])
 OFFSET_COLUMN = "_offset"
@@ -126,3 +128,74 @@ def conform(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
             raise SchemaMismatch(f"column {f.name!r} is NOT NULL in the log but has null values")
         columns.append(column)
     return pa.RecordBatch.from_arrays(columns, schema=target)
+
+
+#: Spark SQL type names as the Arrow types a Spark DataFrame column of that type appends (so a
+#: log declared in SQL takes the appends of the DataFrames that SQL users write)
+_SQL_TYPES = {
+    "boolean": pa.bool_(), "tinyint": pa.int8(), "byte": pa.int8(), "smallint": pa.int16(),
+    "short": pa.int16(), "int": pa.int32(), "integer": pa.int32(), "bigint": pa.int64(),
+    "long": pa.int64(), "float": pa.float32(), "real": pa.float32(), "double": pa.float64(),
+    "string": pa.string(), "binary": pa.binary(), "date": pa.date32(),
+    "timestamp": pa.timestamp("us", tz="UTC"), "timestamp_ntz": pa.timestamp("us"),
+}
+_PARAMETRIC = (
+    (r"timestamp\[(s|ms|us|ns)(?:,\s*tz=([^\]]+))?\]", lambda m: pa.timestamp(m[1], tz=m[2])),
+    (r"(?:decimal|dec|numeric|decimal128)\((\d+)(?:,\s*(\d+))?\)",
+     lambda m: pa.decimal128(int(m[1]), int(m[2] or 0))),
+    (r"(?:var)?char\(\d+\)", lambda m: pa.string()),
+)
+_FIELD = re.compile(r"\s*(`[^`]+`|[^\s:`]+)\s*(?::\s*|\s+)(.+?)(\s+not\s+null)?\s*", re.I | re.S)
+_TYPE_HELP = ("a Spark SQL type (BIGINT, INT, DOUBLE, STRING, BINARY, BOOLEAN, DATE, TIMESTAMP, "
+              "DECIMAL(p,s), ...) or an Arrow type name (int64, float64, string, "
+              "timestamp[us, tz=UTC], ...)")
+
+
+def parse_schema(text: str) -> pa.Schema:
+    """A flat schema written as `"id: int64, name: string not null"` (Arrow type names, as
+    `wal3 init --schema` takes it) or `"id BIGINT, name STRING NOT NULL"` (Spark SQL DDL, as a
+    SQL table's `schema` option takes it). Nested types are not parsed: a log with nested
+    columns gets its schema from its first append."""
+    fields = []
+    for part in filter(str.strip, _split_top_level(text)):
+        match = _FIELD.fullmatch(part)
+        if match is None:
+            raise InvalidOption(f"bad schema field {part.strip()!r}: write NAME TYPE or NAME: TYPE, "
+                                "e.g. 'id BIGINT' or 'id: int64'")
+        name, type_text = match[1].strip("`"), match[2].strip()
+        fields.append(pa.field(name, _arrow_type(name, type_text), nullable=match[3] is None))
+    if not fields:
+        raise InvalidOption("the schema names no columns: write NAME TYPE, ..., e.g. 'id BIGINT'")
+    schema = pa.schema(fields)
+    try:
+        check_columns(schema)
+    except SchemaMismatch as exc:
+        raise InvalidOption(str(exc)) from None
+    return schema
+
+
+def _split_top_level(text: str) -> list[str]:
+    """`text` cut at the commas outside brackets (a type's own commas stay: decimal(10, 2))."""
+    parts, depth, current = [], 0, ""
+    for ch in text:
+        depth += (ch in "[(<") - (ch in "])>")
+        if ch == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += ch
+    return [*parts, current]
+
+
+def _arrow_type(name: str, text: str) -> pa.DataType:
+    low = text.lower()
+    if low in _SQL_TYPES:
+        return _SQL_TYPES[low]
+    for pattern, build in _PARAMETRIC:
+        match = re.fullmatch(pattern, text, re.I)
+        if match:
+            return build(match)
+    try:
+        return pa.type_for_alias(text)
+    except (ValueError, TypeError):
+        raise InvalidOption(f"unknown type {text!r} for column {name!r}: use {_TYPE_HELP}") from None

@@ -286,8 +286,9 @@ def parse(options: Mapping[str, str], role: str) -> Wal3Options:
             "spark.read.format(\"wal3\").load(\"s3://bucket/logs/orders\"). Spark hands a "
             "Python data source neither a catalog table's path nor its options: a wal3 table "
             "finds its log in the schema wal3 gave it, so create it with CREATE TABLE t USING "
-            "wal3 OPTIONS (path '…') without a column list or AS SELECT, and give "
-            "writeStream.toTable(t) the log too: .option(\"path\", url)"
+            "wal3 OPTIONS (path '…') without a column list or AS SELECT (for a new, empty log "
+            "declare the columns as an option: OPTIONS (path '…', schema 'id BIGINT, name "
+            "STRING')), and give writeStream.toTable(t) the log too: .option(\"path\", url)"
         )
     kw: dict = {}
 

@@ -62,8 +62,7 @@ class Wal3DataSource(DataSource):
 
         if table.is_table_definition(self.options):  # CREATE TABLE … USING wal3
             log = table.table_definition(self.options)
-            manifest = LogReader(opts.location(log.options()).open_store()).manifest()
-            return table.table_schema(payload_to_spark(manifest.arrow_schema()), log)
+            return table.table_schema(payload_to_spark(table.table_manifest(log).arrow_schema()), log)
         # Called for batch and streaming reads alike: the role's own options are checked by
         # reader()/streamReader(); here only the location matters.
         where = opts.location(self.options)

@@ -7,14 +7,17 @@ Spark does hand over is the table's schema as the catalog stores it, field metad
 So when CREATE TABLE asks wal3 for the schema (`DataSource.schema()` gets the statement's
 options, recognisable by Spark's `provider` property), the answer records the log's URL and its
 non-secret store options in the metadata of the `_offset` column; reads and INSERTs find the log
-there. Spark asks only when the statement has no column list and no AS SELECT; streaming writes
+there. Spark asks only when the statement has no column list and no AS SELECT (with a column list
+it runs no data-source code at all, so such a table cannot know its log); the `schema` table
+option takes the column list's place and creates the empty log. Streaming writes
 (`writeStream.toTable`) get the query's schema, never the table's.
 
 `_offset` and `_timestamp` are assigned by the log: the table marks them DEFAULT NULL, so
 `INSERT INTO t (cols) …` and `INSERT INTO t BY NAME …` fill them with nulls, and the sink drops
 them (refusing any value a statement puts there). Spark checks a positional INSERT's arity
 against all the table's columns (it fills defaults only for DS v1 tables), so INSERTs name their
-columns.
+columns, unless the table is created with `metadataColumns 'false'`: then it has only the
+payload columns (the location sits on the first one) and positional INSERTs work.
 """
 
 from __future__ import annotations
@@ -25,8 +28,10 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyspark.sql.types import StructField, StructType
 
-from wal3_spark.errors import InvalidOption, SchemaMismatch
-from wal3_spark.schema import OFFSET_COLUMN, TIMESTAMP_COLUMN
+from wal3_spark.committer import Committer
+from wal3_spark.errors import InvalidOption, LogNotFound, SchemaMismatch
+from wal3_spark.manifest import Manifest
+from wal3_spark.schema import OFFSET_COLUMN, TIMESTAMP_COLUMN, parse_schema, reconcile
 from wal3_spark.spark import options as opts
 
 SYSTEM_COLUMNS = (OFFSET_COLUMN, TIMESTAMP_COLUMN)
@@ -38,6 +43,10 @@ _DEFAULT_NULL = {"CURRENT_DEFAULT": "NULL", "EXISTS_DEFAULT": "NULL"}
 _SPARK_PROPERTIES = frozenset({"provider", "owner", "location", "path", "external", "comment",
                                "collation", "is_managed_location", "table_type"})
 _OPTION_PREFIX = "option."
+#: the table option that declares the log's columns (CREATE TABLE's column list cannot)
+SCHEMA_OPTION = "schema"
+#: the table option that leaves `_offset`/`_timestamp` out of the table (positional INSERTs)
+METADATA_COLUMNS_OPTION = "metadataColumns"
 
 
 @dataclass(frozen=True)
@@ -46,6 +55,10 @@ class TableLog:
 
     url: str
     store_options: tuple[tuple[str, str], ...] = ()
+    #: the columns the `schema` option declares: the log is created with them when absent
+    declared: pa.Schema | None = None
+    #: whether the table has the `_offset` and `_timestamp` columns
+    metadata_columns: bool = True
 
     def options(self) -> dict[str, str]:
         """The table's location as data-source options (`path` and store options)."""
@@ -70,6 +83,8 @@ def table_definition(options: Mapping[str, str]) -> TableLog:
         if not key.startswith(_OPTION_PREFIX):
             continue  # Spark's own properties and TBLPROPERTIES: the catalog's business
         name = key[len(_OPTION_PREFIX):]
+        if name in (SCHEMA_OPTION, METADATA_COLUMNS_OPTION.lower()):
+            continue
         if name in stores and not opts.is_secret(name):
             kept.append((stores[name], value))
         elif name in stores:
@@ -86,11 +101,47 @@ def table_definition(options: Mapping[str, str]) -> TableLog:
             "CREATE TABLE … USING wal3 needs the log's URL: add OPTIONS (path 's3://bucket/logs/x')"
             " or LOCATION 's3://bucket/logs/x'"
         )
-    return TableLog(url.strip(), tuple(sorted(kept)))
+    declared = given.get(_OPTION_PREFIX + SCHEMA_OPTION)
+    return TableLog(url.strip(), tuple(sorted(kept)),
+                    None if declared is None else parse_schema(declared),
+                    _metadata_columns(given.get(_OPTION_PREFIX + METADATA_COLUMNS_OPTION.lower())))
+
+
+def _metadata_columns(value: str | None) -> bool:
+    if value is None or value.strip().lower() == "true":
+        return True
+    if value.strip().lower() == "false":
+        return False
+    raise InvalidOption(f"wal3 table option {METADATA_COLUMNS_OPTION}={value!r}: valid values are "
+                        "true (the table has _offset and _timestamp; INSERTs name their columns) "
+                        "and false (payload columns only; positional INSERTs work)")
+
+
+def table_manifest(log: TableLog) -> Manifest:
+    """The manifest of a new table's log. With a declared schema an absent log is created empty
+    with it (what a column list would do), and an existing log must take appends of it."""
+    committer = Committer(opts.location(log.options()).open_store(), writer="wal3-spark table")
+    if log.declared is None:
+        loaded = committer.load()
+        if loaded is None:
+            raise LogNotFound(log.url, "declare its columns and the table creates it empty: CREATE "
+                              f"TABLE t USING wal3 OPTIONS (path '…', {SCHEMA_OPTION} 'id BIGINT, "
+                              "name STRING'); or `wal3 init URL`, or an append")
+        return loaded[0]
+    manifest, _ = committer.create(log.declared)
+    existing = manifest.arrow_schema()
+    try:
+        reconcile(existing, log.declared, merge=False, raw_log=existing is None)
+    except SchemaMismatch as exc:
+        raise SchemaMismatch(
+            f"the log at {log.url} exists, and appends of the columns the {SCHEMA_OPTION} option "
+            f"declares would not fit it; leave the option out (the table takes the log's columns) "
+            f"or declare columns the log takes. {exc}".split("\nFix:")[0]) from None
+    return manifest
 
 
 def _refuse(name: str, why: str) -> InvalidOption:
-    valid = ["path"] + [n for n in opts.store_option_names() if not opts.is_secret(n)]
+    valid = ["path", SCHEMA_OPTION, METADATA_COLUMNS_OPTION] + [n for n in opts.store_option_names() if not opts.is_secret(n)]
     return InvalidOption(f"wal3 table option {name}: {why}. Valid options for CREATE TABLE … "
                          f"USING wal3: {', '.join(valid)}")
 
@@ -98,10 +149,15 @@ def _refuse(name: str, why: str) -> InvalidOption:
 def table_schema(read_schema: StructType, log: TableLog) -> StructType:
     """A log's read schema as a catalog table keeps it: `_offset` and `_timestamp` nullable and
     DEFAULT NULL (what an INSERT gives them), with comments, and the log's location in
-    `_offset`'s metadata."""
+    `_offset`'s metadata. Without metadata columns, only the payload columns, the location in
+    the first one's metadata."""
+    location = {LOG_KEY: log.url, STORE_OPTIONS_KEY: dict(log.store_options)}
+    if not log.metadata_columns:
+        first, *rest = [f for f in read_schema.fields if f.name not in SYSTEM_COLUMNS]
+        return StructType([StructField(first.name, first.dataType, first.nullable,
+                                       {**first.metadata, **location}), *rest])
     notes = {
-        OFFSET_COLUMN: {"comment": f"the record's offset in the wal3 log {log.url}",
-                        LOG_KEY: log.url, STORE_OPTIONS_KEY: dict(log.store_options)},
+        OFFSET_COLUMN: {"comment": f"the record's offset in the wal3 log {log.url}", **location},
         TIMESTAMP_COLUMN: {"comment": "when the record's fragment was written"},
     }
     return StructType([
@@ -112,15 +168,18 @@ def table_schema(read_schema: StructType, log: TableLog) -> StructType:
 
 
 def table_log(schema: StructType | None) -> TableLog | None:
-    """The log a catalog table's schema names (on its `_offset` column), if it names one."""
-    if schema is None or OFFSET_COLUMN not in schema.fieldNames():
+    """The log a catalog table's schema names (on `_offset`, or on its first column when it has
+    no metadata columns), if it names one."""
+    if schema is None or not schema.fields:
         return None
-    metadata = schema[OFFSET_COLUMN].metadata or {}
+    marked = schema[OFFSET_COLUMN] if OFFSET_COLUMN in schema.fieldNames() else schema.fields[0]
+    metadata = marked.metadata or {}
     url = metadata.get(LOG_KEY)
     if not isinstance(url, str) or not url:
         return None
     store = metadata.get(STORE_OPTIONS_KEY) or {}
-    return TableLog(url, tuple(sorted((str(k), str(v)) for k, v in store.items())))
+    return TableLog(url, tuple(sorted((str(k), str(v)) for k, v in store.items())),
+                    metadata_columns=OFFSET_COLUMN in schema.fieldNames())
 
 
 def with_table_location(options: Mapping[str, str], schema: StructType | None) -> dict[str, str]:
@@ -135,8 +194,12 @@ def with_table_location(options: Mapping[str, str], schema: StructType | None) -
 
 
 def payload_schema(schema: StructType) -> StructType:
-    """An INSERT's schema without the columns the log assigns."""
-    return StructType([f for f in schema.fields if f.name not in SYSTEM_COLUMNS])
+    """An INSERT's schema without the columns the log assigns nor the table's location."""
+    return StructType([
+        StructField(f.name, f.dataType, f.nullable,
+                    {k: v for k, v in (f.metadata or {}).items() if k not in (LOG_KEY, STORE_OPTIONS_KEY)})
+        for f in schema.fields if f.name not in SYSTEM_COLUMNS
+    ])
 
 
 def drop_system_columns(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
