@@ -155,3 +155,9 @@ def test_10_snapshots_roll_during_commits_and_reads_are_unchanged(store):
     table = LogReader(store).read_table()
     assert table.column("body").to_pylist() == [f"r{i}".encode() for i in range(40)]
     assert LogReader(store).read_table(17, 20).column("_offset").to_pylist() == [17, 18, 19]
+
+
+def test_11_idempotent_commits_are_stamped_by_the_injected_clock(store):
+    committer = Committer(store, clock=lambda: 1_700_000_000.5)
+    committer.commit(raw_files(store, [b"a"]), app_id="q1", version=0)
+    assert LogReader(store).manifest().txns["q1"].epoch_us == 1_700_000_000_500_000

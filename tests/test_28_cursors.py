@@ -39,3 +39,11 @@ def test_00_cursors_move_forward_by_cas(store):
     assert [s.name for s in cursors.list()] == ["billing"]
     with pytest.raises(CursorError, match="invalid cursor name"):
         cursors.get("../escape")
+
+
+def test_01_moves_are_stamped_by_the_injected_clock(store):
+    LogWriter(store).append([b"r"] * 3)
+    cursors = CursorStore(store, clock=lambda: 1_700_000_000.25)
+    assert cursors.create("c", 1).cursor.epoch_us == 1_700_000_000_250_000
+    later = CursorStore(store, clock=lambda: 1_700_000_060.0)
+    assert later.advance("c", 2).cursor.epoch_us == 1_700_000_060_000_000

@@ -142,7 +142,7 @@ def test_02_phase_3_waits_for_the_grace_interval(store):
     CursorStore(store).create("c", 20)
     t0 = time.time()
     clock = [t0]
-    gc = GarbageCollector(store, grace_s=3600, now=lambda: clock[0])
+    gc = GarbageCollector(store, grace_s=3600, clock=lambda: clock[0])
     first = gc.run()
     assert first.steps == ["compute", "apply", "mark"]
     assert first.delete_after == pytest.approx(t0 + 3600, abs=1)
@@ -167,16 +167,16 @@ def test_03_orphans_of_aborted_appends_go_only_after_the_grace_interval(store):
     orphan = write_fragment(store, encode_raw([b"lost"], int(time.time() * 1e6)))
     assert orphan.path in keys(store, FRAGMENT_PREFIX)
     t0 = time.time()
-    report = GarbageCollector(store, grace_s=3600, now=lambda: t0).run()
+    report = GarbageCollector(store, grace_s=3600, clock=lambda: t0).run()
     assert report.orphans_deleted == [] and orphan.path in keys(store, FRAGMENT_PREFIX)
-    dry = GarbageCollector(store, grace_s=3600, now=lambda: t0 + 3601).run(dry_run=True)
+    dry = GarbageCollector(store, grace_s=3600, clock=lambda: t0 + 3601).run(dry_run=True)
     assert dry.orphans_deleted == [orphan.path] and orphan.path in keys(store, FRAGMENT_PREFIX)
-    late = GarbageCollector(store, grace_s=3600, now=lambda: t0 + 3601).run()
+    late = GarbageCollector(store, grace_s=3600, clock=lambda: t0 + 3601).run()
     assert late.orphans_deleted == [orphan.path]
     assert orphan.path not in keys(store, FRAGMENT_PREFIX)
     # referenced fragments are never orphans, however old
     assert len(keys(store, FRAGMENT_PREFIX)) == 3
-    much_later = GarbageCollector(store, grace_s=0, now=lambda: t0 + 10**6).run()
+    much_later = GarbageCollector(store, grace_s=0, clock=lambda: t0 + 10**6).run()
     assert much_later.orphans_deleted == []
     clean(store)
     assert len(offsets_and_bodies(store, 1)) == 15

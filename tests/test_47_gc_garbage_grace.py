@@ -31,7 +31,7 @@ def test_00_fragments_dropped_by_gc_outlive_the_grace_interval_for_older_readers
     before = LogReader(store).manifest()  # a reader loads the manifest, then GC runs
     two_hours_later = time.time() + 7200  # the fragments were written long ago
 
-    report = GarbageCollector(store, force=True, now=lambda: two_hours_later).run()
+    report = GarbageCollector(store, force=True, clock=lambda: two_hours_later).run()
 
     assert report.steps == ["compute", "apply", "mark"]  # applied; deletion waits for the grace
     assert report.orphans_deleted == []

@@ -14,7 +14,7 @@ import pytest
 
 from tests.support.fakes import HookedStore, snapshotted_log
 from tests.test_43_cli import ok
-from wal3_spark.committer import now_us
+from wal3_spark.clock import micros
 from wal3_spark.cursors import CursorStore
 from wal3_spark.format import SNAPSHOT_PREFIX, Cursor, cursor_key, dumps
 from wal3_spark.gc import GarbageCollector
@@ -93,7 +93,7 @@ def test_03_info_and_cursor_list_show_lag_as_text_and_json(tmp_path):
     refs = LogReader(store).manifest().fragments
     CursorStore(store).advance("current", 41)
     # A consumer that stopped an hour ago, half-way through the second fragment.
-    stalled = Cursor(15, now_us() - HOUR_US, "a stalled consumer")
+    stalled = Cursor(15, micros() - HOUR_US, "a stalled consumer")
     store.put_if_absent(cursor_key("stalled"), dumps(stalled.to_dict()))
     stalled_bytes = sum(r.num_bytes for r in refs[1:])
 

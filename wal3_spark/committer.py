@@ -29,6 +29,7 @@ from typing import Protocol
 import pyarrow as pa
 
 from wal3_spark.cas import CasObject, CasPolicy, CasResult, Outcome
+from wal3_spark.clock import Clock, micros
 from wal3_spark.errors import (
     AmbiguousWrite,
     AppendsUnsupported,
@@ -82,10 +83,6 @@ class DirtyRecorder(Protocol):
         """Wait until every record made so far is durable (or failed)."""
 
 
-def now_us() -> int:
-    return time.time_ns() // 1000
-
-
 def manifest_object(store: ObjectStore, policy: CasPolicy | None = None) -> CasObject[Manifest]:
     """The manifest under compare-and-swap: every value written is scrubbed first."""
     return CasObject(
@@ -112,11 +109,13 @@ class Committer:
         backoff_base_s: float = 0.002,
         backoff_cap_s: float = 0.1,
         dirty_log: DirtyRecorder | None = None,
+        clock: Clock = time.time,
     ) -> None:
         """`dirty_log`: record every commit's new tail there (the log must sit directly under
-        the dirty log's prefix: checked here). See `wal3_spark.dirty`."""
+        the dirty log's prefix: checked here). See `wal3_spark.dirty`. `clock` stamps txns."""
         self.store = store
         self.writer = writer
+        self.clock = clock
         self.dirty_log = dirty_log
         if dirty_log is not None:
             dirty_log.name_of(store.url)
@@ -237,7 +236,7 @@ class Committer:
             _check_item_hash(fragments, current.append_item_hash(new_schema is not None), self.url)
             placed.setdefault("since", current.next_offset)
             placed["start"] = current.next_offset
-            txn_entry = (app_id, Txn(version, now_us())) if app_id is not None else None
+            txn_entry = (app_id, Txn(version, micros(self.clock))) if app_id is not None else None
             changed = new_schema is not None and new_schema != current.arrow_schema()
             if not fragments and txn_entry is None and not changed and not absent:
                 return None  # nothing to record: rewriting the same state could repeat bytes (ABA)

@@ -16,11 +16,12 @@ collection to refuse (it may be pinning data), but never a reason for anything e
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from wal3_spark.cas import CasObject, Outcome, Versioned
-from wal3_spark.committer import now_us
+from wal3_spark.clock import Clock, micros
 from wal3_spark.errors import CorruptLog, CursorError, ObjectNotFound
 from wal3_spark.format import CURSOR_PREFIX, Cursor, cursor_key, dumps, loads
 from wal3_spark.reader import LogReader
@@ -79,9 +80,11 @@ def _serialise(cursor: Cursor | BrokenCursor) -> bytes:
 class CursorStore:
     """The cursors of one log."""
 
-    def __init__(self, store: ObjectStore, writer: str = "wal3-spark") -> None:
+    def __init__(self, store: ObjectStore, writer: str = "wal3-spark", *, clock: Clock = time.time) -> None:
         self.store = store
         self.writer = writer
+        #: stamps each move (`Cursor.epoch_us`: lag says how long ago a consumer last moved)
+        self.clock = clock
 
     @property
     def url(self) -> str:
@@ -157,7 +160,7 @@ class CursorStore:
         def decide(current: Cursor | BrokenCursor | None) -> Cursor:
             if current is not None:
                 raise CursorError(f"cursor {name!r} already exists; move it instead")
-            return Cursor(offset, now_us(), self.writer)
+            return Cursor(offset, micros(self.clock), self.writer)
 
         return self._apply(name, offset, self._object(name), decide)
 
@@ -189,7 +192,7 @@ class CursorStore:
                     )
                 if offset == current.offset:
                     return None
-            return Cursor(offset, now_us(), self.writer)
+            return Cursor(offset, micros(self.clock), self.writer)
 
         return self._apply(name, offset, obj, decide)
 
@@ -208,7 +211,7 @@ class CursorStore:
                             self.url, current.key, current.problem, offset)
             elif current is not None and current.offset >= offset:
                 return None
-            return Cursor(offset, now_us(), self.writer)
+            return Cursor(offset, micros(self.clock), self.writer)
 
         return self._apply(name, offset, self._object(name), decide)
 

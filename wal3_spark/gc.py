@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
 from wal3_spark.cas import CasObject, Outcome
+from wal3_spark.clock import Clock
 from wal3_spark.committer import Committer, write_snapshot
 from wal3_spark.cursors import CursorStore
 from wal3_spark.errors import CommitOutcomeUnknown, GarbageStale, GCRefused, InvalidOption, ObjectNotFound
@@ -135,7 +136,7 @@ def fragment_created_us(meta: ObjectMeta) -> int:
 
 
 class GarbageCollector:
-    """Collects garbage of one log. `now` (seconds since the epoch) and `grace_s` are injectable
+    """Collects garbage of one log. `clock` (`wal3_spark.clock`) and `grace_s` are injectable
     so that tests never wait for time to pass."""
 
     def __init__(
@@ -146,8 +147,8 @@ class GarbageCollector:
         orphan_grace_s: float | None = None,
         max_drop_share: float = DEFAULT_MAX_DROP_SHARE,
         force: bool = False,
-        now: Callable[[], float] = time.time,
-        orphan_now: Callable[[], float] | None = None,
+        clock: Clock = time.time,
+        orphan_clock: Clock | None = None,
         writer: str = "wal3-spark gc",
         after_step: Callable[[str], None] | None = None,
         progress: Callable[[int, int], None] | None = None,
@@ -170,12 +171,12 @@ class GarbageCollector:
         )
         self.max_drop_share = max_drop_share
         self.force = force
-        self.now = now
-        #: the clock the orphan sweep ages fragments by (default `now`). `wal3 stress` runs it
+        self.clock = clock
+        #: the clock the orphan sweep ages fragments by (default `clock`). `wal3 stress` runs it
         #: more than the orphan grace ahead, so that the sweep races appends still committing as
         #: it would after a writer stalled between upload and commit; the orphan horizon makes
         #: that safe (those appends fail cleanly). Python only: no CLI option sets it
-        self.orphan_now = now if orphan_now is None else orphan_now
+        self.orphan_clock = clock if orphan_clock is None else orphan_clock
         self.writer = writer
         #: called with each step's name (`PHASES`) once it is done; what it raises ends the run
         #: there, as a crash would (how the tests crash a collector between two steps)
@@ -232,13 +233,13 @@ class GarbageCollector:
             if garbage.applied_epoch_us is None:
                 if dry_run:
                     break
-                marked = replace(garbage, applied_epoch_us=int(self.now() * 1e6))
+                marked = replace(garbage, applied_epoch_us=int(self.clock() * 1e6))
                 if not self._replace_garbage(garbage, marked):
                     continue  # another collector moved it on: look again
                 garbage = marked
                 self._step(report, "mark")
             delete_after = garbage.applied_epoch_us / 1e6 + self.grace_s
-            if self.now() < delete_after:
+            if self.clock() < delete_after:
                 report.pending, report.delete_after = garbage.summary(), delete_after
                 report.notes.append(
                     f"garbage below offset {garbage.first_to_keep} is applied; its files are "
@@ -378,7 +379,7 @@ class GarbageCollector:
         landed before the horizon is seen there, a commit after it is refused by the committer.
         """
         listed = [m for m in self.store.list(FRAGMENT_PREFIX) if parse_fragment_uuid(m.key) is not None]
-        cutoff_us = int((self.orphan_now() - self.orphan_grace_s) * 1e6)
+        cutoff_us = int((self.orphan_clock() - self.orphan_grace_s) * 1e6)
         old = [m for m in listed if fragment_created_us(m) < cutoff_us]
         if not old:
             return

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
-from wal3_spark.committer import now_us
+from wal3_spark.clock import micros
 from wal3_spark.cursors import CursorState
 from wal3_spark.manifest import Manifest, Snapshot
 from wal3_spark.reader import load_snapshot
@@ -70,5 +70,5 @@ def cursor_lags(
 ) -> list[CursorLag]:
     """Every cursor's lag against one manifest (so they compare), in name order, measured at
     `at_us` (default: now)."""
-    at = now_us() if at_us is None else at_us
+    at = micros() if at_us is None else at_us
     return [cursor_lag(store, manifest, s, at) for s in sorted(states, key=lambda s: s.name)]

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from wal3_spark.committer import now_us
+from wal3_spark.clock import micros
 from wal3_spark.cursors import CursorStore
 from wal3_spark.dirty import GC_CURSOR, dirty_store, rolled_up_to
 from wal3_spark.errors import LogNotFound, Wal3Error
@@ -80,7 +80,7 @@ def summarise_log(name: str, store: ObjectStore, at_us: int) -> LogSummary | Non
 
 def summarise(logs: LogSet) -> list[LogSummary]:
     """Every selected log's summary, in name order (directories that hold no log left out)."""
-    at = now_us()
+    at = micros()
     found = logs.map(lambda name: summarise_log(name, logs.log_store(name), at))
     return [summary for summary in found if summary is not None]
 

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from wal3_spark.committer import Committer, CommitResult, DirtyRecorder, now_us
+from wal3_spark.clock import micros
+from wal3_spark.committer import Committer, CommitResult, DirtyRecorder
 from wal3_spark.errors import CommitFailed, LogNotFound, LogSealed, SchemaMismatch
 from wal3_spark.format import FRAGMENT_PREFIX, SNAPSHOT_PREFIX
 from wal3_spark.fragment import FragmentBuilder, FragmentFile, write_fragment
@@ -94,7 +95,7 @@ def iter_write_fragments(
         if batch.num_rows == 0:
             continue
         if builder is None:
-            builder = FragmentBuilder(schema, timestamp_us or now_us(), item_hash=item_hash)
+            builder = FragmentBuilder(schema, timestamp_us or micros(), item_hash=item_hash)
         builder.add(batch)
         if builder.bytes_buffered >= fragment_bytes:
             encoded, builder = builder.finish(), None

@@ -69,7 +69,7 @@ class StressCollector:
         ahead_s = max(self.config.gc_grace_s, MIN_ORPHAN_GRACE_S) + ORPHAN_RACE_LEAD_S
         collector = GarbageCollector(
             self.store, grace_s=self.config.gc_grace_s, force=True, writer=f"wal3 stress {self.name}",
-            orphan_now=(lambda: time.time() + ahead_s) if race else None,
+            orphan_clock=(lambda: time.time() + ahead_s) if race else None,
         )
         try:
             report = collector.run()
