@@ -15,7 +15,9 @@ FORMAT.md section 8 and seed 001 ("Garbage Collection Dance"); one run does what
 
 Every run also deletes orphans: UUID fragments the manifest does not reference that are older
 than the orphan grace interval (failed or aborted appends), which is never shorter than
-`MIN_ORPHAN_GRACE_S` whatever `grace_s` says. Before deleting any, GC raises the manifest's
+`MIN_ORPHAN_GRACE_S` whatever `grace_s` says. A fragment the pending garbage drops is never an
+orphan: it is unreferenced from the apply on, but readers of older manifests may read it until
+the delete step (docs/design.md section 14). Before deleting any, GC raises the manifest's
 orphan horizon past them by compare-and-swap, and committers refuse to reference fragments older
 than the horizon of the manifest they compare-and-swap against: so a fragment GC deletes is
 either referenced by no commit, or its commit fails cleanly (docs/design.md section 14).
@@ -372,7 +374,8 @@ class GarbageCollector:
                 self.progress(done, len(paths))
 
     def _sweep_orphans(self, report: GCReport, *, dry_run: bool) -> None:
-        """Delete UUID fragments nobody references that are older than the orphan grace.
+        """Delete UUID fragments nobody references that are older than the orphan grace, except
+        those the pending garbage drops (`_held`).
 
         The orphan horizon is raised (by compare-and-swap) past every candidate before any is
         deleted, and the references are taken from the manifest that carries it: a commit that
@@ -383,8 +386,8 @@ class GarbageCollector:
         old = [m for m in listed if fragment_created_us(m) < cutoff_us]
         if not old:
             return
-        refs = referenced(self.store, self.committer.manifest())
-        candidates = [m for m in old if m.key not in refs.fragments]
+        kept = self._held(self.committer.manifest())
+        candidates = [m for m in old if m.key not in kept]
         if not candidates or dry_run:
             report.orphans_deleted = [m.key for m in candidates]
             return
@@ -392,11 +395,25 @@ class GarbageCollector:
         result = self.committer.update_result(lambda m: m.with_orphan_horizon(horizon_us, self.writer))
         assert result.current is not None
         report.orphan_horizon_us = horizon_us
-        refs = referenced(self.store, result.current.value)
+        kept = self._held(result.current.value)
         for meta in candidates:
-            if meta.key not in refs.fragments:
+            if meta.key not in kept:
                 self.store.delete(meta.key)
                 report.orphans_deleted.append(meta.key)
+
+    def _held(self, manifest: Manifest) -> frozenset[str]:
+        """The fragments the orphan sweep must keep: those `manifest` references, and those the
+        pending garbage drops (their deletion waits for the grace interval, which readers of a
+        manifest from before the apply rely on; the delete step removes them).
+
+        The garbage is read after the manifest: garbage is written before its apply and reset
+        only after its delete step, so garbage applied before `manifest` was read is either
+        still in `gc/GARBAGE` now, or was deleted by a delete step once its grace had passed.
+        """
+        refs = referenced(self.store, manifest)
+        loaded = self.garbage.load()
+        pending = () if loaded is None else loaded.value.fragment_paths_to_drop
+        return refs.fragments | frozenset(pending)
 
 
 def collect_garbage(
