@@ -25,6 +25,10 @@ STORE_FAULTS = ("drop", "delay", "error_5xx", "timeout_after_write", "preconditi
 #: many appends are in flight at the time, so a run does not wait for one)
 ORPHAN_RACE = "orphan_race"
 ORPHAN_RACE_REFUSED = "orphan_race_refused"
+#: late writes that did land after their request was reported ambiguous: `late_landing` only
+#: counts writes held back, and one that never lands (its process killed, or its condition
+#: lost first) never tests what issue 7's failure 1 is about, a duplicate from a late landing
+LATE_LANDED = "late_landed"
 
 
 class AppendTally:

@@ -43,7 +43,14 @@ from wal3_spark.stress.journal import mark_killed
 from wal3_spark.stress.reader import cursor_name
 from wal3_spark.stress.rundir import RunDir, read_json, write_json
 from wal3_spark.stress.seaweed import SeaweedProcess
-from wal3_spark.stress.summary import ORPHAN_RACE, STORE_FAULTS, AppendTally, Summary, gather
+from wal3_spark.stress.summary import (
+    LATE_LANDED,
+    ORPHAN_RACE,
+    STORE_FAULTS,
+    AppendTally,
+    Summary,
+    gather,
+)
 from wal3_spark.verify import verify
 
 log = logging.getLogger(__name__)
@@ -190,6 +197,8 @@ class Supervisor:
         """Every fault kind this run is configured to inject, and a GC that collects."""
         c = self.config
         kinds = [kind for kind in STORE_FAULTS if c.faults.injects(kind)]
+        if c.faults.injects("late_landing"):
+            kinds.append(LATE_LANDED)
         if c.kill_every_s > 0:
             kinds += [f"kill {role}" for role in self.roles()]
         if self.seaweed is not None and c.seaweed_restart_every_s > 0:
