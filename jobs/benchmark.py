@@ -1,7 +1,8 @@
-"""Benchmark: the wal3 data source and native scan against Spark's Parquet on the same data.
+"""Benchmark: every row of issue 9's table, the wal3 data source and native scan against Spark's
+Parquet on the same data.
 
     spark-submit --properties-file conf/spark-defaults.conf --master 'local[2]' \\
-        jobs/benchmark.py --rows 3000000
+        jobs/benchmark.py --rows 3000000 --core
 
 One cached DataFrame of issue 9's 6 columns (`id` long, `name` string, `amount` double, `ts`
 timestamp, `bucket` long, `tag` = uuid() string). Each row of the table is a wal3 measurement
@@ -12,11 +13,17 @@ of the median CPU seconds that Spark's processes (the driver JVM, which runs the
 local mode, and its Python processes) spent, which a loaded machine disturbs far less.
 
 - write: `df.write.format("wal3")` vs `df.write.parquet`;
-- read: `spark.read.format("wal3")` (batch, and an AvailableNow stream) into the `noop` sink
-  vs `spark.read.parquet`;
+- read: `spark.read.format("wal3")` into the `noop` sink (`verifyOnRead` on, the default, and
+  off), `sum(id), count(name)` and `count()`, each vs `spark.read.parquet`;
+- stream: a `Trigger.AvailableNow` drain of twice `--rows` (two appends, two Parquet writes)
+  into `noop` vs `spark.readStream.parquet` of the same rows, with the same number of
+  micro-batches (printed; all at once, and 4 fragments vs 4 files per trigger);
 - native scan (`Wal3Log.forPath(spark, url).toDF()`, Spark's own Parquet reader over the
   fragments) vs `spark.read.parquet`: the full rows into `noop`, `sum(id), count(name)`, and
   `count()`.
+
+`--core` then runs the core benchmark's append rows (`benchmarks/core.py --append-only`:
+`LogWriter.append` vs `pq.write_table`); the append latency rows are `benchmarks/latency.py`'s.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -74,6 +82,14 @@ def alternate(sides: dict[str, Callable[[int], None]], repeat: int,
     return times
 
 
+GROUPS = ("write", "read", "stream", "scan")
+
+
+def micro_batches(query) -> int:
+    """How many micro-batches of a finished query read any rows."""
+    return sum(1 for p in query.recentProgress if p.get("numInputRows", 0) > 0)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -82,12 +98,15 @@ def main(argv=None) -> int:
     p.add_argument("--repeat", type=int, default=3, help="alternating runs per measurement (median)")
     p.add_argument("--dir", help="work directory (default: a temp dir, removed afterwards)")
     p.add_argument("--fragment-bytes", default="64m")
-    p.add_argument("--only", nargs="+", choices=("write", "read", "scan"), default=("write", "read", "scan"),
+    p.add_argument("--only", nargs="+", choices=GROUPS, default=GROUPS,
                    help="which groups of rows to measure (the logs are written in any case)")
     p.add_argument("--case-limit", type=int,
                    help="native scan: fragments up to which per-file values are a CASE rather than "
                         "a broadcast join (wal3_spark.spark.scan.CASE_LIMIT; to compare the two)")
+    p.add_argument("--core", action="store_true",
+                   help="afterwards, run benchmarks/core.py --append-only (core append rows)")
     args = p.parse_args(argv)
+    load_before = os.getloadavg()
 
     work = Path(args.dir or tempfile.mkdtemp(prefix="wal3-bench-"))
     metrics = work / "commit-metrics.jsonl"
@@ -135,24 +154,70 @@ def main(argv=None) -> int:
     def noop(frame) -> None:
         frame.write.format("noop").mode("overwrite").save()
 
-    def stream_wal3(i):
-        q = (spark.readStream.format("wal3").load(url).writeStream.format("noop")
-             .option("checkpointLocation", str(work / f"ckpt-{i}-{time.time_ns()}"))
-             .trigger(availableNow=True).start())
-        q.awaitTermination()
+    def aggregate(frame) -> None:
+        frame.selectExpr("sum(id)", "count(name)").collect()
+
+    def count(frame) -> None:
+        frame.count()
+
+    def wal3(verify: bool = True):
+        return spark.read.format("wal3").option("verifyOnRead", str(verify).lower()).load(url)
 
     if "read" in args.only:
         t = alternate({"parquet": lambda _: noop(spark.read.parquet(parquet)),
-                       "wal3": lambda _: noop(spark.read.format("wal3").load(url)),
-                       "stream": stream_wal3}, args.repeat, jvm)
-        rows.append(("read   spark.read.format('wal3')", t["wal3"], t["parquet"]))
-        rows.append(("read   readStream wal3 AvailableNow", t["stream"], t["parquet"]))
+                       "wal3": lambda _: noop(wal3()),
+                       "unverified": lambda _: noop(wal3(verify=False))}, args.repeat, jvm)
+        rows.append(("read   full rows into noop", t["wal3"], t["parquet"]))
+        rows.append(("read   full rows, verifyOnRead=false", t["unverified"], t["parquet"]))
+        for label, query in (("sum(id), count(name)", aggregate), ("count()", count)):
+            t = alternate({"parquet": lambda _, q=query: q(spark.read.parquet(parquet)),
+                           "wal3": lambda _, q=query: q(wal3())}, args.repeat, jvm)
+            rows.append((f"read   {label}", t["wal3"], t["parquet"]))
+    if "stream" in args.only:
+        # twice the rows: two appends to one log, two Parquet writes to one directory
+        stream_parquet, stream_url = str(work / "stream-parquet"), (work / "stream-wal3").as_uri()
+        for _ in range(2):
+            df.write.mode("append").parquet(stream_parquet)
+            df.write.format("wal3").mode("append").option("fragmentBytes", args.fragment_bytes) \
+                .save(stream_url)
+        batches: dict[str, set[int]] = {}
+
+        def drain(name: str, per_trigger: int | None):
+            def run(i: int) -> None:
+                if name == "parquet":
+                    reader = spark.readStream.schema(df.schema)
+                    if per_trigger is not None:
+                        reader = reader.option("maxFilesPerTrigger", per_trigger)
+                    source = reader.parquet(stream_parquet)
+                else:
+                    reader = spark.readStream.format("wal3")
+                    if per_trigger is not None:
+                        reader = reader.option("maxFragmentsPerTrigger", per_trigger)
+                    source = reader.load(stream_url)
+                q = (source.writeStream.format("noop")
+                     .option("checkpointLocation", str(work / f"ckpt-{name}-{time.time_ns()}"))
+                     .trigger(availableNow=True).start())
+                q.awaitTermination()
+                batches.setdefault(f"{name}-{per_trigger}", set()).add(micro_batches(q))
+            return run
+
+        for per_trigger, label in ((None, "all at once"), (4, "4 per trigger")):
+            t = alternate({
+                "parquet": drain("parquet", per_trigger),
+                "wal3": drain("wal3", per_trigger),
+            }, args.repeat, jvm)
+            ours, theirs = batches[f"wal3-{per_trigger}"], batches[f"parquet-{per_trigger}"]
+            if ours != theirs:
+                print(f"warning: micro-batches differ ({label}): wal3 {sorted(ours)}, "
+                      f"parquet {sorted(theirs)}", file=sys.stderr)
+            rows.append((f"stream AvailableNow {2 * args.rows / 1e6:g}M rows, {label} "
+                         f"({'/'.join(map(str, sorted(ours)))} batches)", t["wal3"], t["parquet"]))
     if "scan" in args.only:
         native = Wal3Log.forPath(spark, url)
         for label, query in (
             ("full rows into noop", noop),
-            ("sum(id), count(name)", lambda frame: frame.selectExpr("sum(id)", "count(name)").collect()),
-            ("count()", lambda frame: frame.count()),
+            ("sum(id), count(name)", aggregate),
+            ("count()", count),
         ):
             t = alternate({"parquet": lambda _, q=query: q(spark.read.parquet(parquet)),
                            "native": lambda _, q=query: q(native.toDF())}, args.repeat, jvm)
@@ -169,18 +234,27 @@ def main(argv=None) -> int:
     print(f"wal3-spark benchmark: {args.rows:,} rows x 6 columns, {args.partitions} partitions, "
           f"master {spark.sparkContext.master} ({cores} cores), warm-up + median of {args.repeat} "
           "alternating runs")
-    print(f"{'measurement':38} {'wal3 s':>7} {'(spread)':>13} {'parquet s':>9} {'ratio':>7} {'CPU ratio':>9}")
+    print(f"load average before {load_before[0]:.1f}, after {os.getloadavg()[0]:.1f} (1 min)")
+    print(f"{'measurement':52} {'wal3 s':>7} {'(spread)':>13} {'parquet s':>9} {'(spread)':>13} "
+          f"{'ratio':>7} {'CPU ratio':>9}")
     for name, (ours, ours_cpu), (base, base_cpu) in rows:
         spread = f"({min(ours):.2f}-{max(ours):.2f})"
-        print(f"{name:38} {statistics.median(ours):7.2f} {spread:>13} {statistics.median(base):9.2f} "
+        base_spread = f"({min(base):.2f}-{max(base):.2f})"
+        print(f"{name:52} {statistics.median(ours):7.2f} {spread:>13} {statistics.median(base):9.2f} "
+              f"{base_spread:>13} "
               f"{statistics.median(ours) / statistics.median(base):6.2f}x "
               f"{statistics.median(ours_cpu) / statistics.median(base_cpu):8.2f}x")
     print(f"driver commit (one manifest CAS): median {commit_ms:.1f} ms for {fragments:.0f} "
           f"fragments over {len(commits)} commits")
     print(f"bytes on disk: parquet {pq_bytes / 1e6:.1f} MB, wal3 fragments {w3_bytes / 1e6:.1f} MB")
+    print("append latency under store delay: ./dev python benchmarks/latency.py (docs/benchmarks.md)")
     spark.stop()
     if not args.dir:
         shutil.rmtree(work, ignore_errors=True)
+    if args.core:
+        print(flush=True)
+        core = Path(__file__).resolve().parents[1] / "benchmarks" / "core.py"
+        return subprocess.call([sys.executable, str(core), "--append-only"])
     return 0
 
 
