@@ -362,3 +362,20 @@ def test_21_nested_and_typed_columns_roundtrip(spark, log_url):
     assert [f.dataType for f in back.schema.fields[:10]] == [f.dataType for f in df.schema.fields]
     assert sorted(back.drop("_offset", "_timestamp").collect()) == sorted(df.collect())
     check_log(log_url)
+
+
+def test_22_a_task_reading_a_fragment_gc_deleted_after_planning(spark, log_url):
+    """The driver plans the partitions (the query's RDD is built: `toRdd`), then GC deletes the
+    first fragment before the tasks run: the task fails naming the collected range, never
+    CorruptLog; with failOnDataLoss=false it skips that fragment with a warning."""
+    append(sample(spark, 10, parts=1), log_url)
+    append(sample(spark, 10, start=10, parts=1), log_url)
+    strict, lenient = read(spark, log_url), read(spark, log_url, failOnDataLoss="false")
+    for df in (strict, lenient):
+        df._jdf.queryExecution().toRdd()  # plans the scan's partitions, from today's manifest
+    start, limit = gc_first_fragment(log_url)
+    with pytest.raises(Exception) as info:
+        strict.collect()
+    assert f"offsets [{start}, {limit})" in str(info.value) and "garbage-collected" in str(info.value)
+    assert "CorruptLog" not in str(info.value)
+    assert sorted(r.id for r in lenient.collect()) == list(range(10, 20))

@@ -164,6 +164,10 @@ def test_08_an_executor_reading_fragments_gc_deleted_after_planning_gets_the_col
     with pytest.raises(DataLost) as info:
         list(read_partition(store, parts[0], None, output_schema(None), verify=True))
     assert (info.value.start, info.value.oldest) == (1, 11)
+    # failOnDataLoss=false holds on executors too: the collected fragments are skipped
+    batches = read_partition(store, parts[0], None, output_schema(None), verify=True,
+                             fail_on_data_loss=False)
+    assert pa.Table.from_batches(list(batches)).column("_offset").to_pylist() == list(range(11, 21))
 
 
 def test_09_min_records_per_trigger_waits_for_records_or_the_delay():

@@ -223,7 +223,8 @@ class LogReader:
         manifest = manifest or self.manifest()
         payload = manifest.arrow_schema()
         for part in self.plan(start, limit, manifest=manifest, fail_on_data_loss=fail_on_data_loss):
-            yield read_range(self.store, part, payload, verify=verify, item_hash=manifest.item_hash)
+            yield read_range(self.store, part, payload, verify=verify, item_hash=manifest.item_hash,
+                             fail_on_data_loss=fail_on_data_loss)
 
     def read_table(
         self,
@@ -390,11 +391,25 @@ def read_range(
     *,
     verify: bool = True,
     item_hash: str | None = None,
+    fail_on_data_loss: bool = True,
 ) -> pa.RecordBatch:
-    """The records of one fragment in [part.start, part.limit), as the read schema says."""
+    """The records of one fragment in [part.start, part.limit), as the read schema says.
+
+    A fragment garbage collection deleted after the read was planned raises DataLost with the
+    collected range; with `fail_on_data_loss=False` it is skipped with a warning (no rows), as a
+    planned start below the oldest offset is: a task that loses the race with GC behaves as the
+    plan would have, had it been made a moment later.
+    """
     ref = part.ref
     raw = payload is None
-    decoded = load_fragment(store, ref, raw, verify=verify, item_hash=item_hash)
+    try:
+        decoded = load_fragment(store, ref, raw, verify=verify, item_hash=item_hash)
+    except DataLost:
+        if fail_on_data_loss:
+            raise
+        log.warning("%s: offsets [%d, %d) were garbage-collected while being read; skipping them",
+                    store.url, part.start, part.limit)
+        return pa.RecordBatch.from_pylist([], schema=output_schema(payload))
     n = len(decoded.offsets)
     table = project_payload(decoded.payload, RAW_SCHEMA if raw else payload)
     lo, hi = part.start - ref.start, part.limit - ref.start

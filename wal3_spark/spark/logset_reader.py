@@ -200,7 +200,7 @@ def read_log_ranges(
     def load(r: LogRange) -> pa.RecordBatch:
         meta = partition.logs[r.log]
         batch = read_range(log_set.log_store(r.log), r.range, meta.payload, verify=options.verify_on_read,
-                           item_hash=meta.item_hash)
+                           item_hash=meta.item_hash, fail_on_data_loss=options.fail_on_data_loss)
         return conform_to(batch, target, r.log)
 
     with ThreadPoolExecutor(1, thread_name_prefix="wal3-prefetch") as pool:

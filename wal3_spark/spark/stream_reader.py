@@ -229,6 +229,7 @@ class Wal3StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         yield from read_partition(
             self.options.open_store(), partition.part, partition.payload, self.target,
             verify=self.options.verify_on_read, item_hash=partition.item_hash,
+            fail_on_data_loss=self.options.fail_on_data_loss,
         )
 
     def __getstate__(self):

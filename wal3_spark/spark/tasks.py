@@ -230,14 +230,18 @@ def read_partition(
     verify: bool,
     batch_rows: int = READ_BATCH_ROWS,
     item_hash: str | None = None,
+    fail_on_data_loss: bool = True,
 ) -> Iterator[pa.RecordBatch]:
-    """The records of `part` in offset order, as batches of the declared Arrow schema."""
+    """The records of `part` in offset order, as batches of the declared Arrow schema; a
+    fragment GC deleted since the driver planned is DataLost, or skipped with a warning under
+    failOnDataLoss=false (`read_range`)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from wal3_spark.reader import read_range
 
     def load(r):
-        return rebuild(read_range(store, r, payload, verify=verify, item_hash=item_hash), target)
+        return rebuild(read_range(store, r, payload, verify=verify, item_hash=item_hash,
+                                  fail_on_data_loss=fail_on_data_loss), target)
 
     # Fetch, decode and verify the next fragment while Spark consumes this one (Parquet decoding
     # and SHA3 release the GIL); at most two fragments are in memory.
