@@ -245,6 +245,7 @@ def test_11_trigger_delay_forms():
     ({"writerVersion": "3"}, "needs both writerId and writerVersion; add writerId"),
     ({"writerId": "nightly", "writerVersion": "-1"}, "expected an integer >= 0"),
     ({"writerId": "nightly", "writerVersion": "v2"}, "expected an integer >= 0"),
+    ({"writerId": "nightly", "writerVersion": str(1 << 63)}, r"at most 9223372036854775807, a long"),
     ({"writerId": " ", "writerVersion": "1"}, "non-empty id"),
 ])
 def test_12_idempotent_write_options_go_together(options, match):
@@ -253,5 +254,8 @@ def test_12_idempotent_write_options_go_together(options, match):
     assert "Valid options for batch writes" in str(info.value) and "writerVersion" in str(info.value)
     parsed = opts.parse({"path": "/tmp/x", "writerId": "nightly", "writerVersion": "42"}, opts.WRITE)
     assert (parsed.writer_id, parsed.writer_version) == ("nightly", 42)
+    largest = opts.parse({"path": "/tmp/x", "writerId": "nightly", "writerVersion": str((1 << 63) - 1)},
+                         opts.WRITE)
+    assert largest.writer_version == (1 << 63) - 1
     with pytest.raises(InvalidOption, match="does not apply to streaming writes"):
         opts.parse({"path": "/x", "writerId": "w", "writerVersion": "1"}, opts.STREAM_WRITE)

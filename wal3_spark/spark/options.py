@@ -194,8 +194,19 @@ def parse_positive(text: str) -> int:
     return _integer_at_least(text, 1, "expected a positive integer")
 
 
-def parse_non_negative(text: str) -> int:
-    return _integer_at_least(text, 0, "expected an integer >= 0")
+#: the largest writerVersion: a version is a long wherever it is read (Spark's batch ids,
+#: Delta's txnVersion, Chroma's and other readers' manifest parsers)
+MAX_WRITER_VERSION = (1 << 63) - 1
+
+
+def parse_writer_version(text: str) -> int:
+    """An idempotent write's version: a long >= 0 (a larger one would make the manifest's `txns`
+    unreadable to readers that parse it as one)."""
+    expected = f"expected an integer >= 0 (at most {MAX_WRITER_VERSION}, a long)"
+    value = _integer_at_least(text, 0, expected)
+    if value > MAX_WRITER_VERSION:
+        raise ValueError(expected)
+    return value
 
 
 def _integer_at_least(text: str, low: int, expected: str) -> int:
@@ -307,7 +318,7 @@ def parse(options: Mapping[str, str], role: str) -> Wal3Options:
     take("maxFragmentsPerTrigger", parse_positive)
     take("minRecordsPerTrigger", parse_positive)
     take("maxTriggerDelay", parse_duration_ms)
-    take("writerVersion", parse_non_negative)
+    take("writerVersion", parse_writer_version)
     take("failOnDataLoss", parse_bool)
     take("maxPartitionBytes", lambda v: _at_least(parse_size(v), 1, "maxPartitionBytes"))
     take("minPartitions", parse_positive)
