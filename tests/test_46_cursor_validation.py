@@ -60,6 +60,7 @@ def test_01_below_the_oldest_offset_only_when_forced(url):
     ("cursor/c.json", {"position": {"offset": -3}, "epoch_us": 1, "writer": "x"}),
     ("cursor/c.json", b"{not json"),
     ("cursor/bad-name.json", {"position": {"offset": 2}, "epoch_us": 1, "writer": "x"}),
+    ("cursor/c.json", {"position": {"offset": 1000}, "epoch_us": 1, "writer": "x"}),  # beyond the tail
 ])
 def test_02_a_malformed_cursor_object_is_shown_blocks_gc_and_can_be_removed(url, key, doc):
     name = key[len("cursor/"):-len(".json")]
@@ -90,3 +91,17 @@ def test_04_a_consumer_advancing_its_cursor_replaces_a_broken_object_of_that_nam
     cursors = CursorStore(open_store(url))
     assert cursors.advance("c", 3).cursor.offset == 3
     assert cursors.get("c").cursor.offset == 3 and cursors.scan()[1] == []
+
+
+def test_05_a_cursor_beyond_the_tail_is_broken_and_set_force_repairs_it(url):
+    """Written by hand or by an old version: GC refuses naming it and the fix (with force too:
+    collecting up to it would drop records appended later), `cursor set --force` moves it back."""
+    put_cursor_object(url, "cursor/c.json", {"position": {"offset": 1000}, "epoch_us": 1, "writer": "x"})
+    assert "offset 1000 is beyond the tail (next offset 6)" in ok("cursor", "list", url)
+    err = fails("gc", url, "--grace", "0", "--force", match="cursor/c.json")
+    assert "wal3 cursor set " in err and " c OFFSET --force" in err
+    fails("cursor", "set", url, "c", "3", match="refusing to move it back")
+    ok("cursor", "set", url, "c", "3", "--force")
+    assert "broken" not in ok("cursor", "list", url)
+    ok("gc", url, "--grace", "0")
+    assert json.loads(ok("info", url, "--json"))["oldest_offset"] == 3

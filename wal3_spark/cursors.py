@@ -8,7 +8,9 @@ since GC would then drop records appended later that no consumer read, and not b
 offset unless forced (a consumer restarting from data that is gone is usually a mistake).
 
 A cursor object that cannot be read (bad JSON, a negative offset, a name that is not letters,
-digits and underscores, e.g. `cursor/bad-name.json` written by hand) is a `BrokenCursor`: listed
+digits and underscores, e.g. `cursor/bad-name.json` written by hand), or that is beyond the tail
+(written by hand or by an old version: GC would drop records no consumer read) is a
+`BrokenCursor`: listed
 and shown as broken, replaced by a forced `move`, removed by `delete`, and a reason for garbage
 collection to refuse (it may be pinning data), but never a reason for anything else to fail.
 """
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 
 from wal3_spark.cas import CasObject, Outcome, Versioned
 from wal3_spark.clock import Clock, micros
-from wal3_spark.errors import CorruptLog, CursorError, ObjectNotFound
+from wal3_spark.errors import CorruptLog, CursorError, LogNotFound, ObjectNotFound
 from wal3_spark.format import CURSOR_PREFIX, Cursor, cursor_key, dumps, loads
 from wal3_spark.reader import LogReader
 from wal3_spark.scan import LogScan
@@ -106,7 +108,7 @@ class CursorStore:
         return CursorState(name, loaded.value, loaded.etag)
 
     def scan(self) -> tuple[list[CursorState], list[BrokenCursor]]:
-        """Every cursor, readable or broken, in name order."""
+        """Every cursor, readable or broken (unreadable, or beyond the tail), in name order."""
         states: list[CursorState] = []
         broken: list[BrokenCursor] = []
         for meta in self.store.list(CURSOR_PREFIX):
@@ -127,7 +129,29 @@ class CursorStore:
                 broken.append(loaded.value)
             else:
                 states.append(CursorState(name, loaded.value, loaded.etag))
-        return states, broken
+        beyond = self._beyond_the_tail(states)
+        return [s for s in states if s.name not in beyond], sorted(
+            broken + list(beyond.values()), key=lambda b: b.name
+        )
+
+    def _beyond_the_tail(self, states: list[CursorState]) -> dict[str, BrokenCursor]:
+        """The cursors past the log's tail, as broken ones. The tail is read after the cursors:
+        it only grows, and every cursor was at most the tail when it was set, so a cursor a
+        consumer moves meanwhile is never mistaken for one beyond it."""
+        if not states:
+            return {}
+        try:
+            _, tail = LogReader(self.store).bounds()
+        except LogNotFound:
+            return {}
+        return {
+            s.name: BrokenCursor(
+                s.name, cursor_key(s.name),
+                f"offset {s.cursor.offset} is beyond the tail (next offset {tail}): garbage "
+                "collection would drop records appended later that no consumer read",
+            )
+            for s in states if s.cursor.offset > tail
+        }
 
     def list(self) -> Iterator[CursorState]:
         """The readable cursors (see `scan` for the broken ones too)."""

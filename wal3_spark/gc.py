@@ -201,8 +201,9 @@ class GarbageCollector:
         states, broken = self.cursors.scan()
         if broken:
             raise GCRefused(
-                f"{self.url}: {len(broken)} cursor(s) cannot be read, and each may be pinning data, "
-                "so nothing is collected: "
+                f"{self.url}: {len(broken)} cursor(s) are broken (unreadable, or beyond the tail), "
+                "and each may be pinning data or would release records no consumer read, so "
+                "nothing is collected: "
                 + "; ".join(f"{b.key}: {b.problem} (fix: {b.fix(self.url)})" for b in broken)
             )
         report.cursors = {c.name: c.cursor.offset for c in states}
