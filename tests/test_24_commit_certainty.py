@@ -10,7 +10,6 @@ from dataclasses import replace
 
 import pytest
 
-from wal3_spark import committer as committer_module
 from wal3_spark.committer import Committer, roll_snapshots, write_snapshot
 from wal3_spark.cursors import CursorStore
 from wal3_spark.errors import CommitOutcomeUnknown, TransientError
@@ -18,7 +17,8 @@ from wal3_spark.format import MANIFEST_KEY
 from wal3_spark.gc import GarbageCollector
 from wal3_spark.manifest import Manifest, Snapshot, SnapshotOptions
 from wal3_spark.reader import LogReader, load_snapshot
-from wal3_spark.spark.tasks import commit_files
+from wal3_spark.spark import write_tasks
+from wal3_spark.spark.write_tasks import commit_files
 from wal3_spark.storage import LateLandingStore, open_store
 from wal3_spark.storage.forwarding import ForwardingStore
 from wal3_spark.verify import verify
@@ -67,7 +67,7 @@ def test_01_an_idempotent_commit_whose_own_write_landed_late_is_not_a_duplicate(
 
 def test_02_the_spark_commit_path_deletes_nothing_when_the_outcome_is_unknown(store, monkeypatch):
     """Every manifest write times out; the commit gives up; the first write lands afterwards."""
-    monkeypatch.setattr(committer_module, "Committer", functools.partial(Committer, max_attempts=3))
+    monkeypatch.setattr(write_tasks, "Committer", functools.partial(Committer, max_attempts=3))
     LogWriter(store).append(b"r0")
     late = late_manifest_writes(store, probability=1.0, land="manual")
     files = raw_files(store, [b"r1", b"r2"])
@@ -85,7 +85,7 @@ def test_03_a_spark_abort_after_an_unknown_commit_outcome_keeps_the_fragments(st
     from wal3_spark.spark.batch_writer import FragmentSink, Wal3CommitMessage
     from wal3_spark.spark.options import WRITE, parse
 
-    monkeypatch.setattr(committer_module, "Committer", functools.partial(Committer, max_attempts=3))
+    monkeypatch.setattr(write_tasks, "Committer", functools.partial(Committer, max_attempts=3))
     LogWriter(store).append(b"r0")
     late = late_manifest_writes(store, probability=1.0, land="manual")
     sink = FragmentSink(parse({"path": store.url}, WRITE), None, 2)

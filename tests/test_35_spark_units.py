@@ -13,7 +13,8 @@ from wal3_spark.reader import ReadRange
 from wal3_spark.setsum import Setsum
 from wal3_spark.spark import options as opts
 from wal3_spark.spark.stream_reader import admit
-from wal3_spark.spark.tasks import pack, write_partition
+from wal3_spark.spark.planning import pack
+from wal3_spark.spark.write_tasks import write_partition
 from wal3_spark.storage import open_store
 
 
@@ -124,7 +125,8 @@ def test_07_a_read_keeps_the_query_schema_when_the_log_gained_a_column():
     """A stream fixes its schema when it starts; a later mergeSchema append adds a column.
     Batches must still come out in the query's schema, columns taken by name."""
     from wal3_spark.reader import LogReader, output_schema
-    from wal3_spark.spark.tasks import Part, read_partition
+    from wal3_spark.spark.planning import Part
+    from wal3_spark.spark.read_tasks import read_partition
     from wal3_spark.writer import LogWriter
 
     store = open_store("memory://units-evolving-schema")
@@ -149,7 +151,8 @@ def test_08_an_executor_reading_fragments_gc_deleted_after_planning_gets_the_col
     from wal3_spark.errors import DataLost
     from wal3_spark.gc import GarbageCollector
     from wal3_spark.reader import LogReader, output_schema
-    from wal3_spark.spark.tasks import Part, read_partition
+    from wal3_spark.spark.planning import Part
+    from wal3_spark.spark.read_tasks import read_partition
     from wal3_spark.writer import LogWriter
 
     store = open_store(str(tmp_path / "log"))
@@ -177,7 +180,7 @@ def test_09_min_records_per_trigger_waits_for_records_or_the_delay():
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
 
     from wal3_spark.reader import LogReader
-    from wal3_spark.spark.source import payload_to_spark
+    from wal3_spark.spark.schemas import payload_to_spark
     from wal3_spark.spark.stream_reader import Wal3StreamReader
     from wal3_spark.writer import LogWriter
 

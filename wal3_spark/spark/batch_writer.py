@@ -10,19 +10,25 @@ Fragments of failed or speculative attempts are never in a commit message, so ne
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
+from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
+from wal3_spark.committer import Committer
 from wal3_spark.dirty import DirtyLog, parent_url
 from wal3_spark.errors import InvalidOption
+from wal3_spark.fragment import FragmentFile
 from wal3_spark.logset import check_log_name
 from wal3_spark.spark.options import Wal3Options
+from wal3_spark.spark.schemas import appended_schema
 from wal3_spark.spark.table import drop_system_columns
+from wal3_spark.spark.write_tasks import commit_files, delete_files, write_partition
 from wal3_spark.storage.base import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -32,7 +38,7 @@ log = logging.getLogger(__name__)
 class Wal3CommitMessage(WriterCommitMessage):
     """What one task wrote: its fragments (path, uuid, records, bytes, setsum), in order."""
 
-    files: tuple
+    files: tuple[FragmentFile, ...]
     partition: int = -1
     attempt: int = 0
 
@@ -49,9 +55,6 @@ def check_not_overwrite(overwrite: bool, url: str) -> None:
 def prepare(options: Wal3Options, schema: StructType) -> tuple[pa.Schema | None, int, str | None]:
     """Driver-side checks before any task runs: the target schema, the log's tail now and the
     `item_hash` the tasks must hash setsum items with (the log's, never changed by a writer)."""
-    from wal3_spark.committer import Committer
-    from wal3_spark.spark.source import appended_schema
-
     check_dirty_log(options)
     store = options.open_store()
     committer = Committer(store, writer=writer_name(options))
@@ -88,8 +91,8 @@ def writer_name(options: Wal3Options) -> str:
 
 
 def task_context() -> tuple[int, int]:
-    from pyspark import TaskContext
-
+    """The running task's partition and attempt, carried in its commit message ((-1, 0) outside
+    a Spark task)."""
     ctx = TaskContext.get()
     if ctx is None:
         return -1, 0
@@ -124,9 +127,7 @@ class FragmentSink:
         target, since, item_hash = prepare(options, schema)
         return cls(options, target, since, system_columns, item_hash=item_hash)
 
-    def write(self, iterator):
-        from wal3_spark.spark.tasks import write_partition
-
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> Wal3CommitMessage:
         if self.system_columns:
             iterator = drop_system_columns(iterator)
         partition, attempt = task_context()
@@ -137,13 +138,11 @@ class FragmentSink:
         return Wal3CommitMessage(tuple(files), partition, attempt)
 
     @staticmethod
-    def files(messages) -> list:
+    def files(messages: Sequence[Wal3CommitMessage | None]) -> list[FragmentFile]:
         """The fragments of every successful task, in partition order."""
         return [f for m in messages if m is not None for f in m.files]
 
-    def commit_messages(self, messages, **txn) -> None:
-        from wal3_spark.spark.tasks import commit_files
-
+    def commit_messages(self, messages: Sequence[Wal3CommitMessage | None], **txn: Any) -> None:
         with dirty_log(self.options) as recorder:
             commit_files(
                 self.options.open_store(),
@@ -156,7 +155,7 @@ class FragmentSink:
                 **txn,
             )
 
-    def abort_messages(self, messages) -> None:
+    def abort_messages(self, messages: Sequence[Wal3CommitMessage | None]) -> None:
         """Delete the job's fragments, unless `commit` may have run.
 
         Spark aborts a job whose task failed (that task's message is None: commit never ran)
@@ -165,8 +164,6 @@ class FragmentSink:
         still land and publish them, so they must stay: garbage collection removes them as
         orphans if it never does.
         """
-        from wal3_spark.spark.tasks import delete_files
-
         if messages and all(m is not None for m in messages):
             log.warning("abort after a commit attempt: %d fragments left to garbage collection",
                         len(self.files(messages)))
@@ -180,12 +177,12 @@ class Wal3BatchWriter(FragmentSink, DataSourceArrowWriter):
     older one) is skipped and its fragments deleted; that makes foreachBatch pipelines
     exactly-once. An empty DataFrame still records its version."""
 
-    def commit(self, messages) -> None:
+    def commit(self, messages: Sequence[Wal3CommitMessage | None]) -> None:
         o = self.options
         if o.writer_id is not None:
             self.commit_messages(messages, app_id=o.writer_id, version=o.writer_version)
         elif self.files(messages):  # an empty DataFrame appends nothing (prepare created the log)
             self.commit_messages(messages)
 
-    def abort(self, messages) -> None:
+    def abort(self, messages: Sequence[Wal3CommitMessage | None]) -> None:
         self.abort_messages(messages)

@@ -36,10 +36,10 @@ from wal3_spark.logset import LogSet
 from wal3_spark.manifest import Manifest
 from wal3_spark.reader import ReadRange, output_schema, read_range
 from wal3_spark.schema import OFFSET_COLUMN, conform, reconcile
-from wal3_spark.spark.batch_reader import Bounds, narrow, plan_range
 from wal3_spark.spark.options import Wal3Options
-from wal3_spark.spark.source import spark_to_arrow
-from wal3_spark.spark.tasks import READ_BATCH_ROWS, pack
+from wal3_spark.spark.planning import Bounds, narrow, pack, plan_range
+from wal3_spark.spark.read_tasks import READ_BATCH_ROWS
+from wal3_spark.spark.schemas import spark_to_arrow
 
 log = logging.getLogger(__name__)
 

@@ -42,17 +42,16 @@ from wal3_spark.errors import DataLost, LogNotFound
 from wal3_spark.format import FIRST_OFFSET
 from wal3_spark.manifest import Manifest
 from wal3_spark.reader import LogReader, iter_fragments
-from wal3_spark.spark.batch_reader import resolve
 from wal3_spark.spark.fair_share import Chunk, Rotation, admit
 from wal3_spark.spark.logset_reader import (
     LogSetPartition,
-    log_position,
     partitions_for,
     read_log_ranges,
     read_manifests,
 )
 from wal3_spark.spark.options import Wal3Options
-from wal3_spark.spark.source import spark_to_arrow
+from wal3_spark.spark.planning import resolve
+from wal3_spark.spark.schemas import spark_to_arrow
 from wal3_spark.spark.stream_reader import TriggerDelay, default_read_limit, limits_for
 
 log = logging.getLogger(__name__)

@@ -54,8 +54,8 @@ from wal3_spark.spark.batch_writer import (
 )
 from wal3_spark.spark.logset_reader import LOG_COLUMN
 from wal3_spark.spark.options import Wal3Options
-from wal3_spark.spark.source import appended_schema
-from wal3_spark.spark.tasks import commit_files, delete_files
+from wal3_spark.spark.schemas import appended_schema
+from wal3_spark.spark.write_tasks import commit_files, delete_files
 from wal3_spark.storage.base import ObjectStore
 from wal3_spark.writer import iter_write_fragments
 

@@ -40,9 +40,10 @@ from wal3_spark.manifest import Manifest
 from wal3_spark.reader import LogReader, ReadRange
 from wal3_spark.schema import OFFSET_COLUMN, TIMESTAMP_COLUMN
 from wal3_spark.spark import options as opts
-from wal3_spark.spark.batch_reader import resolve
 from wal3_spark.spark.hadoop import driver_store, hadoop_options, hadoop_url
-from wal3_spark.spark.source import payload_to_spark
+from wal3_spark.spark.planning import resolve
+from wal3_spark.spark.schemas import payload_to_spark
+from wal3_spark.storage.base import ObjectStore
 from wal3_spark.storage.common import join_url
 from wal3_spark.uuid7 import uuid7_timestamp_us
 
@@ -94,7 +95,7 @@ class ScanPlan:
         return any(f.timestamp_us is None for f in self.files)
 
 
-def plan_scan(store, manifest: Manifest, root: str, options: opts.Wal3Options) -> ScanPlan:
+def plan_scan(store: ObjectStore, manifest: Manifest, root: str, options: opts.Wal3Options) -> ScanPlan:
     """The fragments (as Hadoop URLs under `root`) holding the range `options` name, resolved
     as `spark.read.format("wal3")` resolves it."""
     reader = LogReader(store)

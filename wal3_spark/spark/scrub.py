@@ -7,20 +7,28 @@ compare with the manifest) is spread over the cluster.
 
 from __future__ import annotations
 
-from wal3_spark.verify import VerifyReport, check_fragment, verify
+from collections.abc import Iterable
+from typing import Any
+
+from wal3_spark.format import FragmentRef
+from wal3_spark.spark.options import location
+from wal3_spark.storage.base import ObjectStore
+from wal3_spark.verify import Problem, VerifyReport, check_fragment, verify
 
 
-def scrub(spark, url: str, options: dict[str, str] | None = None, partitions: int | None = None) -> VerifyReport:
-    from wal3_spark.spark.options import location
-
+def scrub(spark: Any, url: str, options: dict[str, str] | None = None,
+          partitions: int | None = None) -> VerifyReport:
+    """`verify(url)` with the per-fragment checks run as a Spark job of `partitions` tasks
+    (default: four per core of the cluster, at most one per fragment)."""
     opts = location({"path": url, **(options or {})})
 
-    def on_executors(store, refs, raw, item_hash):
+    def on_executors(store: ObjectStore, refs: list[FragmentRef], raw: bool,
+                     item_hash: str | None) -> list[Problem | None]:
         if not refs:
             return []
         n = partitions or max(1, min(len(refs), spark.sparkContext.defaultParallelism * 4))
 
-        def run(items):
+        def run(items: Iterable[FragmentRef]) -> list[Problem | None]:
             executor_store = opts.open_store()
             return [check_fragment(executor_store, ref, raw, item_hash) for ref in items]
 

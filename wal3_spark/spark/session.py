@@ -14,6 +14,10 @@ import os
 import sys
 from typing import Any
 
+from pyspark.sql.utils import is_remote
+
+from wal3_spark.spark.source import Wal3DataSource
+
 
 def ensure_worker_python() -> None:
     """Set PYSPARK_PYTHON (and the driver's) to this interpreter when unset."""
@@ -23,20 +27,13 @@ def ensure_worker_python() -> None:
 
 def is_connect(spark: Any) -> bool:
     """Whether `spark` is a Spark Connect session (no JVM in this process)."""
-    try:
-        from pyspark.sql.utils import is_remote
-
-        if is_remote():
-            return True
-    except Exception:  # pragma: no cover - older layouts
-        pass
+    if is_remote():
+        return True
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
 def register(spark: Any) -> None:
     """Register the `wal3` format on `spark` (classic or Spark Connect)."""
-    from wal3_spark.spark.source import Wal3DataSource
-
     spark.dataSource.register(Wal3DataSource)
 
 

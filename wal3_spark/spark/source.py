@@ -13,36 +13,26 @@ log.
 
 from __future__ import annotations
 
-import pyarrow as pa
-from pyspark.sql.datasource import DataSource
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
 from pyspark.sql.types import StructType
 
+from wal3_spark.reader import LogReader
 from wal3_spark.spark import options as opts
 from wal3_spark.spark import table
-
-
-def payload_to_spark(payload: pa.Schema | None) -> StructType:
-    """The Spark schema a read of a log with this payload returns (`_offset`, `_timestamp` last)."""
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    from wal3_spark.reader import output_schema
-
-    return from_arrow_schema(output_schema(payload))
-
-
-def spark_to_arrow(schema: StructType) -> pa.Schema:
-    """A Spark schema as Arrow, timestamps in UTC (the form a log stores)."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    return to_arrow_schema(schema, timezone="UTC")
-
-
-def appended_schema(schema: StructType) -> pa.Schema | None:
-    """The Arrow schema to append as; None for a raw log's single binary `body` column."""
-    from wal3_spark.schema import is_raw_schema
-
-    arrow = spark_to_arrow(schema)
-    return None if is_raw_schema(arrow) else arrow
+from wal3_spark.spark.batch_reader import reader_class
+from wal3_spark.spark.batch_writer import Wal3BatchWriter
+from wal3_spark.spark.logset_reader import LogSetBatchReader, LogSetPushdownReader, logset_schema
+from wal3_spark.spark.logset_stream import LogSetStreamReader
+from wal3_spark.spark.routing_writer import RoutingBatchWriter, RoutingStreamWriter
+from wal3_spark.spark.schemas import payload_to_spark
+from wal3_spark.spark.stream_reader import Wal3StreamReader
+from wal3_spark.spark.stream_writer import Wal3StreamWriter
 
 
 class Wal3DataSource(DataSource):
@@ -58,8 +48,6 @@ class Wal3DataSource(DataSource):
         return opts.parse(table.with_table_location(self.options, schema), role)
 
     def schema(self) -> StructType:
-        from wal3_spark.reader import LogReader
-
         if table.is_table_definition(self.options):  # CREATE TABLE … USING wal3
             log = table.table_definition(self.options)
             return table.table_schema(payload_to_spark(table.table_manifest(log).arrow_schema()), log)
@@ -67,21 +55,15 @@ class Wal3DataSource(DataSource):
         # reader()/streamReader(); here only the location matters.
         where = opts.location(self.options)
         if where.logs is not None:
-            from wal3_spark.spark.logset_reader import logset_schema
-
             return logset_schema(where)
         manifest = LogReader(where.open_store()).manifest()
         return payload_to_spark(manifest.arrow_schema())
 
     # -- batch --------------------------------------------------------------------------
 
-    def writer(self, schema: StructType, overwrite: bool):
-        from wal3_spark.spark.batch_writer import Wal3BatchWriter
-
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         options = self._parse(opts.WRITE, schema)
         if options.log_column is not None:
-            from wal3_spark.spark.routing_writer import RoutingBatchWriter
-
             return RoutingBatchWriter.create(options, schema, overwrite)
         log = table.table_log(schema)
         if log is not None and options.url == log.url:
@@ -90,34 +72,22 @@ class Wal3DataSource(DataSource):
                                           system_columns=True)
         return Wal3BatchWriter.create(options, schema, overwrite)
 
-    def reader(self, schema: StructType):
-        from wal3_spark.spark.batch_reader import reader_class
-
+    def reader(self, schema: StructType) -> DataSourceReader:
         options = self._parse(opts.READ, schema)
         if options.logs is not None:
-            from wal3_spark.spark.logset_reader import LogSetBatchReader, LogSetPushdownReader
-
             return reader_class(LogSetBatchReader, LogSetPushdownReader)(options, schema)
         return reader_class()(options, schema)
 
     # -- streaming ----------------------------------------------------------------------
 
-    def streamReader(self, schema: StructType):
-        from wal3_spark.spark.stream_reader import Wal3StreamReader
-
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         options = self._parse(opts.STREAM_READ, schema)
         if options.logs is not None:
-            from wal3_spark.spark.logset_stream import LogSetStreamReader
-
             return LogSetStreamReader(options, schema)
         return Wal3StreamReader(options, schema)
 
-    def streamWriter(self, schema: StructType, overwrite: bool):
-        from wal3_spark.spark.stream_writer import Wal3StreamWriter
-
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         options = self._parse(opts.STREAM_WRITE)
         if options.log_column is not None:
-            from wal3_spark.spark.routing_writer import RoutingStreamWriter
-
             return RoutingStreamWriter.create(options, schema, overwrite)
         return Wal3StreamWriter.create(options, schema, overwrite)

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
+import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -29,15 +30,20 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from wal3_spark.cursors import CursorStore
 from wal3_spark.errors import DataLost
-from wal3_spark.spark.batch_reader import Wal3Partition, resolve
+from wal3_spark.reader import LogReader, ReadRange, iter_fragments
 from wal3_spark.spark.fair_share import Limits
 from wal3_spark.spark.options import Wal3Options
+from wal3_spark.spark.planning import Wal3Partition, partitions_of, resolve
+from wal3_spark.spark.read_tasks import read_partition
+from wal3_spark.spark.schemas import spark_to_arrow
+from wal3_spark.storage.base import ObjectStore
 
 log = logging.getLogger(__name__)
 
 
-def admit(ranges, start: int, tail: int, *, max_records=None, max_bytes=None, max_fragments=None) -> int:
+def admit(ranges: Iterable[ReadRange], start: int, tail: int, *, max_records=None, max_bytes=None, max_fragments=None) -> int:
     """The end offset of a micro-batch starting at `start` under the given limits.
 
     Always admits at least one record when any is available, so a stream never stalls on a
@@ -119,23 +125,19 @@ class TriggerDelay:
 class Wal3StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: Wal3Options, schema: StructType,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        from wal3_spark.spark.source import spark_to_arrow
-
         self.options = options
         self.target = spark_to_arrow(schema)
         self.available_now_limit: int | None = None
         self.delay = TriggerDelay(options, clock)
-        self._store = None
+        self._store: ObjectStore | None = None
 
     @property
-    def store(self):
+    def store(self) -> ObjectStore:
         if self._store is None:
             self._store = self.options.open_store()
         return self._store
 
-    def _reader(self):
-        from wal3_spark.reader import LogReader
-
+    def _reader(self) -> LogReader:
         return LogReader(self.store)
 
     # -- driver ---------------------------------------------------------------------------
@@ -180,9 +182,7 @@ class Wal3StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             limits.max_records, limits.max_bytes, limits.max_fragments)
         if max_bytes is None and max_fragments is None:
             return {"offset": tail if max_records is None else min(tail, begin + max_records)}
-        from wal3_spark.reader import iter_fragments, ReadRange
-
-        def ranges():
+        def ranges() -> Iterator[ReadRange]:
             for ref in iter_fragments(self.store, manifest, begin, tail):
                 yield ReadRange(ref, max(ref.start, begin), min(ref.limit, tail))
 
@@ -190,9 +190,7 @@ class Wal3StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     max_fragments=max_fragments)
         return {"offset": end}
 
-    def partitions(self, start: dict, end: dict):
-        from wal3_spark.spark.tasks import pack
-
+    def partitions(self, start: dict, end: dict) -> Sequence[Wal3Partition]:
         begin, finish = int(start["offset"]), int(end["offset"])
         if begin >= finish:
             return []
@@ -200,15 +198,12 @@ class Wal3StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         manifest = reader.manifest()
         ranges = reader.plan(begin, finish, manifest=manifest,
                              fail_on_data_loss=self.options.fail_on_data_loss)
-        payload = manifest.arrow_schema()
-        parts = pack(ranges, self.options.max_partition_bytes, self.options.min_partitions)
-        return [Wal3Partition(i, p, payload, manifest.item_hash) for i, p in enumerate(parts)]
+        return partitions_of(manifest, ranges, self.options.max_partition_bytes,
+                             self.options.min_partitions)
 
     def commit(self, end: dict) -> None:
         if self.options.cursor is None:
             return
-        from wal3_spark.cursors import CursorStore
-
         CursorStore(self.store, writer="wal3-spark stream").advance(
             self.options.cursor, int(end["offset"])
         )
@@ -223,9 +218,7 @@ class Wal3StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- executors ------------------------------------------------------------------------
 
-    def read(self, partition: Wal3Partition):
-        from wal3_spark.spark.tasks import read_partition
-
+    def read(self, partition: Wal3Partition) -> Iterator[pa.RecordBatch]:
         yield from read_partition(
             self.options.open_store(), partition.part, partition.payload, self.target,
             verify=self.options.verify_on_read, item_hash=partition.item_hash,

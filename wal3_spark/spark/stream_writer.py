@@ -9,14 +9,16 @@ a failure (its commit landed but the checkpoint did not record it) finds its ver
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pyspark.sql.datasource import DataSourceStreamArrowWriter
 
-from wal3_spark.spark.batch_writer import FragmentSink
+from wal3_spark.spark.batch_writer import FragmentSink, Wal3CommitMessage
 
 
 class Wal3StreamWriter(FragmentSink, DataSourceStreamArrowWriter):
-    def commit(self, messages, batchId: int) -> None:
+    def commit(self, messages: Sequence[Wal3CommitMessage | None], batchId: int) -> None:
         self.commit_messages(messages, app_id=self.options.writer_id, version=int(batchId))
 
-    def abort(self, messages, batchId: int) -> None:
+    def abort(self, messages: Sequence[Wal3CommitMessage | None], batchId: int) -> None:
         self.abort_messages(messages)

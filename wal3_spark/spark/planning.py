@@ -1,0 +1,201 @@
+"""Planning a read on the driver: which fragment ranges, in which input partitions.
+
+Shared by every reader of the data source (batch, stream, log set) and the native scan: an
+option position (`startingOffsets`, `endingTimestamp`, …) becomes an offset (`resolve`), pushed-
+down filters on `_offset` and `_timestamp` narrow the range (`narrow`, `plan_range`), and the
+fragment ranges are bin-packed into input partitions (`pack`) that executors read as they are,
+never re-planned.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    LessThan,
+    LessThanOrEqual,
+)
+
+from wal3_spark.manifest import Manifest
+from wal3_spark.reader import LogReader, ReadRange, fragment_timestamp_us
+from wal3_spark.schema import OFFSET_COLUMN, TIMESTAMP_COLUMN
+from wal3_spark.storage.base import ObjectStore
+
+#: a fragment's UUIDv7 path carries exactly its rows' timestamp_us (write_fragment), so no slack
+TIMESTAMP_SLACK_US = 0
+#: Spark's spark.sql.files.openCostInBytes: the smallest partition worth a task
+OPEN_COST_BYTES = 4 << 20
+
+
+# ------------------------------------------------------------------------------ the range
+
+
+@dataclass
+class Bounds:
+    """Inclusive-exclusive bounds pushed down on one column (None: unbounded)."""
+
+    lo: int | None = None
+    hi: int | None = None  # exclusive
+
+    def lower(self, value: int) -> None:
+        self.lo = value if self.lo is None else max(self.lo, value)
+
+    def upper(self, value: int) -> None:
+        self.hi = value if self.hi is None else min(self.hi, value)
+
+
+def to_us(value) -> int | None:
+    """A pushed-down `_timestamp` literal in microseconds since the epoch."""
+    if isinstance(value, _dt.datetime):
+        if value.tzinfo is None:  # PySpark hands TimestampType literals over in local time
+            value = value.astimezone()
+        delta = value - _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+        return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+    return None
+
+
+def narrow(filters: Iterable[Filter], offsets: Bounds, times: Bounds) -> None:
+    """Tighten the bounds with the filters we understand (Spark still re-checks every filter)."""
+    for f in filters:
+        column = getattr(f, "attribute", None)
+        if column not in ((OFFSET_COLUMN,), (TIMESTAMP_COLUMN,)):
+            continue
+        is_offset = column == (OFFSET_COLUMN,)
+        bounds = offsets if is_offset else times
+        conv = (lambda v: int(v) if isinstance(v, int) and not isinstance(v, bool) else None) \
+            if is_offset else to_us
+        if isinstance(f, In):
+            values = [conv(v) for v in f.value]
+            if values and all(v is not None for v in values):
+                bounds.lower(min(values))
+                bounds.upper(max(values) + 1)
+            continue
+        v = conv(getattr(f, "value", None))
+        if v is None:
+            continue
+        if isinstance(f, EqualTo):
+            bounds.lower(v)
+            bounds.upper(v + 1)
+        elif isinstance(f, GreaterThan):
+            bounds.lower(v + 1)
+        elif isinstance(f, GreaterThanOrEqual):
+            bounds.lower(v)
+        elif isinstance(f, LessThan):
+            bounds.upper(v)
+        elif isinstance(f, LessThanOrEqual):
+            bounds.upper(v + 1)
+
+
+def resolve(reader: LogReader, manifest: Manifest, position: tuple[str, int], *, default: int) -> int:
+    """An option position (earliest/latest/offset/timestamp) as an offset."""
+    kind, value = position
+    if kind == "earliest":
+        return manifest.oldest_offset
+    if kind == "latest":
+        return manifest.next_offset
+    if kind == "timestamp":
+        return reader.offset_for_timestamp(value, manifest)
+    if kind == "offset":
+        return value
+    return default
+
+
+def plan_range(store: ObjectStore, manifest: Manifest, starting: tuple[str, int],
+               ending: tuple[str, int], offsets: Bounds, times: Bounds,
+               fail_on_data_loss: bool) -> list[ReadRange]:
+    """A log's fragment ranges between its start and end positions, narrowed by pushed-down
+    filters on `_offset` and (by the write time in each fragment's path) on `_timestamp`."""
+    reader = LogReader(store)
+    start = resolve(reader, manifest, starting, default=manifest.oldest_offset)
+    limit = resolve(reader, manifest, ending, default=manifest.next_offset)
+    if offsets.lo is not None:
+        start = max(start, offsets.lo)
+    if offsets.hi is not None:
+        limit = min(limit, offsets.hi)
+    if start >= limit:
+        return []
+    if start < manifest.oldest_offset and offsets.lo is not None and starting[0] == "earliest":
+        start = manifest.oldest_offset  # a filter below the oldest offset is not data loss
+    ranges = reader.plan(start, limit, manifest=manifest, fail_on_data_loss=fail_on_data_loss)
+    if times.lo is None and times.hi is None:
+        return ranges
+    lo = None if times.lo is None else times.lo - TIMESTAMP_SLACK_US
+    hi = None if times.hi is None else times.hi + TIMESTAMP_SLACK_US
+    written = [(r, fragment_timestamp_us(store, r.ref)) for r in ranges]
+    return [r for r, ts in written if (lo is None or ts >= lo) and (hi is None or ts < hi)]
+
+
+# ------------------------------------------------------------------------------ partitions
+
+
+@dataclass(frozen=True)
+class Part:
+    """One input partition's work: contiguous fragment ranges (never re-planned on executors)."""
+
+    ranges: tuple[ReadRange, ...]
+
+    @property
+    def records(self) -> int:
+        return sum(r.records for r in self.ranges)
+
+
+class Wal3Partition(InputPartition):
+    """Fragment ranges to read, the log's payload schema and its setsum `item_hash` (nothing is
+    re-planned)."""
+
+    def __init__(self, index: int, part: Part, payload: pa.Schema | None,
+                 item_hash: str | None) -> None:
+        super().__init__(index)
+        self.index = index
+        self.part = part
+        self.payload = payload
+        self.item_hash = item_hash
+
+
+def range_bytes(r: ReadRange) -> int:
+    """The bytes a range costs to read (the whole fragment is fetched)."""
+    return max(1, r.ref.num_bytes)
+
+
+def pack(ranges: Sequence[ReadRange], max_partition_bytes: int,
+         min_partitions: int | None = None) -> list[Part]:
+    """Bin-pack consecutive ranges into balanced partitions of at most about
+    `max_partition_bytes`, and into at least `min_partitions` (default: the driver's cores) when
+    the read is big enough (Spark's file-split rule, with its 4 MB open cost as the floor).
+    A fragment is never split, so each is fetched once; order is kept."""
+    if not ranges:
+        return []
+    sizes = [range_bytes(r) for r in ranges]
+    total = sum(sizes)
+    cores = min_partitions or os.cpu_count() or 1
+    wanted = max(math.ceil(total / max_partition_bytes),
+                 min(cores, max(1, total // OPEN_COST_BYTES)))
+    wanted = max(1, min(wanted, len(ranges)))
+    parts: list[list[ReadRange]] = [[] for _ in range(wanted)]
+    seen = 0
+    for r, size in zip(ranges, sizes):
+        # the partition whose share of the bytes holds this range's midpoint: contiguous, even
+        index = min(wanted - 1, int((seen + size / 2) * wanted / total))
+        parts[index].append(r)
+        seen += size
+    return [Part(tuple(p)) for p in parts if p]
+
+
+def partitions_of(manifest: Manifest, ranges: Sequence[ReadRange], max_partition_bytes: int,
+                  min_partitions: int | None) -> list[Wal3Partition]:
+    """A log's ranges as Spark's input partitions, each carrying what executors need from the
+    manifest (its payload schema and item hash), so they never read it."""
+    parts = pack(ranges, max_partition_bytes, min_partitions)
+    payload = manifest.arrow_schema()
+    return [Wal3Partition(i, p, payload, manifest.item_hash) for i, p in enumerate(parts)]

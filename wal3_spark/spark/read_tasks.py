@@ -1,0 +1,74 @@
+"""What a read task does on an executor: fetch, verify and decode its partition's fragments.
+
+`read_partition` yields each range's records as Arrow batches in exactly the schema Spark
+declared (PySpark 4.2+ rejects any other), prefetching the next fragment while Spark consumes
+the current one. The partitions themselves are planned on the driver (`planning`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import pyarrow as pa
+
+from wal3_spark.errors import SchemaMismatch
+from wal3_spark.reader import ReadRange, read_range
+from wal3_spark.spark.planning import Part
+from wal3_spark.storage.base import ObjectStore
+
+#: rows per Arrow batch handed back to Spark by read()
+READ_BATCH_ROWS = int(os.environ.get("WAL3_READ_BATCH_ROWS", 1 << 16))
+
+
+def rebuild(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
+    """`batch` with exactly the declared schema (types cast only where they differ).
+
+    Columns are taken by name: a log may have gained columns (mergeSchema) since the query fixed
+    its schema, and those are left out.
+    """
+    columns = []
+    for f in target:
+        idx = batch.schema.get_field_index(f.name)
+        if idx < 0:
+            raise SchemaMismatch(
+                f"column {f.name!r} of this query is no longer in the log (its schema is now "
+                f"{batch.schema}); restart the query to read with the log's current schema"
+            )
+        column = batch.column(idx)
+        if not column.type.equals(f.type):
+            column = column.cast(f.type)
+        columns.append(column)
+    return pa.RecordBatch.from_arrays(columns, schema=target)
+
+
+def read_partition(
+    store: ObjectStore,
+    part: Part,
+    payload: pa.Schema | None,
+    target: pa.Schema,
+    *,
+    verify: bool,
+    batch_rows: int = READ_BATCH_ROWS,
+    item_hash: str | None = None,
+    fail_on_data_loss: bool = True,
+) -> Iterator[pa.RecordBatch]:
+    """The records of `part` in offset order, as batches of the declared Arrow schema; a
+    fragment GC deleted since the driver planned is DataLost, or skipped with a warning under
+    failOnDataLoss=false (`read_range`)."""
+
+    def load(r: ReadRange) -> pa.RecordBatch:
+        return rebuild(read_range(store, r, payload, verify=verify, item_hash=item_hash,
+                                  fail_on_data_loss=fail_on_data_loss), target)
+
+    # Fetch, decode and verify the next fragment while Spark consumes this one (Parquet decoding
+    # and SHA3 release the GIL); at most two fragments are in memory.
+    with ThreadPoolExecutor(1, thread_name_prefix="wal3-prefetch") as pool:
+        pending = pool.submit(load, part.ranges[0]) if part.ranges else None
+        for i in range(len(part.ranges)):
+            batch = pending.result()
+            pending = pool.submit(load, part.ranges[i + 1]) if i + 1 < len(part.ranges) else None
+            for lo in range(0, batch.num_rows, batch_rows):
+                yield batch.slice(lo, batch_rows)
+            del batch
