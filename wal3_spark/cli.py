@@ -36,6 +36,7 @@ import base64
 import datetime as dt
 import decimal
 import json
+import logging
 import math
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -43,15 +44,31 @@ from typing import Any
 
 import pyarrow as pa
 
-from wal3_spark.errors import InvalidLogName, InvalidOption, InvalidUrl, Wal3Error
+from wal3_spark.committer import Committer
+from wal3_spark.copy import copy_log
+from wal3_spark.cursors import CursorStore
+from wal3_spark.errors import (
+    CorruptLog,
+    CursorError,
+    InvalidLogName,
+    InvalidOption,
+    InvalidUrl,
+    LogNotFound,
+    Wal3Error,
+)
 from wal3_spark.format import FIRST_OFFSET
+from wal3_spark.gc import DEFAULT_GRACE_S, GarbageCollector, load_garbage, referenced
 from wal3_spark.lag import CursorLag, cursor_lags
+from wal3_spark.logset import LogSelection, LogSet
+from wal3_spark.logset_info import set_info, summarise
 from wal3_spark.progress import ProgressBar
-from wal3_spark.reader import LogReader
+from wal3_spark.reader import LogReader, iter_fragments
 from wal3_spark.schema import parse_schema
+from wal3_spark.storage import open_store
 from wal3_spark.storage.common import split_url
 from wal3_spark.storage.s3 import S3Settings
 from wal3_spark.stress import command as stress_command
+from wal3_spark.verify import verify
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
@@ -69,8 +86,6 @@ def _options(args: argparse.Namespace) -> dict[str, str]:
 
 
 def _store(url: str, args: argparse.Namespace):
-    from wal3_spark.storage import open_store
-
     return open_store(url, _options(args))
 
 
@@ -235,8 +250,6 @@ def _print_records(store, manifest, start: int | None, limit: int | None, out) -
 
 
 def cmd_init(args, out) -> int:
-    from wal3_spark.committer import Committer
-
     schema = args.schema
     committer = Committer(_store(args.url, args), writer="wal3 cli")
     existed = committer.load() is not None
@@ -252,11 +265,6 @@ def cmd_init(args, out) -> int:
 
 def log_info(store) -> dict[str, Any]:
     """What `wal3 info` shows, as a dict."""
-    from wal3_spark.cursors import CursorStore
-    from wal3_spark.errors import CorruptLog
-    from wal3_spark.gc import load_garbage, referenced
-    from wal3_spark.reader import LogReader, iter_fragments
-
     manifest = LogReader(store).manifest()
     cursors, broken = CursorStore(store).scan()
     refs = list(iter_fragments(store, manifest, 0))
@@ -294,8 +302,6 @@ def log_info(store) -> dict[str, Any]:
 
 
 def cmd_info(args, out) -> int:
-    from wal3_spark.errors import LogNotFound
-
     store = _store(args.url, args)
     try:
         info = log_info(store)
@@ -327,15 +333,11 @@ def cmd_info(args, out) -> int:
 
 
 def _log_set(store, args):
-    from wal3_spark.logset import LogSelection, LogSet
-
     return LogSet(store, LogSelection.parse(getattr(args, "logs", None), getattr(args, "pattern", None)))
 
 
 def _set_info(store, args, out) -> int:
     """`wal3 info PREFIX` when PREFIX holds no log but a log set."""
-    from wal3_spark.logset_info import set_info, summarise
-
     logs = _log_set(store, args)
     info = set_info(logs, summarise(logs))
     if args.json:
@@ -370,8 +372,6 @@ def _lag(doc: Mapping[str, Any]) -> CursorLag:
 
 
 def cmd_ls(args, out) -> int:
-    from wal3_spark.logset_info import summarise
-
     summaries = summarise(_log_set(_store(args.url, args), args))
     if args.json:
         out.write(json.dumps([s.to_dict() for s in summaries], indent=2) + "\n")
@@ -397,8 +397,6 @@ def ls_table(summaries) -> str:
 
 
 def cmd_tail(args, out) -> int:
-    from wal3_spark.reader import LogReader
-
     store = _store(args.url, args)
     manifest = LogReader(store).manifest()
     start = max(manifest.oldest_offset, manifest.next_offset - args.n)
@@ -407,8 +405,6 @@ def cmd_tail(args, out) -> int:
 
 
 def cmd_cat(args, out) -> int:
-    from wal3_spark.reader import LogReader
-
     store = _store(args.url, args)
     manifest = LogReader(store).manifest()
     oldest, tail = manifest.oldest_offset, manifest.next_offset
@@ -424,8 +420,6 @@ def cmd_cat(args, out) -> int:
 
 
 def cmd_verify(args, out) -> int:
-    from wal3_spark.verify import verify
-
     with ProgressBar("verifying", "fragments") as progress:
         report = verify(_store(args.url, args), check_fragments=not args.no_data, progress=progress)
     if args.json:
@@ -442,9 +436,6 @@ def cmd_verify(args, out) -> int:
 
 
 def cmd_cursor(args, out) -> int:
-    from wal3_spark.cursors import CursorStore
-    from wal3_spark.errors import CursorError
-
     cursors = CursorStore(_store(args.url, args), writer="wal3 cli")
     if args.action == "list":
         states, broken = cursors.scan()
@@ -474,8 +465,6 @@ def cmd_cursor(args, out) -> int:
 
 
 def cmd_gc(args, out) -> int:
-    from wal3_spark.gc import DEFAULT_GRACE_S, GarbageCollector
-
     with ProgressBar("deleting", "objects") as progress:
         collector = GarbageCollector(
             _store(args.url, args),
@@ -513,16 +502,12 @@ def cmd_gc(args, out) -> int:
 
 
 def cmd_seal(args, out) -> int:
-    from wal3_spark.committer import Committer
-
     manifest = Committer(_store(args.url, args), writer="wal3 seal").seal()
     out.write(f"{args.url} is sealed at offset {manifest.next_offset}\n")
     return EXIT_OK
 
 
 def cmd_copy(args, out) -> int:
-    from wal3_spark.copy import copy_log
-
     with ProgressBar("copying", "fragments") as progress:
         report = copy_log(
             _store(args.source, args),
@@ -636,8 +621,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.verbose:
-        import logging
-
         logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     try:
         return args.fn(args, sys.stdout)

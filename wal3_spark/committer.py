@@ -46,6 +46,7 @@ from wal3_spark.errors import (
 )
 from wal3_spark.format import MANIFEST_KEY
 from wal3_spark.manifest import Manifest, NewFragment, Snapshot, SnapshotOptions, Txn
+from wal3_spark.reader import iter_fragments
 from wal3_spark.schema import reconcile
 from wal3_spark.storage.base import ObjectStore
 from wal3_spark.storage.retry import retry
@@ -370,8 +371,6 @@ def _unknown_message(url: str, paths: Sequence[str], app_id: str | None, version
 def _locate(store: ObjectStore, manifest: Manifest, paths: set[str], since: int) -> int | None:
     """Where the first of `paths` sits in the manifest at or after offset `since` (fragments
     rolled into a snapshot in the meantime are found through the snapshot tree), or None."""
-    from wal3_spark.reader import iter_fragments
-
     for ref in iter_fragments(store, manifest, since):
         if ref.path in paths:
             return ref.start

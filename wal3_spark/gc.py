@@ -48,7 +48,8 @@ from wal3_spark.garbage import (
     parse_fragment_uuid,
 )
 from wal3_spark.manifest import Manifest
-from wal3_spark.reader import load_snapshot
+from wal3_spark.reader import iter_fragments, load_snapshot
+from wal3_spark.storage import open_store
 from wal3_spark.storage.base import ObjectMeta, ObjectStore
 from wal3_spark.uuid7 import uuid7_timestamp_us
 
@@ -322,8 +323,6 @@ class GarbageCollector:
             )
 
     def _count_dropped_fragments(self, manifest: Manifest, garbage: Garbage) -> int:
-        from wal3_spark.reader import iter_fragments
-
         return sum(
             1 for f in iter_fragments(self.store, manifest, 0, garbage.first_to_keep)
             if f.limit <= garbage.first_to_keep
@@ -426,8 +425,6 @@ def collect_garbage(
     **kwargs,
 ) -> GCReport:
     """Run garbage collection on the log at `target` (a URL or an ObjectStore)."""
-    from wal3_spark.storage import open_store
-
     store = target if isinstance(target, ObjectStore) else open_store(target, options)
     return GarbageCollector(store, **kwargs).run(keep_from=keep_from, dry_run=dry_run)
 

@@ -26,7 +26,8 @@ import abc
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from wal3_spark.storage.common import check_children_prefix
+from wal3_spark.errors import ObjectNotFound
+from wal3_spark.storage.common import check_children_prefix, md5_etag
 
 
 @dataclass(frozen=True)
@@ -54,8 +55,6 @@ class ContentBlob(Blob):
     def __getattr__(self, name: str) -> str:
         if name != "etag":
             raise AttributeError(name)
-        from wal3_spark.storage.common import md5_etag
-
         etag = md5_etag(self.data)
         object.__setattr__(self, "etag", etag)
         return etag
@@ -117,8 +116,6 @@ class ObjectStore(abc.ABC):
         """Delete the object; deleting a missing object is not an error."""
 
     def exists(self, key: str) -> bool:
-        from wal3_spark.errors import ObjectNotFound
-
         try:
             self.head(key)
         except ObjectNotFound:

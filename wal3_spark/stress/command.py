@@ -24,6 +24,7 @@ from wal3_spark.errors import InvalidUrl
 from wal3_spark.storage import open_store
 from wal3_spark.storage.common import file_url, split_url
 from wal3_spark.stress.config import FaultRates, StressConfig
+from wal3_spark.stress.supervisor import run_stress
 
 EXIT_USAGE = 2
 #: the FaultRates fields that are probabilities (scaled by --fault-scale); `orphan_race` is per
@@ -114,8 +115,6 @@ def config_from_args(args: argparse.Namespace, url: str) -> StressConfig:
 
 
 def main(args: argparse.Namespace, out: IO[str], options: dict[str, str]) -> int:
-    from wal3_spark.stress.supervisor import run_stress  # the worker machinery, only when run
-
     if args.s3 and args.url:
         sys.stderr.write("wal3 stress: error: give either a URL or --s3 (which starts its own server)\n")
         return EXIT_USAGE
