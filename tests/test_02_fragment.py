@@ -27,9 +27,9 @@ from wal3_spark.fragment import (
     encode_table,
     fragment_path,
     parse_fragment_path,
-    project_payload,
     recompute_setsum,
 )
+from wal3_spark.schema import conform
 from wal3_spark.setsum import Setsum
 from wal3_spark.uuid7 import new_uuid7
 
@@ -694,10 +694,10 @@ def test_38_structured_fragments_need_relative_offsets_and_one_timestamp(column)
         recompute_setsum(decoded, raw=False)
 
 
-# ------------------------------------------------------------------------- project_payload
+# ------------------------------------------------------------------------- conform on read
 
 
-def test_39_project_payload_adds_missing_nullable_columns_and_reorders():
+def test_39_conform_adds_missing_nullable_columns_and_reorders():
     old = pa.table({"b": pa.array([1, 2], pa.int32()), "a": pa.array(["x", "y"])})
     target = pa.schema(
         [
@@ -706,29 +706,29 @@ def test_39_project_payload_adds_missing_nullable_columns_and_reorders():
             pa.field("c", pa.list_(pa.string())),
         ]
     )
-    projected = project_payload(old, target)
+    projected = conform(old, target)
     assert projected.schema.equals(target)
     assert projected.to_pylist() == [{"a": "x", "b": 1, "c": None}, {"a": "y", "b": 2, "c": None}]
 
 
-def test_40_project_payload_after_a_schema_evolution():
+def test_40_conform_after_a_schema_evolution():
     old_schema = pa.schema([pa.field("id", pa.int64(), nullable=False)])
     old = encode_table(pa.table({"id": [1, 2]}, schema=old_schema), old_schema, TS)
     new_schema = pa.schema([pa.field("id", pa.int64()), pa.field("note", pa.string())])
     payload = decode_fragment(old.data, path="p", raw=False).payload
-    projected = project_payload(payload, new_schema)
+    projected = conform(payload, new_schema)
     assert projected.schema.equals(new_schema)
     assert projected.column("note").null_count == 2
 
 
-def test_41_project_payload_rejects_what_it_cannot_fill():
+def test_41_conform_rejects_what_it_cannot_fill():
     payload = pa.table({"a": pa.array([1, None])})
     with pytest.raises(SchemaMismatch, match="missing"):
-        project_payload(payload, pa.schema([pa.field("z", pa.int64(), nullable=False)]))
+        conform(payload, pa.schema([pa.field("z", pa.int64(), nullable=False)]))
     with pytest.raises(SchemaMismatch, match="nulls"):
-        project_payload(payload, pa.schema([pa.field("a", pa.int64(), nullable=False)]))
-    with pytest.raises(SchemaMismatch, match="cannot be read"):
-        project_payload(payload, pa.schema([pa.field("a", pa.list_(pa.int64()))]))
+        conform(payload, pa.schema([pa.field("a", pa.int64(), nullable=False)]))
+    with pytest.raises(SchemaMismatch, match="cannot be cast"):
+        conform(payload, pa.schema([pa.field("a", pa.list_(pa.int64()))]))
 
 
 # ------------------------------------------------------------------------------ paths

@@ -22,6 +22,12 @@ FRAGMENT_PREFIX = "log/"
 SNAPSHOT_PREFIX = "snapshot/"
 CURSOR_PREFIX = "cursor/"
 FIRST_OFFSET = 1
+#: a fragment's Parquet columns besides the payload: each row's offset in the fragment and its
+#: write time (ours and Chroma's), and the absolute offset of Chroma's S3 backend. Reserved:
+#: no payload column may take these names (`schema.RESERVED`).
+RELATIVE_OFFSET = "relative_offset"
+TIMESTAMP = "timestamp_us"
+ABSOLUTE_OFFSET = "offset"
 
 _CURSOR_NAME = re.compile(r"^[A-Za-z0-9_]+$")
 

@@ -40,7 +40,8 @@ from wal3_spark.errors import (
     StorageError,
     TransientError,
 )
-from wal3_spark.schema import RAW_SCHEMA
+from wal3_spark.format import ABSOLUTE_OFFSET, RELATIVE_OFFSET, TIMESTAMP
+from wal3_spark.schema import RAW_SCHEMA, check_columns, conform
 from wal3_spark.setsum import Setsum
 from wal3_spark.storage.base import ObjectStore
 from wal3_spark.storage.retry import backoff_delays
@@ -48,9 +49,6 @@ from wal3_spark.uuid7 import new_uuid7
 
 logger = logging.getLogger(__name__)
 
-RELATIVE_OFFSET = "relative_offset"
-ABSOLUTE_OFFSET = "offset"  # Chroma's S3 backend
-TIMESTAMP = "timestamp_us"
 BODY = "body"
 
 SETSUM_KEY = "wal3.setsum"
@@ -157,11 +155,7 @@ class FragmentBuilder:
         self.raw = schema is None
         self.item_hash = item_hash
         self.payload_schema = RAW_SCHEMA if schema is None else schema.remove_metadata()
-        clashes = {RELATIVE_OFFSET, ABSOLUTE_OFFSET, TIMESTAMP} & set(self.payload_schema.names)
-        if clashes:
-            raise SchemaMismatch(
-                f"column names {sorted(clashes)} are reserved for a fragment's own columns"
-            )
+        check_columns(self.payload_schema)
         self.timestamp_us = timestamp_us
         self._row_group_rows = row_group_rows
         self._file_schema = pa.schema(_HEADER_FIELDS + list(self.payload_schema))
@@ -236,7 +230,7 @@ class FragmentBuilder:
     def _conform(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         if self.raw:
             return _raw_payload(batch)
-        return _cast_payload(batch, self.payload_schema)
+        return conform(batch, self.payload_schema, exact=True)
 
     def _flush(self, rows: int) -> None:
         """Write the first `rows` pending rows as one row group and add them to the setsum."""
@@ -292,30 +286,6 @@ def _raw_payload(batch: pa.RecordBatch) -> pa.RecordBatch:
     if body.null_count:
         raise SchemaMismatch(f"a raw log's records cannot be null ({body.null_count} are)")
     return pa.RecordBatch.from_arrays([body.cast(pa.binary())], schema=RAW_SCHEMA)
-
-
-def _cast_payload(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
-    """`batch` in `schema`: the same column names in the same order, with castable types."""
-    if batch.schema.names != schema.names:
-        raise _mismatch(batch.schema, schema, "the column names or their order differ")
-    for field, column in zip(schema, batch.columns):
-        if not field.nullable and column.null_count:
-            why = f"{column.null_count} nulls in non-nullable {field.name!r}"
-            raise _mismatch(batch.schema, schema, why)
-    if batch.schema.equals(schema):
-        return batch
-    try:
-        return batch.cast(schema)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
-        raise _mismatch(batch.schema, schema, str(exc)) from None
-
-
-def _mismatch(actual: pa.Schema, expected: pa.Schema, why: str) -> SchemaMismatch:
-    return SchemaMismatch(
-        f"the data's schema does not match the log's ({why}).\n"
-        f"data:\n{actual.to_string(show_schema_metadata=False)}\n"
-        f"log:\n{expected.to_string(show_schema_metadata=False)}"
-    )
 
 
 def encode_raw(bodies: Sequence[bytes] | pa.Array, timestamp_us: int) -> EncodedFragment:
@@ -526,35 +496,3 @@ def _blocks(n: int) -> list[tuple[int, int]]:
     """Row ranges of at most one default row group, aligned on chunks: bounds the copies."""
     step = DEFAULT_ROW_GROUP_ROWS
     return [(a, min(a + step, n)) for a in range(0, n, step)]
-
-
-def project_payload(payload: pa.Table, target_schema: pa.Schema) -> pa.Table:
-    """`payload` in `target_schema`: columns reordered and cast, missing nullable ones as nulls.
-
-    Fragments written before a schema evolution lack the columns added since; those are
-    nullable (the schema rules allow only nullable additions), so they read as nulls.
-    """
-    columns = []
-    for field in target_schema:
-        if field.name not in payload.column_names:
-            if not field.nullable:
-                raise SchemaMismatch(
-                    f"column {field.name!r} is missing from a fragment and is not nullable"
-                )
-            columns.append(pa.nulls(payload.num_rows, field.type))
-            continue
-        column = payload.column(field.name)
-        if column.type != field.type:
-            try:
-                column = column.cast(field.type)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
-                raise SchemaMismatch(
-                    f"column {field.name!r} of type {column.type} cannot be read as "
-                    f"{field.type}: {exc}"
-                ) from None
-        if not field.nullable and column.null_count:
-            raise SchemaMismatch(
-                f"column {field.name!r} holds nulls but the schema says non-nullable"
-            )
-        columns.append(column)
-    return pa.Table.from_arrays(columns, schema=target_schema)

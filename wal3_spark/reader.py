@@ -27,10 +27,10 @@ import pyarrow as pa
 
 from wal3_spark.errors import CorruptLog, DataLost, InvalidOption, LogNotFound, ObjectNotFound
 from wal3_spark.format import FIRST_OFFSET, MANIFEST_KEY, FragmentRef, SnapshotPointer
-from wal3_spark.fragment import DecodedFragment, decode_fragment, project_payload, recompute_setsum
+from wal3_spark.fragment import DecodedFragment, decode_fragment, recompute_setsum
 from wal3_spark.manifest import Manifest, Snapshot
 from wal3_spark.scan import LogScan, timestamp_us
-from wal3_spark.schema import OFFSET_COLUMN, RAW_SCHEMA, TIMESTAMP_COLUMN
+from wal3_spark.schema import OFFSET_COLUMN, RAW_SCHEMA, TIMESTAMP_COLUMN, conform
 from wal3_spark.storage.base import ObjectStore
 from wal3_spark.uuid7 import uuid7_timestamp_us
 
@@ -411,7 +411,7 @@ def read_range(
                     store.url, part.start, part.limit)
         return pa.RecordBatch.from_pylist([], schema=output_schema(payload))
     n = len(decoded.offsets)
-    table = project_payload(decoded.payload, RAW_SCHEMA if raw else payload)
+    table = conform(decoded.payload, RAW_SCHEMA if raw else payload)
     lo, hi = part.start - ref.start, part.limit - ref.start
     table = table.slice(lo, hi - lo)
     offsets = pa.array(np.arange(part.start, part.limit, dtype=np.int64), pa.int64())

@@ -10,15 +10,21 @@ manifest) never changes.
 from __future__ import annotations
 
 import re
+from typing import TypeVar
 
 import pyarrow as pa
 
 from wal3_spark.errors import InvalidOption, SchemaMismatch
+from wal3_spark.format import ABSOLUTE_OFFSET, RELATIVE_OFFSET, TIMESTAMP
 
 RAW_SCHEMA = pa.schema([pa.field("body", pa.binary(), nullable=False)])
 OFFSET_COLUMN = "_offset"
 TIMESTAMP_COLUMN = "_timestamp"
-RESERVED = frozenset({OFFSET_COLUMN, TIMESTAMP_COLUMN, "relative_offset", "timestamp_us", "offset"})
+#: what `conform` converts: Arrow record batches and tables have the same column interface
+Data = TypeVar("Data", pa.RecordBatch, pa.Table)
+#: what a read adds to each record and what a fragment file stores beside the payload: the one
+#: list of the column names a payload may not use (`check_columns`)
+RESERVED = frozenset({OFFSET_COLUMN, TIMESTAMP_COLUMN, RELATIVE_OFFSET, TIMESTAMP, ABSOLUTE_OFFSET})
 
 
 def is_raw_schema(schema: pa.Schema) -> bool:
@@ -61,6 +67,7 @@ def _mismatch(log: pa.Schema, incoming: pa.Schema, why: str, fix: str) -> Schema
 
 
 def check_columns(schema: pa.Schema) -> None:
+    """A payload schema uses no reserved name and no name twice (SchemaMismatch otherwise)."""
     clash = sorted(RESERVED & set(schema.names))
     if clash:
         raise SchemaMismatch(
@@ -113,21 +120,47 @@ def reconcile(log: pa.Schema | None, incoming: pa.Schema, *, merge: bool, raw_lo
     return pa.schema(fields, metadata=log.metadata)
 
 
-def conform(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
-    """`batch` reordered and cast to `target`: missing nullable columns become null."""
+def conform(data: Data, target: pa.Schema, *, exact: bool = False, against: str = "log") -> Data:
+    """`data` (a batch or a table) with exactly the schema `target`, or SchemaMismatch.
+
+    The one conversion of every path: appends (to the log's schema), the fragment codec
+    (`exact`: the payload's names in the schema's order, nothing else), reads (a fragment written
+    before a mergeSchema append, to the log's current schema) and Spark reads (to the query's
+    schema, which PySpark requires exactly). Columns are taken by name, so a column `target`
+    lacks is left out (one a log gained after a query started); a nullable column `data` lacks
+    reads as nulls; types are cast where they differ. A missing NOT NULL column, a failed cast or
+    nulls in a NOT NULL column raise, naming both schemas (`against`: what `target` is).
+    """
+    if exact and data.schema.names != target.names:
+        raise _data_mismatch(data, target, against, "the column names or their order differ")
     columns = []
     for f in target:
-        idx = batch.schema.get_field_index(f.name)
+        idx = data.schema.get_field_index(f.name)
         if idx < 0:
-            columns.append(pa.nulls(batch.num_rows, f.type))
+            if not f.nullable:
+                raise _data_mismatch(data, target, against, f"column {f.name!r} is missing and NOT NULL")
+            columns.append(pa.nulls(data.num_rows, f.type))
             continue
-        column = batch.column(idx)
-        if not column.type.equals(f.type):
-            column = column.cast(f.type)
+        column = data.column(idx)
         if not f.nullable and column.null_count:
-            raise SchemaMismatch(f"column {f.name!r} is NOT NULL in the log but has null values")
+            why = f"{column.null_count} nulls in NOT NULL column {f.name!r}"
+            raise _data_mismatch(data, target, against, why)
+        if not column.type.equals(f.type):
+            try:
+                column = column.cast(f.type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+                why = f"column {f.name!r} of type {column.type} cannot be cast to {f.type}: {exc}"
+                raise _data_mismatch(data, target, against, why) from None
         columns.append(column)
-    return pa.RecordBatch.from_arrays(columns, schema=target)
+    return type(data).from_arrays(columns, schema=target)
+
+
+def _data_mismatch(data: Data, target: pa.Schema, against: str, why: str) -> SchemaMismatch:
+    return SchemaMismatch(
+        f"the data's schema does not match the {against}'s ({why}).\n"
+        f"data:\n{data.schema.to_string(show_schema_metadata=False)}\n"
+        f"{against}:\n{target.to_string(show_schema_metadata=False)}"
+    )
 
 
 #: Spark SQL type names as the Arrow types a Spark DataFrame column of that type appends (so a

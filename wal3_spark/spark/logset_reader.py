@@ -186,7 +186,7 @@ def conform_to(batch: pa.RecordBatch, target: pa.Schema, name: str) -> pa.Record
     """A log's batch in the query's schema: `_log` added, columns this log lacks as nulls,
     columns the query does not know (added to the log since it started) left out."""
     names = pa.array([name] * batch.num_rows, LOG_FIELD.type)
-    return conform(batch.append_column(LOG_FIELD, names), target)
+    return conform(batch.append_column(LOG_FIELD, names), target, against="query")
 
 
 def read_log_ranges(

@@ -13,34 +13,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
 
-from wal3_spark.errors import SchemaMismatch
 from wal3_spark.reader import ReadRange, read_range
+from wal3_spark.schema import conform
 from wal3_spark.spark.planning import Part
 from wal3_spark.storage.base import ObjectStore
 
 #: rows per Arrow batch handed back to Spark by read()
 READ_BATCH_ROWS = int(os.environ.get("WAL3_READ_BATCH_ROWS", 1 << 16))
-
-
-def rebuild(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
-    """`batch` with exactly the declared schema (types cast only where they differ).
-
-    Columns are taken by name: a log may have gained columns (mergeSchema) since the query fixed
-    its schema, and those are left out.
-    """
-    columns = []
-    for f in target:
-        idx = batch.schema.get_field_index(f.name)
-        if idx < 0:
-            raise SchemaMismatch(
-                f"column {f.name!r} of this query is no longer in the log (its schema is now "
-                f"{batch.schema}); restart the query to read with the log's current schema"
-            )
-        column = batch.column(idx)
-        if not column.type.equals(f.type):
-            column = column.cast(f.type)
-        columns.append(column)
-    return pa.RecordBatch.from_arrays(columns, schema=target)
 
 
 def read_partition(
@@ -59,8 +38,9 @@ def read_partition(
     failOnDataLoss=false (`read_range`)."""
 
     def load(r: ReadRange) -> pa.RecordBatch:
-        return rebuild(read_range(store, r, payload, verify=verify, item_hash=item_hash,
-                                  fail_on_data_loss=fail_on_data_loss), target)
+        batch = read_range(store, r, payload, verify=verify, item_hash=item_hash,
+                           fail_on_data_loss=fail_on_data_loss)
+        return conform(batch, target, against="query")
 
     # Fetch, decode and verify the next fragment while Spark consumes this one (Parquet decoding
     # and SHA3 release the GIL); at most two fragments are in memory.

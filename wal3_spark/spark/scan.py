@@ -35,7 +35,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DecimalType, StructField, StructType
 
 from wal3_spark.errors import InvalidOption
-from wal3_spark.fragment import TIMESTAMP
+from wal3_spark.format import TIMESTAMP
 from wal3_spark.manifest import Manifest
 from wal3_spark.reader import LogReader, ReadRange
 from wal3_spark.schema import OFFSET_COLUMN, TIMESTAMP_COLUMN
