@@ -21,7 +21,6 @@ BLAKE3 items stays a SHA3-item log when copied (upgrading it would rewrite every
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -46,8 +45,6 @@ from wal3_spark.reader import LogReader, check_fragment_data, fetch_fragment, it
 from wal3_spark.setsum import Setsum
 from wal3_spark.storage.base import ObjectStore
 from wal3_spark.verify import verify
-
-log = logging.getLogger(__name__)
 
 COPY_WRITER = "wal3-spark copy"
 

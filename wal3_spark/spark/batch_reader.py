@@ -8,7 +8,6 @@ Fragments are bin-packed into input partitions; executors only fetch and decode.
 
 from __future__ import annotations
 
-import logging
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 
@@ -21,8 +20,6 @@ from wal3_spark.spark.options import Wal3Options
 from wal3_spark.spark.planning import Bounds, Wal3Partition, narrow, partitions_of, plan_range
 from wal3_spark.spark.read_tasks import read_partition
 from wal3_spark.spark.schemas import spark_to_arrow
-
-log = logging.getLogger(__name__)
 
 
 class Wal3BatchReader(DataSourceReader):

@@ -15,7 +15,6 @@ startsWith) narrow the selection before any manifest is read, next to the `_offs
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -40,8 +39,6 @@ from wal3_spark.spark.options import Wal3Options
 from wal3_spark.spark.planning import Bounds, narrow, pack, plan_range
 from wal3_spark.spark.read_tasks import READ_BATCH_ROWS
 from wal3_spark.spark.schemas import spark_to_arrow
-
-log = logging.getLogger(__name__)
 
 #: the column naming each row's log
 LOG_COLUMN = "_log"

@@ -32,8 +32,6 @@ from wal3_spark.reader import LogReader, ReadRange, fragment_timestamp_us
 from wal3_spark.schema import OFFSET_COLUMN, TIMESTAMP_COLUMN
 from wal3_spark.storage.base import ObjectStore
 
-#: a fragment's UUIDv7 path carries exactly its rows' timestamp_us (write_fragment), so no slack
-TIMESTAMP_SLACK_US = 0
 #: Spark's spark.sql.files.openCostInBytes: the smallest partition worth a task
 OPEN_COST_BYTES = 4 << 20
 
@@ -125,15 +123,13 @@ def plan_range(store: ObjectStore, manifest: Manifest, starting: tuple[str, int]
         limit = min(limit, offsets.hi)
     if start >= limit:
         return []
-    if start < manifest.oldest_offset and offsets.lo is not None and starting[0] == "earliest":
-        start = manifest.oldest_offset  # a filter below the oldest offset is not data loss
     ranges = reader.plan(start, limit, manifest=manifest, fail_on_data_loss=fail_on_data_loss)
     if times.lo is None and times.hi is None:
         return ranges
-    lo = None if times.lo is None else times.lo - TIMESTAMP_SLACK_US
-    hi = None if times.hi is None else times.hi + TIMESTAMP_SLACK_US
+    # a fragment's UUIDv7 path carries exactly its rows' timestamp_us (write_fragment)
     written = [(r, fragment_timestamp_us(store, r.ref)) for r in ranges]
-    return [r for r, ts in written if (lo is None or ts >= lo) and (hi is None or ts < hi)]
+    return [r for r, ts in written
+            if (times.lo is None or ts >= times.lo) and (times.hi is None or ts < times.hi)]
 
 
 # ------------------------------------------------------------------------------ partitions
