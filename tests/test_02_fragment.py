@@ -20,13 +20,12 @@ from hypothesis import strategies as st
 from tests.support.fakes import shared_testdata
 from wal3_spark.chunk_encoding import CHUNK_ROWS, encode_column, structured_setsum
 from wal3_spark.errors import CorruptLog, SchemaMismatch
+from wal3_spark.format import fragment_path, parse_fragment_path
 from wal3_spark.fragment import (
     FragmentBuilder,
     decode_fragment,
     encode_raw,
     encode_table,
-    fragment_path,
-    parse_fragment_path,
     recompute_setsum,
 )
 from wal3_spark.schema import conform

@@ -10,12 +10,8 @@ import pytest
 from tests.support.fakes import FakeFragment as Frag
 from tests.support.fakes import chroma_testdata
 from wal3_spark.errors import CorruptLog, GarbageStale
-from wal3_spark.garbage import (
-    Garbage,
-    apply_garbage,
-    compute_garbage,
-    seq_no_fragment_path,
-)
+from wal3_spark.format import seq_no_fragment_path
+from wal3_spark.garbage import Garbage, apply_garbage, compute_garbage
 from wal3_spark.manifest import Manifest, Snapshot, SnapshotOptions
 from wal3_spark.setsum import Setsum
 

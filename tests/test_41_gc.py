@@ -14,7 +14,7 @@ from tests.support.fakes import chroma_testdata
 from wal3_spark.cursors import CursorStore
 from wal3_spark.format import FRAGMENT_PREFIX, GARBAGE_KEY, SNAPSHOT_PREFIX
 from wal3_spark.errors import GCRefused
-from wal3_spark.fragment import encode_raw, write_fragment
+from wal3_spark.fragment import encode_raw
 from wal3_spark.garbage import Garbage, compute_garbage
 from wal3_spark.gc import PHASES, GarbageCollector, load_garbage, referenced
 from wal3_spark.manifest import Manifest, Snapshot, SnapshotOptions
@@ -22,7 +22,7 @@ from wal3_spark.reader import LogReader, iter_fragments, load_snapshot
 from wal3_spark.setsum import Setsum
 from wal3_spark.storage import open_store
 from wal3_spark.verify import verify
-from wal3_spark.writer import LogWriter
+from wal3_spark.writer import LogWriter, write_fragment
 
 
 

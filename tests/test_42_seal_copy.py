@@ -11,14 +11,14 @@ from wal3_spark.copy import copy_log
 from wal3_spark.cursors import CursorStore
 from wal3_spark.errors import CopyError, DataLost, LogSealed
 from wal3_spark.format import MANIFEST_KEY, FragmentRef
-from wal3_spark.fragment import encode_raw, write_fragment
+from wal3_spark.fragment import encode_raw
 from wal3_spark.gc import GarbageCollector
 from wal3_spark.manifest import Manifest, SnapshotOptions
 from wal3_spark.reader import LogReader
 from wal3_spark.setsum import Setsum
 from wal3_spark.storage import open_store
 from wal3_spark.verify import verify
-from wal3_spark.writer import LogWriter
+from wal3_spark.writer import LogWriter, write_fragment
 
 
 @pytest.fixture

@@ -33,14 +33,13 @@ from wal3_spark.dirty import (
     rolled_up_to,
 )
 from wal3_spark.errors import InvalidLogName, InvalidOption, StorageError
-from wal3_spark.fragment import FragmentFile
 from wal3_spark.gc import collect_garbage
 from wal3_spark.logset import LogSelection, LogSet
 from wal3_spark.reader import LogReader
 from wal3_spark.storage import open_store
 from wal3_spark.storage.base import ObjectStore
 from wal3_spark.storage.forwarding import ForwardingStore
-from wal3_spark.writer import LogWriter, to_batches, write_fragments
+from wal3_spark.writer import FragmentFile, LogWriter, to_batches, write_fragments
 
 
 class Clock:

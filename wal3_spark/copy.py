@@ -37,8 +37,8 @@ from wal3_spark.errors import (
     ObjectNotFound,
     PreconditionFailed,
 )
-from wal3_spark.format import MANIFEST_KEY, FragmentRef
-from wal3_spark.fragment import encode_table, fragment_path
+from wal3_spark.format import MANIFEST_KEY, FragmentRef, fragment_path
+from wal3_spark.fragment import encode_table
 from wal3_spark.uuid7 import new_uuid7
 from wal3_spark.manifest import Manifest, SnapshotOptions
 from wal3_spark.reader import LogReader, check_fragment_data, fetch_fragment, iter_fragments

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +31,10 @@ TIMESTAMP = "timestamp_us"
 ABSOLUTE_OFFSET = "offset"
 
 _CURSOR_NAME = re.compile(r"^[A-Za-z0-9_]+$")
+_OUR_PATH = re.compile(r"^log/Uuid=([0-9a-fA-F-]{36})\.parquet$")
+_CHROMA_S3_PATH = re.compile(
+    r"^log/Bucket=[0-9a-fA-F]{16}/FragmentSeqNo=([0-9a-fA-F]{16})\.parquet$"
+)
 
 
 def snapshot_key(setsum: Setsum) -> str:
@@ -42,6 +47,36 @@ def cursor_key(name: str) -> str:
             f"invalid cursor name {name!r}: use letters, digits and underscores only"
         )
     return f"{CURSOR_PREFIX}{name}.json"
+
+
+def fragment_path(fragment_uuid: uuid.UUID | str) -> str:
+    """`log/Uuid=<uuid>.parquet`, relative to the log root."""
+    return f"log/Uuid={uuid.UUID(str(fragment_uuid))}.parquet"
+
+
+def seq_no_fragment_path(seq_no: int) -> str:
+    """Chroma's S3 fragment path for a sequence number (FORMAT.md section 1)."""
+    bucket = seq_no - seq_no % 4096
+    return f"log/Bucket={bucket:016x}/FragmentSeqNo={seq_no:016x}.parquet"
+
+
+def parse_fragment_path(path: str) -> uuid.UUID | int:
+    """The UUID of one of our fragment paths, or the sequence number of a Chroma S3 one."""
+    if match := _OUR_PATH.match(path):
+        return uuid.UUID(match.group(1))
+    if match := _CHROMA_S3_PATH.match(path):
+        return int(match.group(1), 16)
+    raise ValueError(f"{path!r} is not a wal3 fragment path")
+
+
+def parse_fragment_uuid(key: str) -> uuid.UUID | None:
+    """The UUID of a `log/Uuid=<uuid>.parquet` key, or None for any other key (what garbage
+    collection may treat as one of our fragments)."""
+    try:
+        parsed = parse_fragment_path(key)
+    except ValueError:
+        return None
+    return parsed if isinstance(parsed, uuid.UUID) else None
 
 
 def dumps(obj: Any) -> bytes:

@@ -1,27 +1,24 @@
 """Fragments: the immutable Parquet files that hold a log's records (FORMAT.md section 3).
 
-Writers stream record batches into a `FragmentBuilder`, which writes Parquet row groups into an
-in-memory buffer and folds each row group into the fragment's setsum as it goes, so memory stays
-bounded by the compressed fragment plus one row group of input. `write_fragment` uploads the
-result with create-if-absent at a fresh UUIDv7 path; the `FragmentFile` it returns is all the
-committer needs and is small enough to travel from a Spark executor to the driver.
+The codec, and only the codec: no paths (`format`), no storage (the writer uploads,
+`writer.write_fragment`; the reader fetches, `reader.load_fragment`). Writers stream record
+batches into a `FragmentBuilder`, which writes Parquet row groups into an in-memory buffer and
+folds each row group into the fragment's setsum as it goes, so memory stays bounded by the
+compressed fragment plus one row group of input.
 
 Structured fragments hash their chunk items the way their log's manifest says (`item_hash`,
 FORMAT.md section 3); the fragment records which in what it hands the committer, which refuses
 fragments hashed otherwise than the log.
 
 Readers `decode_fragment` the bytes, `recompute_setsum` to verify them against the manifest, and
-`project_payload` onto the log's current schema (fragments written before a schema evolution
-lack the newer nullable columns).
+conform the payload to the log's current schema (`schema.conform`: fragments written before a
+schema evolution lack the newer nullable columns).
 """
 
 from __future__ import annotations
 
 import base64
 import logging
-import re
-import time
-import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -31,21 +28,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from wal3_spark.chunk_encoding import CHUNK_ROWS, check_item_hash, raw_setsum, structured_setsum
-from wal3_spark.errors import (
-    AmbiguousWrite,
-    CorruptLog,
-    ObjectNotFound,
-    PreconditionFailed,
-    SchemaMismatch,
-    StorageError,
-    TransientError,
-)
+from wal3_spark.errors import CorruptLog, SchemaMismatch
 from wal3_spark.format import ABSOLUTE_OFFSET, RELATIVE_OFFSET, TIMESTAMP
 from wal3_spark.schema import RAW_SCHEMA, check_columns, conform
 from wal3_spark.setsum import Setsum
-from wal3_spark.storage.base import ObjectStore
-from wal3_spark.storage.retry import backoff_delays
-from wal3_spark.uuid7 import new_uuid7
 
 logger = logging.getLogger(__name__)
 
@@ -63,35 +49,11 @@ the last is a whole number of setsum chunks."""
 # falls back to plain encoding early (a full-size dictionary of unique values costs 2x the write
 # time and makes the file larger); low-cardinality columns stay dictionary-encoded.
 _DICTIONARY_PAGE_BYTES = 64 << 10
-_BACKOFF_BASE_S = 0.1
-_BACKOFF_CAP_S = 2.0
 
 _HEADER_FIELDS = [
     pa.field(RELATIVE_OFFSET, pa.uint64(), nullable=False),
     pa.field(TIMESTAMP, pa.uint64(), nullable=False),
 ]
-_OUR_PATH = re.compile(r"^log/Uuid=([0-9a-fA-F-]{36})\.parquet$")
-_CHROMA_S3_PATH = re.compile(
-    r"^log/Bucket=[0-9a-fA-F]{16}/FragmentSeqNo=([0-9a-fA-F]{16})\.parquet$"
-)
-
-# ------------------------------------------------------------------------------------ paths
-
-
-def fragment_path(fragment_uuid: uuid.UUID | str) -> str:
-    """`log/Uuid=<uuid>.parquet`, relative to the log root."""
-    return f"log/Uuid={uuid.UUID(str(fragment_uuid))}.parquet"
-
-
-def parse_fragment_path(path: str) -> uuid.UUID | int:
-    """The UUID of one of our fragment paths, or the sequence number of a Chroma S3 one."""
-    if match := _OUR_PATH.match(path):
-        return uuid.UUID(match.group(1))
-    if match := _CHROMA_S3_PATH.match(path):
-        return int(match.group(1), 16)
-    raise ValueError(f"{path!r} is not a wal3 fragment path")
-
-
 # ---------------------------------------------------------------------------------- writing
 
 
@@ -105,26 +67,6 @@ class EncodedFragment:
     timestamp_us: int
     #: how the setsum's chunk items were hashed (the log's `item_hash`; None for raw logs)
     item_hash: str | None = None
-
-
-@dataclass(frozen=True)
-class FragmentFile:
-    """An uploaded fragment: what the committer places in the manifest."""
-
-    path: str
-    uuid: str
-    records: int
-    num_bytes: int
-    setsum: Setsum
-    timestamp_us: int
-    item_hash: str | None = None
-
-    def __reduce__(self):  # positional: no field names in every Spark commit message
-        return (
-            FragmentFile,
-            (self.path, self.uuid, self.records, self.num_bytes, self.setsum, self.timestamp_us,
-             self.item_hash),
-        )  # fmt: skip
 
 
 class FragmentBuilder:
@@ -308,56 +250,6 @@ def encode_table(
     builder = FragmentBuilder(schema, timestamp_us, item_hash=item_hash)
     builder.add(table)
     return builder.finish()
-
-
-def write_fragment(
-    store: ObjectStore, encoded: EncodedFragment, *, attempts: int = 6
-) -> FragmentFile:
-    """Upload `encoded` with create-if-absent at a fresh UUIDv7 path made from its timestamp.
-
-    The path is unique to this call, so every failure is safe to retry: a transient error
-    changed nothing, and an ambiguous write is resolved by reading the object back (the same
-    bytes mean our write landed). Gives up after `attempts` tries with the last error.
-    """
-    fragment_uuid = new_uuid7(encoded.timestamp_us)
-    path = fragment_path(fragment_uuid)
-    delays = backoff_delays(attempts, _BACKOFF_BASE_S, _BACKOFF_CAP_S)
-    for attempt in range(1, attempts + 1):
-        try:
-            store.put_if_absent(path, encoded.data)
-            break
-        except PreconditionFailed:
-            # Only an earlier ambiguous attempt of ours can have created this fresh path.
-            if attempt > 1 and _landed(store, path, encoded.data):
-                break
-            raise
-        except (AmbiguousWrite, TransientError) as exc:
-            logger.warning("fragment upload %s failed (attempt %d): %s", path, attempt, exc)
-            if isinstance(exc, AmbiguousWrite) and _landed(store, path, encoded.data):
-                break
-            delay = next(delays, None)
-            if delay is None:
-                raise
-            time.sleep(delay)
-    return FragmentFile(
-        path=path,
-        uuid=str(fragment_uuid),
-        records=encoded.records,
-        num_bytes=len(encoded.data),
-        setsum=encoded.setsum,
-        timestamp_us=encoded.timestamp_us,
-        item_hash=encoded.item_hash,
-    )
-
-
-def _landed(store: ObjectStore, path: str, data: bytes) -> bool:
-    try:
-        stored = store.get(path).data
-    except ObjectNotFound:
-        return False
-    if stored != data:
-        raise StorageError(f"{path} holds bytes this writer did not write; refusing to use it")
-    return True
 
 
 # ---------------------------------------------------------------------------------- reading

@@ -39,6 +39,7 @@ from wal3_spark.format import (
     parse_offset,
     parse_setsum,
     position,
+    seq_no_fragment_path,
     snapshot_key,
 )
 from wal3_spark.manifest import Manifest, Snapshot
@@ -47,23 +48,6 @@ from wal3_spark.setsum import Setsum
 GC_WRITER = "garbage collection"
 
 SnapshotLoader = Callable[[SnapshotPointer], Snapshot]
-
-
-def seq_no_fragment_path(seq_no: int) -> str:
-    """Chroma's S3 fragment path for a sequence number (FORMAT.md section 1)."""
-    bucket = seq_no - seq_no % 4096
-    return f"log/Bucket={bucket:016x}/FragmentSeqNo={seq_no:016x}.parquet"
-
-
-def parse_fragment_uuid(key: str) -> uuid.UUID | None:
-    """The UUID of a `log/Uuid=<uuid>.parquet` key, or None for any other key."""
-    base = key.rsplit("/", 1)[-1]
-    if not (base.startswith("Uuid=") and base.endswith(".parquet")):
-        return None
-    try:
-        return uuid.UUID(base[len("Uuid=") : -len(".parquet")])
-    except ValueError:
-        return None
 
 
 @dataclass(frozen=True)

@@ -39,14 +39,8 @@ from wal3_spark.clock import Clock
 from wal3_spark.committer import Committer, write_snapshot
 from wal3_spark.cursors import CursorStore
 from wal3_spark.errors import CommitOutcomeUnknown, GarbageStale, GCRefused, InvalidOption, ObjectNotFound
-from wal3_spark.format import FRAGMENT_PREFIX, GARBAGE_KEY, SnapshotPointer
-from wal3_spark.garbage import (
-    Garbage,
-    apply_garbage,
-    compute_garbage,
-    garbage_applied,
-    parse_fragment_uuid,
-)
+from wal3_spark.format import FRAGMENT_PREFIX, GARBAGE_KEY, SnapshotPointer, parse_fragment_uuid
+from wal3_spark.garbage import Garbage, apply_garbage, compute_garbage, garbage_applied
 from wal3_spark.manifest import Manifest
 from wal3_spark.reader import iter_fragments, load_snapshot
 from wal3_spark.storage import open_store

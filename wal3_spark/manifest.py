@@ -51,7 +51,7 @@ class SnapshotOptions:
 
 
 class NewFragment(Protocol):
-    """What the committer needs of a written fragment (see `wal3_spark.fragment.FragmentFile`)."""
+    """What the committer needs of a written fragment (see `wal3_spark.writer.FragmentFile`)."""
 
     path: str
     uuid: str

@@ -9,6 +9,10 @@ Two ways to append:
   still uploading or committing; every batch that has landed is committed, in cut order, by one
   manifest compare-and-swap. Under object-store latency an append then costs about one fragment
   upload, the wait for the manifest write in flight, and one manifest write.
+
+Both upload through `write_fragment` (as the Spark sink's tasks do): create-if-absent at a fresh
+UUIDv7 path, retried, and the `FragmentFile` it returns is all the committer needs and small
+enough to travel from a Spark executor to the driver.
 """
 
 from __future__ import annotations
@@ -25,16 +29,31 @@ import pyarrow as pa
 
 from wal3_spark.clock import micros
 from wal3_spark.committer import Committer, CommitResult, DirtyRecorder
-from wal3_spark.errors import CommitFailed, LogNotFound, LogSealed, SchemaMismatch
-from wal3_spark.format import FRAGMENT_PREFIX, SNAPSHOT_PREFIX
-from wal3_spark.fragment import FragmentBuilder, FragmentFile, write_fragment
+from wal3_spark.errors import (
+    AmbiguousWrite,
+    CommitFailed,
+    LogNotFound,
+    LogSealed,
+    ObjectNotFound,
+    PreconditionFailed,
+    SchemaMismatch,
+    StorageError,
+    TransientError,
+)
+from wal3_spark.format import FRAGMENT_PREFIX, SNAPSHOT_PREFIX, fragment_path
+from wal3_spark.fragment import EncodedFragment, FragmentBuilder
 from wal3_spark.manifest import SnapshotOptions
 from wal3_spark.schema import RAW_SCHEMA, conform, is_raw_schema
 from wal3_spark.storage import open_store
 from wal3_spark.storage.base import ObjectStore
 from wal3_spark.storage.hedged import HedgedStore, HedgePolicy
+from wal3_spark.storage.retry import backoff_delays
+from wal3_spark.uuid7 import new_uuid7
 
 log = logging.getLogger(__name__)
+
+_BACKOFF_BASE_S = 0.1
+_BACKOFF_CAP_S = 2.0
 
 Appendable = bytes | Sequence[bytes] | pa.Table | pa.RecordBatch
 
@@ -475,3 +494,76 @@ def _same_format(a: _FragmentFormat | None, b: _FragmentFormat | None) -> bool:
 
 def _same_schema(a: pa.Schema | None, b: pa.Schema | None) -> bool:
     return (a is None and b is None) or (a is not None and b is not None and a.equals(b))
+
+
+# ------------------------------------------------------------------------------ uploading
+
+
+@dataclass(frozen=True)
+class FragmentFile:
+    """An uploaded fragment: what the committer places in the manifest."""
+
+    path: str
+    uuid: str
+    records: int
+    num_bytes: int
+    setsum: Setsum
+    timestamp_us: int
+    item_hash: str | None = None
+
+    def __reduce__(self):  # positional: no field names in every Spark commit message
+        return (
+            FragmentFile,
+            (self.path, self.uuid, self.records, self.num_bytes, self.setsum, self.timestamp_us,
+             self.item_hash),
+        )  # fmt: skip
+
+
+def write_fragment(
+    store: ObjectStore, encoded: EncodedFragment, *, attempts: int = 6
+) -> FragmentFile:
+    """Upload `encoded` with create-if-absent at a fresh UUIDv7 path made from its timestamp.
+
+    The path is unique to this call, so every failure is safe to retry: a transient error
+    changed nothing, and an ambiguous write is resolved by reading the object back (the same
+    bytes mean our write landed). Gives up after `attempts` tries with the last error.
+    """
+    fragment_uuid = new_uuid7(encoded.timestamp_us)
+    path = fragment_path(fragment_uuid)
+    delays = backoff_delays(attempts, _BACKOFF_BASE_S, _BACKOFF_CAP_S)
+    for attempt in range(1, attempts + 1):
+        try:
+            store.put_if_absent(path, encoded.data)
+            break
+        except PreconditionFailed:
+            # Only an earlier ambiguous attempt of ours can have created this fresh path.
+            if attempt > 1 and _landed(store, path, encoded.data):
+                break
+            raise
+        except (AmbiguousWrite, TransientError) as exc:
+            log.warning("fragment upload %s failed (attempt %d): %s", path, attempt, exc)
+            if isinstance(exc, AmbiguousWrite) and _landed(store, path, encoded.data):
+                break
+            delay = next(delays, None)
+            if delay is None:
+                raise
+            time.sleep(delay)
+    return FragmentFile(
+        path=path,
+        uuid=str(fragment_uuid),
+        records=encoded.records,
+        num_bytes=len(encoded.data),
+        setsum=encoded.setsum,
+        timestamp_us=encoded.timestamp_us,
+        item_hash=encoded.item_hash,
+    )
+
+
+def _landed(store: ObjectStore, path: str, data: bytes) -> bool:
+    try:
+        stored = store.get(path).data
+    except ObjectNotFound:
+        return False
+    if stored != data:
+        raise StorageError(f"{path} holds bytes this writer did not write; refusing to use it")
+    return True

@@ -29,11 +29,10 @@ from wal3_spark.errors import (
     SchemaMismatch,
     Wal3Error,
 )
-from wal3_spark.fragment import FragmentFile
 from wal3_spark.reader import LogReader, iter_fragments
 from wal3_spark.schema import RAW_SCHEMA, conform
 from wal3_spark.storage.base import ObjectStore
-from wal3_spark.writer import iter_write_fragments
+from wal3_spark.writer import FragmentFile, iter_write_fragments
 
 log = logging.getLogger(__name__)
 
