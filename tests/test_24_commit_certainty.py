@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import time
 from dataclasses import replace
 
 import pytest
@@ -222,3 +223,39 @@ def test_08_an_empty_append_writes_nothing_so_manifest_bytes_never_repeat(store)
     assert Committer(fresh).commit([]).limit == 1 and LogReader(fresh).manifest().next_offset == 1
     assert Committer(fresh).commit([], app_id="q", version=3).duplicate is False  # records the txn
     assert LogReader(fresh).manifest().txns["q"].version == 3
+
+
+def test_09_recommitting_after_an_unknown_outcome_reports_where_it_landed(store, caplog):
+    """The commit gave up (unknown), its write landed afterwards; the caller commits the very
+    same fragments again, or again under the same writer id and version: nothing is written
+    twice, and the same fragments are reported already committed at their offsets."""
+    LogWriter(store).append(b"r0")
+    late = late_manifest_writes(store, probability=1.0, land="manual")
+    files = raw_files(store, [b"r1", b"r2"])
+    with pytest.raises(CommitOutcomeUnknown):
+        Committer(late, max_attempts=3).commit(files, app_id="q", version=7)
+    late.land_all()
+    again = Committer(store).commit(files)
+    assert again.duplicate and (again.start, again.limit) == (2, 4)
+    assert "already committed at [2, 4)" in caplog.text
+    idempotent = Committer(store).commit(raw_files(store, [b"r1", b"r2"]), app_id="q", version=7)
+    assert idempotent.duplicate
+    assert bodies(store) == [b"r0", b"r1", b"r2"] and verify(store).ok
+
+
+def test_10_the_same_fragments_rolled_into_a_snapshot_are_found_there(store):
+    """Compaction rolled the first commit's fragments into a snapshot before the second try:
+    old fragments are looked for through the snapshot tree (one walk; fresh ones are not)."""
+    files = raw_files(store, [b"r1"])
+    Committer(store).commit(files)
+    writer = LogWriter(store, snapshot_options=SnapshotOptions(2, 2))
+    for i in range(6):
+        writer.append(b"x%d" % i)
+    assert files[0].path not in {f.path for f in LogReader(store).manifest().fragments}
+    later = Committer(store, clock=lambda: time.time() + 3600)  # the retry comes an hour later
+    again = later.commit(files)
+    assert again.duplicate and (again.start, again.limit) == (1, 2)
+    partly = files + raw_files(store, [b"r2"])
+    with pytest.raises(ValueError, match="1 of this commit's 2 fragments .* already in the log"):
+        later.commit(partly)
+    assert bodies(store) == [b"r1"] + [b"x%d" % i for i in range(6)] and verify(store).ok

@@ -121,6 +121,7 @@ class Committer:
         if dirty_log is not None:
             dirty_log.name_of(store.url)
         self.snapshot_options = snapshot_options or SnapshotOptions()
+        self.deadline_s = deadline_s
         self._manifest = manifest_object(
             store, CasPolicy(max_attempts, deadline_s, backoff_base_s, backoff_cap_s)
         )
@@ -215,8 +216,10 @@ class Committer:
         paths = [f.path for f in fragments]
         if len(set(paths)) != len(paths):
             raise ValueError("a commit lists the same fragment twice")
-        #: where the fragments were placed: first ("since", the lowest) and last ("start")
+        #: where the fragments were placed: first ("since", the lowest) and last ("start");
+        #: "already": where a previous commit of these very fragments put them
         placed: dict[str, int] = {}
+        search_snapshots = _may_be_rolled(fragments, self.clock(), self.deadline_s)
 
         def decide(current: Manifest | None) -> Manifest | None:
             absent = current is None
@@ -226,6 +229,10 @@ class Committer:
                 current = Manifest.empty(self.writer, schema)
             if current.sealed:
                 raise LogSealed(self.url)
+            already = _committed_at(self.store, current, paths, search_snapshots)
+            if already is not None:
+                placed["already"] = already
+                return None
             if app_id is not None:
                 txn = current.txns.get(app_id)
                 if txn is not None and txn.version >= version:
@@ -263,6 +270,13 @@ class Committer:
         if result.outcome is Outcome.UNKNOWN:
             raise CommitOutcomeUnknown(_unknown_message(self.url, paths, app_id, version)) from result.cause
         assert result.current is not None
+        if result.outcome is Outcome.NOTHING_TO_DO and "already" in placed:
+            start = placed["already"]
+            limit = start + sum(f.records for f in fragments)
+            log.warning("%s: these fragments (%s, ...) were already committed at [%d, %d); "
+                        "nothing was written", self.url, paths[0], start, limit)
+            return CommitResult(start, limit, result.current.value, duplicate=True,
+                                attempts=result.attempts, conflicts=result.conflicts)
         if result.outcome is Outcome.NOTHING_TO_DO and app_id is None:  # an empty commit
             tail = result.current.value.next_offset
             return CommitResult(tail, tail, result.current.value, attempts=0)
@@ -350,6 +364,45 @@ def _check_orphan_horizon(manifest: Manifest, fragments: Sequence[NewFragment], 
             "Nothing was committed; rerun the append. If appends take longer than that, give "
             "`wal3 gc --grace` more time than your longest append job"
         )
+
+
+def _may_be_rolled(fragments: Sequence[NewFragment], now: float, deadline_s: float) -> bool:
+    """Whether a commit must look for its fragments in the snapshot tree too (I/O), not only
+    among the manifest's own fragments. A commit attempt runs for at most `deadline_s` after
+    the fragments were written, so fragments younger than that (or a minute) are new ones:
+    any earlier commit of them that ended in an unknown outcome is still that young only if it
+    gave up sooner, and compaction rolls the newest fragments last. A fragment whose age is
+    unknown (not a UUIDv7) counts as old."""
+    horizon_us = (now - min(deadline_s, 60.0)) * 1e6
+    return any((uuid7_timestamp_us(f.uuid) or 0) < horizon_us for f in fragments)
+
+
+def _committed_at(store: ObjectStore, manifest: Manifest, paths: Sequence[str], deep: bool) -> int | None:
+    """Where an earlier commit of these very fragments placed them (its first offset), or None
+    when none of them is in the log; a commit that is in the log only in part is refused
+    (ValueError: such a list was never committed as one). Looks among the manifest's own
+    fragments, and with `deep` through its snapshot tree as well."""
+    if not paths:
+        return None
+    wanted = set(paths)
+    if deep:
+        from wal3_spark.reader import iter_fragments
+
+        refs = iter_fragments(store, manifest, manifest.oldest_offset)
+    else:
+        refs = iter(manifest.fragments)
+    found = [ref for ref in refs if ref.path in wanted]
+    if not found:
+        return None
+    if [ref.path for ref in found] != list(paths) or any(
+        a.limit != b.start for a, b in zip(found, found[1:])
+    ):
+        raise ValueError(
+            f"{len(found)} of this commit's {len(paths)} fragments (e.g. {found[0].path} at offset "
+            f"{found[0].start}) are already in the log at {store.url}, not as this commit; "
+            "nothing was committed and nothing is deleted: commit only the others"
+        )
+    return found[0].start
 
 
 def _unknown_message(url: str, paths: Sequence[str], app_id: str | None, version: int | None) -> str:
