@@ -13,10 +13,11 @@ import threading
 import pyarrow as pa
 import pytest
 
-from wal3_spark.errors import AccessDenied, CommitOutcomeUnknown, SchemaMismatch
+from wal3_spark.errors import AccessDenied, AmbiguousWrite, CommitOutcomeUnknown, SchemaMismatch
 from wal3_spark.format import MANIFEST_KEY
 from wal3_spark.reader import LogReader
-from wal3_spark.storage import FaultyStore, open_store
+from wal3_spark.storage import FaultyStore, LateLandingStore, open_store
+from wal3_spark.storage.base import Blob
 from wal3_spark.storage.forwarding import ForwardingStore
 from wal3_spark.writer import LogWriter
 
@@ -153,9 +154,11 @@ def test_04_flush_waits_for_a_batch_whose_upload_is_in_flight(store):
 
 
 def test_05_fragments_upload_while_a_commit_is_in_flight_and_land_in_one_cas(store):
+    """One manifest write at a time (a store whose ETags cannot be predicted): what lands
+    while it is in flight is committed together after it."""
     LogWriter(store).append(b"r0")
     gates = Gates(store)
-    with LogWriter(gates, batch_bytes=1) as writer:
+    with LogWriter(gates, batch_bytes=1, max_manifest_writes=1) as writer:
         gates.cas_gate.clear()
         a = submit_in_own_batch(writer, gates, 0, b"a")
         gates.gate[0].set()
@@ -230,21 +233,34 @@ def test_08_a_failed_commit_fails_exactly_the_appends_it_carried(store):
     assert len(fragments) == 4 and len(set(fragments) - manifest_paths) == 1  # b's: kept, for GC
 
 
-def test_09_an_unknown_commit_outcome_surfaces_as_such_and_keeps_the_fragments(store, monkeypatch):
+class UnknownOnce(ForwardingStore):
+    """The first manifest write times out without writing, and the read that would tell
+    whether it landed is refused: its outcome cannot be established."""
+
+    def __init__(self, inner):
+        super().__init__(inner)
+        self.timed_out = self.refused = False
+
+    def put_if_match(self, key, data, etag):
+        if key == MANIFEST_KEY and not self.timed_out:
+            self.timed_out = True
+            raise AmbiguousWrite(key, "injected: the manifest write timed out")
+        return self.inner.put_if_match(key, data, etag)
+
+    def get(self, key):
+        if key == MANIFEST_KEY and self.timed_out and not self.refused:
+            self.refused = True
+            raise AccessDenied("injected: reading the manifest was refused")
+        return self.inner.get(key)
+
+
+def test_09_an_unknown_commit_outcome_surfaces_as_such_and_keeps_the_fragments(store):
     LogWriter(store).append(b"r0")
-    with LogWriter(store, batch_bytes=1) as writer:
-        real_commit = writer.committer.commit
-        calls = itertools.count()
-
-        def commit(files, **kw):
-            if next(calls) == 0:
-                raise CommitOutcomeUnknown("injected: whether the manifest write landed is unknown")
-            return real_commit(files, **kw)
-
-        monkeypatch.setattr(writer.committer, "commit", commit)
+    with LogWriter(UnknownOnce(store), batch_bytes=1) as writer:
         a = writer.submit(b"a")
-        with pytest.raises(CommitOutcomeUnknown):
+        with pytest.raises(CommitOutcomeUnknown) as raised:
             a.result(timeout=60)
+        assert isinstance(raised.value.__cause__, AccessDenied)
         assert writer.submit(b"b").result(timeout=60).start == 2
     assert len(list(store.list("log/"))) == 3  # a's fragment was not deleted
 
@@ -344,3 +360,201 @@ def test_14_many_threads_under_faults_every_future_tells_the_truth(store):
     assert len(log) == len(set(log))
     assert set(log) - set(acked) <= {b"r0"} | {b for b, r in results.items() if isinstance(r, BaseException)}
     assert sum(faulty.counts.values()) > 0
+
+
+class HeldManifestWrites(ForwardingStore):
+    """Manifest writes (numbered from 0 in the order they are sent) wait until the test releases
+    them: `sent[i]` says write i is waiting; `before[i]` raises instead of writing, `after[i]`
+    raises after writing (the answer was lost). `uploads` counts fragment uploads."""
+
+    def __init__(self, inner, writes=8):
+        super().__init__(inner)
+        self.sent = [threading.Event() for _ in range(writes)]
+        self.release = [threading.Event() for _ in range(writes)]
+        self.answered = [threading.Event() for _ in range(writes)]
+        self.before: dict[int, BaseException] = {}
+        self.after: dict[int, BaseException] = {}
+        self.conditions: list[str] = []
+        self._numbers = itertools.count()
+        self._lock = threading.Lock()
+        self._uploaded = threading.Condition()
+        self.uploads = 0
+
+    def put_if_absent(self, key, data):
+        etag = self.inner.put_if_absent(key, data)
+        with self._uploaded:
+            self.uploads += 1
+            self._uploaded.notify_all()
+        return etag
+
+    def wait_uploads(self, n):
+        with self._uploaded:
+            assert self._uploaded.wait_for(lambda: self.uploads >= n, timeout=60)
+
+    def put_if_match(self, key, data, etag):
+        if key != MANIFEST_KEY:
+            return self.inner.put_if_match(key, data, etag)
+        with self._lock:
+            i = next(self._numbers)
+            self.conditions.append(etag)
+        self.sent[i].set()
+        self.release[i].wait()
+        try:
+            if i in self.before:
+                raise self.before[i]
+            written = self.inner.put_if_match(key, data, etag)
+            if i in self.after:
+                raise self.after[i]
+            return written
+        finally:
+            self.answered[i].set()
+
+    def release_all(self):
+        for event in self.release:
+            event.set()
+
+    def release_in_order(self, n):
+        """Let writes 0..n-1 through one at a time (each answered before the next is applied),
+        then all later ones."""
+        for i in range(n):
+            self.release[i].set()
+            assert self.answered[i].wait(timeout=60)
+        self.release_all()
+
+
+def pipelined(store, held, bodies_, **kw):
+    """Submit each body in its own batch; return the futures once every one's manifest write
+    was sent (all in flight together), and the order in which the futures resolved."""
+    resolved: list[bytes] = []
+    writer = LogWriter(held, batch_bytes=1, **kw)
+    futures = []
+    for i, body in enumerate(bodies_):
+        future = writer.submit(body)
+        future.add_done_callback(lambda f, body=body: resolved.append(body))
+        futures.append(future)
+        assert held.sent[i].wait(timeout=60), f"manifest write {i} was not sent while {i - 1} was in flight"
+    return writer, futures, resolved
+
+
+def test_15_manifest_writes_are_pipelined_and_appends_acknowledged_in_offset_order(store):
+    """Three manifest writes are in flight at once, each conditioned on the ETag the one before
+    will produce; the later ones are answered first, yet nothing is acknowledged before the
+    appends ahead of it, and offsets follow submit order."""
+    LogWriter(store).append(b"r0")
+    held = HeldManifestWrites(store)
+    writer, futures, resolved = pipelined(store, held, [b"a", b"b", b"c"])
+    with writer:
+        assert held.conditions[1] != held.conditions[0]  # chained on the prediction, not a read
+        held.release[0].set()
+        assert held.answered[0].wait(timeout=60)
+        assert futures[0].result(timeout=60).start == 2
+        assert not futures[1].done() and not futures[2].done()
+        held.release_all()
+        writer.flush()
+    assert [(f.result().start, f.result().limit) for f in futures] == [(2, 3), (3, 4), (4, 5)]
+    assert resolved == [b"a", b"b", b"c"]
+    assert bodies(store) == [b"r0", b"a", b"b", b"c"]
+
+
+def test_16_a_chained_write_after_a_lost_race_falls_back_to_the_ordinary_commit(store):
+    """Another writer commits while our three writes are in flight: the first loses (412), so
+    the ones chained on it can never land; all three are committed again after a reload, in
+    order, after the other writer's record, each once."""
+    LogWriter(store).append(b"r0")
+    held = HeldManifestWrites(store)
+    writer, futures, resolved = pipelined(store, held, [b"a", b"b", b"c"])
+    with writer:
+        LogWriter(store).append(b"other")
+        held.release_in_order(3)
+        writer.flush()
+    assert [f.result().start for f in futures] == [3, 4, 5]
+    assert resolved == [b"a", b"b", b"c"]
+    assert bodies(store) == [b"r0", b"other", b"a", b"b", b"c"]
+
+
+@pytest.mark.parametrize("landed", [True, False])
+def test_17_an_ambiguous_write_in_the_chain_is_resolved_once(store, landed):
+    """The first of three pipelined writes times out, having written (landed) or not: either
+    the writes chained on it land and prove it landed, or they lose (412) and it is resolved by
+    the compare-and-swap's ambiguity rules. Either way each append is in the log once, and
+    acknowledged in order."""
+    LogWriter(store).append(b"r0")
+    held = HeldManifestWrites(store)
+    timeout = AmbiguousWrite(MANIFEST_KEY, "injected: the answer was lost")
+    (held.after if landed else held.before)[0] = timeout
+    writer, futures, resolved = pipelined(store, held, [b"a", b"b", b"c"])
+    with writer:
+        held.release_in_order(3)
+        writer.flush()
+    assert [f.result().start for f in futures] == [2, 3, 4]
+    assert resolved == [b"a", b"b", b"c"]
+    assert bodies(store) == [b"r0", b"a", b"b", b"c"]
+
+
+def test_18_a_write_that_lands_late_after_the_chain_broke_is_not_a_duplicate(store):
+    """The second of three pipelined writes is held by the store and applied late, after the
+    writer has seen the third lose: it lands (its condition still holds), and the resolution
+    finds it instead of appending its record a second time."""
+    LogWriter(store).append(b"r0")
+    late = LateLandingStore(store, keys=[MANIFEST_KEY], writes=[2], land="after_get")
+    held = HeldManifestWrites(late)
+    writer, futures, resolved = pipelined(store, held, [b"a", b"b", b"c"])
+    with writer:
+        held.release_in_order(3)
+        writer.flush()
+    assert late.counts["landed"] == 1, late.counts  # the scenario really happened
+    assert [f.result().start for f in futures] == [2, 3, 4]
+    assert resolved == [b"a", b"b", b"c"]
+    assert bodies(store) == [b"r0", b"a", b"b", b"c"]
+
+
+def test_19_a_refused_write_in_the_chain_fails_exactly_the_appends_it_carried(store):
+    LogWriter(store).append(b"r0")
+    held = HeldManifestWrites(store)
+    held.before[1] = AccessDenied("injected: the manifest write was refused")
+    writer, futures, resolved = pipelined(store, held, [b"a", [b"b1", b"b2"], b"c"])
+    with writer:
+        held.release_in_order(3)
+        writer.flush()
+        with pytest.raises(AccessDenied, match="injected"):
+            futures[1].result()
+        assert (futures[0].result().start, futures[2].result().start) == (2, 3)
+        assert writer.submit(b"d").result(timeout=60).start == 4  # the writer keeps serving
+    assert bodies(store) == [b"r0", b"a", b"c", b"d"]
+
+
+class NotMd5Etags(ForwardingStore):
+    """Claims MD5 ETags, but answers with others (as S3 does under SSE-KMS)."""
+
+    md5_etags = True
+
+    def get(self, key):
+        blob = self.inner.get(key)
+        return Blob(blob.data, "x" + blob.etag)
+
+    def put_if_match(self, key, data, etag):
+        return "x" + self.inner.put_if_match(key, data, etag[1:] if etag.startswith("x") else "not-ours")
+
+
+def test_20_etags_that_are_not_md5_end_pipelining_after_one_lost_write(store):
+    """The write chained on a wrong prediction loses (412) and is committed again; from then
+    on the writer sends a manifest write only once the one before was answered, conditioned
+    on the ETag the store answered, even when a batch lands while one is in flight."""
+    LogWriter(store).append(b"r0")
+    held = HeldManifestWrites(NotMd5Etags(store))
+    writer, futures, _ = pipelined(store, held, [b"a", b"b"])
+    with writer:
+        held.release_in_order(2)  # a lands; b, chained on a's predicted ETag, loses
+        assert held.sent[2].wait(timeout=60)  # b committed again: held.release[2] is set
+        assert [f.result(timeout=60).start for f in futures] == [2, 3]
+        held.release[3].clear()
+        held.release[4].clear()
+        c = writer.submit(b"c")
+        assert held.sent[3].wait(timeout=60)  # c's write is in flight, held
+        d = writer.submit(b"d")
+        held.wait_uploads(4)  # d's fragment landed while c's write was in flight
+        held.release[3].set()
+        held.release[4].set()
+        assert (c.result(timeout=60).start, d.result(timeout=60).start) == (4, 5)
+    assert bodies(store) == [b"r0", b"a", b"b", b"c", b"d"]
+    assert [i for i, c in enumerate(held.conditions) if not c.startswith("x")] == [1]

@@ -82,6 +82,16 @@ class CasResult(Generic[T]):
 
 
 @dataclass(frozen=True)
+class InFlight:
+    """A conditional write sent outside `CasObject.apply` whose outcome is not known: `data`
+    conditioned on `on` (an ETag; "" for absence). A writer that pipelines its manifest writes
+    (`wal3_spark.chain`) hands it back to `apply`, which resolves it by the ambiguity rules."""
+
+    data: bytes
+    on: str
+
+
+@dataclass(frozen=True)
 class CasPolicy:
     """How long to keep trying. Full-jitter backoff: a lost race is cheap (the loser only reads
     again), so it is retried quickly, and racing writers spread out."""
@@ -145,6 +155,17 @@ class CasObject(Generic[T]):
         self.known = True
         return self.last
 
+    def remember(self, version: Versioned[T]) -> None:
+        """`version` was written outside `apply` (a pipelined write whose answer came back):
+        condition the next update on it."""
+        self.last, self.known = version, True
+
+    def encode(self, value: T) -> bytes:
+        """The bytes `apply` would write for `value`: validated, then serialised."""
+        if self.validate is not None:
+            self.validate(value)
+        return self.serialise(value)
+
     def forget(self) -> None:
         """Read before the next update (another process is known to have written)."""
         self.known = False
@@ -155,6 +176,7 @@ class CasObject(Generic[T]):
         *,
         landed: Callable[[T | None], bool | None] | None = None,
         prepare: Callable[[T], T] | None = None,
+        in_flight: InFlight | None = None,
     ) -> CasResult[T]:
         """Read, decide, prepare, validate, write conditionally; see the module docstring.
 
@@ -165,15 +187,30 @@ class CasObject(Generic[T]):
         the intended change is in `value` (None: cannot tell, which ends with UNKNOWN); by
         default, whether the stored bytes are the bytes sent. Raises `gave_up` (nothing was
         written) when the attempts or the deadline run out with no write that may still land.
+
+        `in_flight`: a write of the same change sent earlier, outside this call, that may have
+        landed or may still land; it is treated as this call's own ambiguous write (looked for in
+        every version read, written again only on the version it was conditioned on).
         """
         policy = self.policy
         deadline = time.monotonic() + policy.deadline_s
         delays = policy.delays()
-        sent: list[bytes] = []
-        lost_on: str | None = _NO_LOST_WRITE  # the version a lost write may still land on
+        sent: list[bytes] = [in_flight.data] if in_flight is not None else []
+        #: the version a lost write may still land on
+        lost_on: str | None = in_flight.on if in_flight is not None else _NO_LOST_WRITE
         attempts = conflicts = failures = 0  # failures: rounds ended by a transient error
         error: BaseException | None = None  # the last transient error
-        current = self.last if self.known else self._read(deadline, delays, lost_on)
+        if self.known and in_flight is None:
+            current = self.last
+        else:
+            try:
+                current = self._read(deadline, delays, lost_on)
+            except _Unreadable as exc:
+                return CasResult(Outcome.UNKNOWN, self.last, 0, 0, exc.__cause__)
+            except Exception as exc:  # noqa: BLE001 (a broken object, unless a lost write may land)
+                if lost_on is _NO_LOST_WRITE:
+                    raise
+                return CasResult(Outcome.UNKNOWN, self.last, 0, 0, exc)
 
         def result(outcome: Outcome, cause: BaseException | None = None) -> CasResult[T]:
             return CasResult(outcome, current, attempts, conflicts, cause)

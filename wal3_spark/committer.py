@@ -28,7 +28,7 @@ from typing import Protocol
 
 import pyarrow as pa
 
-from wal3_spark.cas import CasObject, CasPolicy, CasResult, Outcome
+from wal3_spark.cas import CasObject, CasPolicy, CasResult, InFlight, Outcome, Versioned
 from wal3_spark.clock import Clock, micros
 from wal3_spark.errors import (
     AmbiguousWrite,
@@ -203,6 +203,8 @@ class Committer:
         app_id: str | None = None,
         version: int | None = None,
         create: bool = True,
+        in_flight: InFlight | None = None,
+        since: int | None = None,
     ) -> CommitResult:
         """Make `fragments` (already written, in this order) the next records of the log.
 
@@ -210,15 +212,22 @@ class Committer:
         `version` the commit is idempotent: it is skipped when that writer already committed
         `version` or later, and the version is recorded in the same manifest write. See the
         module docstring for what each outcome allows the caller to do with the fragments.
+
+        `in_flight` (with `since`, the offset it placed the fragments at): a manifest write of
+        these fragments sent by a pipelined writer (`wal3_spark.chain`) whose outcome is not
+        known; this commit resolves it by the compare-and-swap's ambiguity rules instead of
+        appending the fragments a second time.
         """
         if (app_id is None) != (version is None):
             raise ValueError("app_id and version go together")
+        if (in_flight is None) != (since is None):
+            raise ValueError("in_flight and since go together")
         paths = [f.path for f in fragments]
         if len(set(paths)) != len(paths):
             raise ValueError("a commit lists the same fragment twice")
         #: where the fragments were placed: first ("since", the lowest) and last ("start");
         #: "already": where a previous commit of these very fragments put them
-        placed: dict[str, int] = {}
+        placed: dict[str, int] = {} if since is None else {"since": since, "start": since}
         search_snapshots = _may_be_rolled(fragments, self.clock(), self.deadline_s)
 
         def decide(current: Manifest | None) -> Manifest | None:
@@ -237,11 +246,7 @@ class Committer:
                 txn = current.txns.get(app_id)
                 if txn is not None and txn.version >= version:
                     return None
-            if current.uses_seq_nos:
-                raise AppendsUnsupported(self.url)
-            _check_orphan_horizon(current, fragments, self.url)
-            new_schema = _target_schema(current, schema, merge_schema, self.url)
-            _check_item_hash(fragments, current.append_item_hash(new_schema is not None), self.url)
+            new_schema = self._check_append(current, fragments, schema, merge_schema)
             placed.setdefault("since", current.next_offset)
             placed["start"] = current.next_offset
             txn_entry = (app_id, Txn(version, micros(self.clock))) if app_id is not None else None
@@ -266,7 +271,7 @@ class Committer:
                 return None  # garbage collection moved past where they would be: cannot tell
             return False
 
-        result = self._manifest.apply(decide, landed=landed, prepare=self._roll_snapshots)
+        result = self._manifest.apply(decide, landed=landed, prepare=self._roll_snapshots, in_flight=in_flight)
         if result.outcome is Outcome.UNKNOWN:
             raise CommitOutcomeUnknown(_unknown_message(self.url, paths, app_id, version)) from result.cause
         assert result.current is not None
@@ -288,9 +293,54 @@ class Committer:
         records = sum(f.records for f in fragments)
         return CommitResult(start, start + records, result.current.value,
                             attempts=result.attempts, conflicts=result.conflicts,
-                            dirty=self._record_dirty(start + records))
+                            dirty=self.record_dirty(start + records))
 
-    def _record_dirty(self, tail: int) -> Future | None:
+    def _check_append(
+        self, current: Manifest, fragments: Sequence[NewFragment], schema: pa.Schema | None, merge_schema: bool
+    ) -> pa.Schema | None:
+        """What an append of `fragments` to `current` must satisfy; returns the log's schema
+        after it (None: raw)."""
+        if current.uses_seq_nos:
+            raise AppendsUnsupported(self.url)
+        _check_orphan_horizon(current, fragments, self.url)
+        new_schema = _target_schema(current, schema, merge_schema, self.url)
+        _check_item_hash(fragments, current.append_item_hash(new_schema is not None), self.url)
+        return new_schema
+
+    # -- pipelined commits (wal3_spark.chain) -------------------------------------------
+
+    def current(self) -> Versioned[Manifest] | None:
+        """The version the next commit starts from: the last one read or written, else a
+        fresh read (None: no log)."""
+        return self._manifest.last if self._manifest.known else self._manifest.load()
+
+    def appended(
+        self, current: Manifest, fragments: Sequence[NewFragment], *, schema: pa.Schema | None,
+        merge_schema: bool = False,
+    ) -> tuple[Manifest, bytes]:
+        """The manifest (and its bytes) that places `fragments` at `current.next_offset`,
+        checked as `commit` checks it, its snapshots written. A pipelined writer sends it
+        conditioned on `current`'s ETag, possibly before `current` itself is known to have
+        landed; `commit(in_flight=...)` resolves it when its answer is not a success."""
+        if current.sealed:
+            raise LogSealed(self.url)
+        new_schema = self._check_append(current, fragments, schema, merge_schema)
+        changed = new_schema is not None and new_schema != current.arrow_schema()
+        new = self._roll_snapshots(
+            current.with_fragments(fragments, self.writer, schema=new_schema if changed else None)
+        )
+        return new, self._manifest.encode(new)
+
+    def forget(self) -> None:
+        """Read the manifest before the next commit (what the store holds is not known)."""
+        self._manifest.forget()
+
+    def landed(self, version: Versioned[Manifest]) -> None:
+        """A manifest written outside `commit` (a pipelined write) landed: the next commit is
+        conditioned on it."""
+        self._manifest.remember(version)
+
+    def record_dirty(self, tail: int) -> Future | None:
         """Tell the dirty log, if any, that the log reached `tail`. After the commit, so a
         failure here must not escape: the records are in the log, and an error would invite a
         retry that appends them twice (readers' full scans find changes without a record)."""

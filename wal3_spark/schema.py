@@ -36,6 +36,11 @@ def is_raw_schema(schema: pa.Schema) -> bool:
     )
 
 
+def same_schema(a: pa.Schema | None, b: pa.Schema | None) -> bool:
+    """Whether appends of schemas `a` and `b` (None: raw records) can share a fragment."""
+    return (a is None and b is None) or (a is not None and b is not None and a.equals(b))
+
+
 def _loose(t: pa.DataType) -> pa.DataType:
     """The type with every nested field nullable, so that types compare without nullability."""
     if pa.types.is_struct(t):

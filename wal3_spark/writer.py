@@ -7,8 +7,9 @@ Two ways to append:
   Latency"): appends are cut into a batch every `batch_interval_s` (Chroma's default, 20 ms) or
   once `batch_bytes` wait; each batch becomes a fragment, uploaded while earlier batches are
   still uploading or committing; every batch that has landed is committed, in cut order, by one
-  manifest compare-and-swap. Under object-store latency an append then costs about one fragment
-  upload, the wait for the manifest write in flight, and one manifest write.
+  manifest write sent at once, conditioned on the manifest write still in flight where the
+  store's ETags are predictable (`wal3_spark.chain`). Under object-store latency an append then
+  costs about half a batch interval, one fragment upload and one manifest write.
 
 Both upload through `write_fragment` (as the Spark sink's tasks do): create-if-absent at a fresh
 UUIDv7 path, retried, and the `FragmentFile` it returns is all the committer needs and small
@@ -27,11 +28,14 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from wal3_spark.cas import InFlight
+from wal3_spark.chain import ManifestChain
 from wal3_spark.clock import micros
 from wal3_spark.committer import Committer, CommitResult, DirtyRecorder
 from wal3_spark.errors import (
     AmbiguousWrite,
     CommitFailed,
+    CommitOutcomeUnknown,
     LogNotFound,
     LogSealed,
     ObjectNotFound,
@@ -42,8 +46,8 @@ from wal3_spark.errors import (
 )
 from wal3_spark.format import FRAGMENT_PREFIX, SNAPSHOT_PREFIX, fragment_path
 from wal3_spark.fragment import EncodedFragment, FragmentBuilder
-from wal3_spark.manifest import SnapshotOptions
-from wal3_spark.schema import RAW_SCHEMA, conform, is_raw_schema
+from wal3_spark.manifest import NewFragment, SnapshotOptions
+from wal3_spark.schema import RAW_SCHEMA, conform, is_raw_schema, same_schema
 from wal3_spark.storage import open_store
 from wal3_spark.storage.base import ObjectStore
 from wal3_spark.storage.hedged import HedgedStore, HedgePolicy
@@ -185,9 +189,12 @@ class LogWriter:
     `submit` pipelines its work (seed 000, "Reduced Tail Latency"): a batcher thread cuts the
     waiting appends into a batch every `batch_interval_s` (or once `batch_bytes` wait), an upload
     pool writes each batch's fragment while earlier ones are still uploading or committing, and a
-    commit thread places every batch that has landed, in cut order, in one manifest
-    compare-and-swap. An append therefore waits for one fragment upload and about one and a half
-    manifest writes, not for the appends queued before it; and offsets follow submit order.
+    commit thread places every batch that has landed, in cut order, in one manifest write. Up to
+    `max_manifest_writes` of those are in flight at once, each conditioned on the one before
+    (`wal3_spark.chain`; one at a time where the store's ETags are not predictable). An append
+    therefore waits for one fragment upload and one manifest write, not for the appends queued
+    before it nor for the manifest write in flight when it landed; offsets follow submit order,
+    and appends are acknowledged in offset order.
     """
 
     def __init__(
@@ -201,6 +208,7 @@ class LogWriter:
         batch_bytes: int = 8 << 20,
         batch_interval_s: float = 0.02,
         max_uploads: int = 16,
+        max_manifest_writes: int = 8,
         hedge: bool | HedgePolicy = False,
         snapshot_options: SnapshotOptions | None = None,
         dirty_log: DirtyRecorder | None = None,
@@ -209,10 +217,12 @@ class LogWriter:
         commit there. Records are written in the background, batched with those of other
         writers sharing the `DirtyLog` (`CommitResult.dirty` is the record's future); `flush`
         and `close` wait until the records of everything committed are durable."""
-        if batch_interval_s < 0 or batch_bytes <= 0 or fragment_bytes <= 0 or max_uploads < 1:
+        if (batch_interval_s < 0 or batch_bytes <= 0 or fragment_bytes <= 0 or max_uploads < 1
+                or max_manifest_writes < 1):
             raise ValueError(
-                "LogWriter needs batch_interval_s >= 0, batch_bytes > 0, fragment_bytes > 0 and "
-                f"max_uploads >= 1; got {batch_interval_s}, {batch_bytes}, {fragment_bytes}, {max_uploads}"
+                "LogWriter needs batch_interval_s >= 0, batch_bytes > 0, fragment_bytes > 0, "
+                f"max_uploads >= 1 and max_manifest_writes >= 1; got {batch_interval_s}, "
+                f"{batch_bytes}, {fragment_bytes}, {max_uploads}, {max_manifest_writes}"
             )
         store = url if isinstance(url, ObjectStore) else open_store(url, options)
         self._hedged: HedgedStore | None = None
@@ -233,7 +243,8 @@ class LogWriter:
         self.batch_bytes = batch_bytes
         self.batch_interval_s = batch_interval_s
         self.max_uploads = max_uploads
-        self._commit_lock = threading.Lock()
+        self.max_manifest_writes = max_manifest_writes
+        self._commit_lock = threading.RLock()  # the commit thread holds it around the chain, which commits
         #: how appends of each schema are written, found once (the commit re-checks it)
         self._formats: dict[pa.Schema | None, _FragmentFormat] = {}
         self._schema_committer = Committer(self.store, writer=writer)
@@ -245,13 +256,15 @@ class LogWriter:
         self._pending_bytes = 0
         self._oldest = 0.0
         self._cut_now = False
-        self._batches: deque[_Batch] = deque()  # cut, not yet finished, in cut order
+        self._batches: deque[_Batch] = deque()  # cut, not yet taken by the commit thread, in cut order
+        self._committing: deque[_Batch] = deque()  # taken, not yet finished, in cut order
         self._next_seq = 0
         self._finished_through = -1
         self._closed = False
         self._batcher_done = False
         self._threads: list[threading.Thread] = []
         self._uploads: ThreadPoolExecutor | None = None
+        self._chain: ManifestChain[list[_Run]] | None = None
 
     @property
     def url(self) -> str:
@@ -265,7 +278,7 @@ class LogWriter:
         fmt = self._format(schema)
         if fmt.schema is not None:
             batches = [conform(b, fmt.schema) for b in batches]
-        return self._commit(fmt.write(self.store, batches, self.fragment_bytes), fmt)
+        return self._commit(fmt.write(self.store, batches, self.fragment_bytes), fmt.schema)
 
     def _format(self, schema: pa.Schema | None) -> _FragmentFormat:
         """How appends of `schema` are written; creates the log on first use. Asked of the store
@@ -280,10 +293,15 @@ class LogWriter:
                 self._formats[schema] = _FragmentFormat(target, item_hash)
             return self._formats[schema]
 
-    def _commit(self, files: list[FragmentFile], fmt: _FragmentFormat) -> CommitResult:
+    def _commit(
+        self, files: Sequence[NewFragment], schema: pa.Schema | None,
+        in_flight: InFlight | None = None, since: int | None = None,
+    ) -> CommitResult:
+        """Commit by the ordinary compare-and-swap (`in_flight`: resolve that pipelined write)."""
         try:
             with self._commit_lock:
-                return self.committer.commit(files, schema=fmt.schema, merge_schema=self.merge_schema)
+                return self.committer.commit(files, schema=schema, merge_schema=self.merge_schema,
+                                             in_flight=in_flight, since=since)
         except (SchemaMismatch, LogSealed, LogNotFound, CommitFailed):
             with self._schema_lock:
                 self._formats.clear()  # the log may have changed under us: ask again next time
@@ -332,6 +350,8 @@ class LogWriter:
             thread.join()
         if self._uploads is not None:
             self._uploads.shutdown()
+        if self._chain is not None:
+            self._chain.shutdown()
         if self._hedged is not None:
             self._hedged.shutdown()
 
@@ -343,6 +363,8 @@ class LogWriter:
 
     def _start(self) -> None:
         self._uploads = ThreadPoolExecutor(self.max_uploads, thread_name_prefix="wal3-upload")
+        self._chain = ManifestChain(self.committer, self._commit, depth=self.max_manifest_writes,
+                                    merge_schema=self.merge_schema, notify=self._answered)
         for target, name in ((self._batch_loop, "wal3-batcher"), (self._commit_loop, "wal3-committer")):
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()
@@ -395,48 +417,76 @@ class LogWriter:
             batch.uploaded = True
             self._progress.notify_all()
 
-    # -- stage 3: commit every landed batch, in cut order, with one CAS -----------------
+    # -- stage 3: commit every landed batch, in cut order, pipelining manifest writes ------
+
+    def _answered(self) -> None:
+        """A manifest write was answered (called from the chain's sending threads)."""
+        with self._progress:
+            self._progress.notify_all()
 
     def _commit_loop(self) -> None:
+        chain = self._chain
+        assert chain is not None
         while True:
             with self._progress:
-                while not (self._batches and self._batches[0].uploaded):
-                    if self._batcher_done and not self._batches:
+                while not (self._batches and self._batches[0].uploaded and chain.room()) and not chain.ready():
+                    if self._batcher_done and not self._batches and chain.empty():
                         return
                     self._progress.wait()
                 landed = []
-                while self._batches and self._batches[0].uploaded:
+                while chain.room() and self._batches and self._batches[0].uploaded:
                     landed.append(self._batches.popleft())
+            self._committing.extend(landed)
             try:
-                self._commit_landed([run for batch in landed for run in batch.runs])
+                with self._commit_lock:
+                    self._send(chain, [run for batch in landed for run in batch.runs])
+                    resolved = chain.settle()
             except BaseException as exc:  # a bug here must not leave waiters hanging forever
                 log.exception("%s: the commit thread failed", self.url)
-                for batch in landed:
+                unknown = CommitOutcomeUnknown(
+                    f"the commit thread of the LogWriter for {self.url} failed ({exc!r}): these "
+                    "appends may or may not be in the log; run `wal3 verify` on it")
+                unknown.__cause__ = exc
+                for batch in self._committing:
                     for run in batch.runs:
-                        _fail(run.appends, exc)
-            with self._progress:
-                self._finished_through = landed[-1].seq
-                self._progress.notify_all()
+                        _fail([a for a in run.appends if not a.future.done()], unknown)
+                with self._commit_lock:
+                    chain.abandon()
+                resolved = []
+            for outcome in resolved:
+                if outcome.error is not None:
+                    _fail([a for run in outcome.payload for a in run.appends], outcome.error)
+                    continue
+                start = outcome.start
+                assert start is not None
+                for run in outcome.payload:
+                    for append in run.appends:
+                        append.future.set_result(Appended(start, start + append.records))
+                        start += append.records
+            self._finish()
 
-    def _commit_landed(self, runs: list[_Run]) -> None:
-        """Commit runs that share a fragment schema together; a failure fails exactly the appends
-        whose fragments that commit carried (their fragments stay: GC collects what no manifest
-        references, and after an unknown outcome they may be data)."""
+    def _send(self, chain: ManifestChain[list[_Run]], runs: list[_Run]) -> None:
+        """Fail the runs whose upload failed (exactly their appends; their fragments stay: GC
+        collects what no manifest references) and send one manifest write per group of runs
+        that share a fragment schema."""
         for run in runs:
             if run.error is not None:
                 _fail(run.appends, run.error)
         for group in _groups([run for run in runs if run.error is None]):
-            files = [f for run in group for f in run.files]
-            try:
-                result = self._commit(files, group[0].format)
-            except BaseException as exc:
-                _fail([a for run in group for a in run.appends], exc)
-                continue
-            start = result.start
-            for run in group:
-                for append in run.appends:
-                    append.future.set_result(Appended(start, start + append.records))
-                    start += append.records
+            assert group[0].format is not None
+            chain.send(group, [f for run in group for f in run.files], group[0].format.schema)
+
+    def _finish(self) -> None:
+        """Report batches whose every append is resolved, in cut order (what `flush` waits for)."""
+        finished = None
+        while self._committing and all(
+            a.future.done() for run in reversed(self._committing[0].runs) for a in reversed(run.appends)
+        ):
+            finished = self._committing.popleft().seq
+        if finished is not None:
+            with self._progress:
+                self._finished_through = finished
+                self._progress.notify_all()
 
 
 def _to_append(data: Appendable) -> _Append:
@@ -465,7 +515,7 @@ def _runs(appends: list[_Append]) -> list[_Run]:
     """Appends of different schemas cannot share a fragment: split a batch where it changes."""
     runs: list[_Run] = []
     for append in appends:
-        if runs and _same_schema(runs[-1].schema, append.schema):
+        if runs and same_schema(runs[-1].schema, append.schema):
             runs[-1].appends.append(append)
         else:
             runs.append(_Run([append]))
@@ -489,7 +539,7 @@ def _fail(appends: list[_Append], exc: BaseException) -> None:
 
 
 def _same_format(a: _FragmentFormat | None, b: _FragmentFormat | None) -> bool:
-    return a is not None and b is not None and a.item_hash == b.item_hash and _same_schema(a.schema, b.schema)
+    return a is not None and b is not None and a.item_hash == b.item_hash and same_schema(a.schema, b.schema)
 
 
 def _same_schema(a: pa.Schema | None, b: pa.Schema | None) -> bool:

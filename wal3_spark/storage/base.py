@@ -64,6 +64,11 @@ class ObjectStore(abc.ABC):
     """An object store rooted at `url`. Instances are cheap to pickle: clients open lazily."""
 
     url: str
+    #: whether the ETag of a write is the MD5 of the bytes written (S3's single-part PUT without
+    #: SSE-KMS, SeaweedFS, the local and memory stores): a writer may then predict the ETag of
+    #: a write still in flight and condition its next write on it (`wal3_spark.chain`). A
+    #: wrong prediction only costs a 412; stores say True only where it holds.
+    md5_etags: bool = False
 
     @abc.abstractmethod
     def get(self, key: str) -> Blob:

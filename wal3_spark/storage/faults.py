@@ -103,6 +103,10 @@ class FaultyStore(ObjectStore):
         return f"FaultyStore({self.inner!r})"
 
     @property
+    def md5_etags(self) -> bool:  # type: ignore[override]
+        return self.inner.md5_etags
+
+    @property
     def counts(self) -> dict[str, int]:
         """Faults injected so far (by this copy of the store), by kind."""
         with self._lock:
@@ -283,6 +287,10 @@ class LateLandingStore(ObjectStore):
 
     def __repr__(self) -> str:
         return f"LateLandingStore({self.inner!r})"
+
+    @property
+    def md5_etags(self) -> bool:  # type: ignore[override]
+        return self.inner.md5_etags
 
     @property
     def counts(self) -> dict[str, int]:

@@ -15,6 +15,10 @@ class ForwardingStore(ObjectStore):
         self.inner = inner
         self.url = inner.url
 
+    @property
+    def md5_etags(self) -> bool:  # type: ignore[override]
+        return self.inner.md5_etags
+
     def get(self, key: str) -> Blob:
         return self.inner.get(key)
 

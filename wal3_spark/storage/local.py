@@ -124,6 +124,8 @@ class _ListedMeta(ObjectMeta):
 class LocalStore(ObjectStore):
     """Objects are files under `root`; keys map to relative paths."""
 
+    md5_etags = True
+
     def __init__(self, root: str) -> None:
         self.root = os.path.abspath(root)
         self.url = file_url(self.root)

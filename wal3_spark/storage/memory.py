@@ -36,6 +36,8 @@ def _namespace(name: str) -> _Namespace:
 class MemoryStore(ObjectStore):
     """Objects in a process-wide dict, guarded by one lock per namespace."""
 
+    md5_etags = True
+
     def __init__(self, name: str, prefix: str = "") -> None:
         self.name = name
         self.prefix = prefix.strip("/")

@@ -23,6 +23,10 @@ class PrefixedStore(ObjectStore):
         self.url = join_url(inner.url, self.directory)
         self._root = self.directory + "/"
 
+    @property
+    def md5_etags(self) -> bool:  # type: ignore[override]
+        return self.inner.md5_etags
+
     def _full(self, key: str) -> str:
         return self._root + check_key(key)
 

@@ -195,6 +195,9 @@ def _denied(exc: Exception, what: str) -> AccessDenied | None:
 class S3Store(ObjectStore):
     """Objects under `s3://bucket/prefix`; keys are relative to the prefix."""
 
+    #: every write is one single-part PUT and this client sets no server-side encryption
+    md5_etags = True
+
     # class attributes so tests can make retries fast on one instance
     retry_attempts = 6
     retry_base_s = 0.2

@@ -1,0 +1,262 @@
+"""Pipelined manifest writes: the next commit is sent before the one in flight is answered.
+
+Why: under object-store latency a commit thread that waits for each manifest write makes every
+batch that lands meanwhile wait up to one more round trip (docs/benchmarks.md: p99 ~ batch
+interval + two round trips + that wait). Where a store's ETag is the MD5 of the bytes written
+(`ObjectStore.md5_etags`), the ETag of a write in flight is known before its answer: the next
+manifest is built on the one in flight and sent conditioned on that predicted ETag. The store
+applies the links in order when they arrive in order; each costs one round trip, and they
+overlap.
+
+Why it is safe (docs/design.md section 20):
+- a link lands only on the exact bytes of its predecessor (If-Match on their MD5). Manifests
+  never return to earlier bytes, and the predecessor names fragment paths only this writer
+  made, so those bytes exist only if the predecessor landed: **a link that succeeded proves
+  every link before it landed**, at the offsets this chain placed them at;
+- appends are acknowledged in link order, and only once a link at or after theirs succeeded;
+- a link answered with 412 (or a transient error known not to have been sent) never landed and
+  never will (its condition is gone or never held): its fragments are committed again by the
+  ordinary compare-and-swap, which reloads the manifest; consecutive ones together, in order;
+- a link answered ambiguously (timeout, 5xx) may have landed or may land later: its outcome is
+  resolved by `wal3_spark.cas`'s ambiguity rules (`Committer.commit(in_flight=...)`), looking
+  for its fragment paths, and written again only on the version it was conditioned on;
+- a link refused outright (e.g. access denied) was not written: its appends fail with that error;
+- links are resolved one at a time, in order, after every answer of the chain is in, so a late
+  success is never mistaken for a failure.
+
+A mispredicted ETag (a store that does not hash as it claims) costs one 412 and ends chaining
+for this writer. Never more than one request per link is sent: manifest writes are never hedged.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+import pyarrow as pa
+
+from wal3_spark.cas import InFlight, Versioned
+from wal3_spark.committer import Committer, CommitResult
+from wal3_spark.errors import AmbiguousWrite, PreconditionFailed, TransientError
+from wal3_spark.format import MANIFEST_KEY
+from wal3_spark.manifest import Manifest, NewFragment
+from wal3_spark.schema import same_schema
+from wal3_spark.storage.common import md5_etag
+
+log = logging.getLogger(__name__)
+
+P = TypeVar("P")
+
+#: commits `files` (in `schema`) by the ordinary compare-and-swap; with an in-flight write (and
+#: the offset it placed them at) resolves that write instead of appending them a second time
+CommitFn = Callable[[Sequence[NewFragment], pa.Schema | None, InFlight | None, int | None], CommitResult]
+
+
+@dataclass
+class _Link(Generic[P]):
+    """One manifest write of the chain: `files` placed at `start` in `value` (bytes `data`),
+    sent conditioned on `on`; `payload` is the caller's (what to acknowledge)."""
+
+    payload: P
+    files: list[NewFragment]
+    schema: pa.Schema | None
+    start: int
+    value: Manifest
+    data: bytes
+    on: str
+    predicted: str
+    answer: Future
+
+
+@dataclass(frozen=True)
+class Resolved(Generic[P]):
+    """A payload's outcome: its first offset, or the error that failed it."""
+
+    payload: P
+    start: int | None
+    error: BaseException | None = None
+
+
+class ManifestChain(Generic[P]):
+    """Up to `depth` manifest writes in flight, each conditioned on the one before; see the
+    module docstring. Used by one thread (a writer's commit thread); `notify` is called from
+    the sending threads whenever an answer arrives, so that thread can wake up."""
+
+    def __init__(
+        self,
+        committer: Committer,
+        commit: CommitFn,
+        *,
+        depth: int,
+        merge_schema: bool,
+        notify: Callable[[], None],
+    ) -> None:
+        self.committer = committer
+        self.store = committer.store
+        self._commit = commit
+        self._merge_schema = merge_schema
+        self._notify = notify
+        self._depth = depth if self.store.md5_etags else 1
+        self._links: deque[_Link[P]] = deque()
+        self._resolved: list[Resolved[P]] = []
+        self._pool = ThreadPoolExecutor(max(1, depth), thread_name_prefix="wal3-manifest")
+
+    def room(self) -> bool:
+        return len(self._links) < self._depth
+
+    def empty(self) -> bool:
+        return not self._links
+
+    def ready(self) -> bool:
+        """Whether `settle` has something to do: the oldest link was answered, or a later one
+        succeeded (which proves the ones before it landed)."""
+        return bool(self._links) and (self._links[0].answer.done() or any(
+            link.answer.done() and link.answer.exception() is None for link in self._links))
+
+    def send(self, payload: P, files: list[NewFragment], schema: pa.Schema | None) -> None:
+        """Place `files` after everything sent so far and send the manifest write. When the
+        append cannot be decided on the version it would be conditioned on (a refusal such as a
+        schema mismatch, a sealed log, a failed read or snapshot write), the chain is drained
+        first and the ordinary commit decides on the store's version: it raises for real, or
+        succeeds where the version known here was stale."""
+        try:
+            if not files:
+                raise _Ordinary()
+            base = self._tip()
+            if base is None:
+                raise _Ordinary()
+            value, data = self.committer.appended(base.value, files, schema=schema, merge_schema=self._merge_schema)
+        except Exception as exc:  # noqa: BLE001 (the ordinary commit below raises it again, if real)
+            if not isinstance(exc, _Ordinary):
+                log.debug("%s: deciding a pipelined commit failed (%s); committing in order", self.store.url, exc)
+            self._drain()
+            self._resolve_in_order([(payload, files, schema, None)])
+            return
+        answer = self._pool.submit(self.store.put_if_match, MANIFEST_KEY, data, base.etag)
+        self._links.append(_Link(payload, files, schema, base.value.next_offset, value, data,
+                                 base.etag, md5_etag(data), answer))
+        answer.add_done_callback(lambda _: self._notify())
+
+    def settle(self) -> list[Resolved[P]]:
+        """Outcomes now known, in the order the payloads were sent. Blocks only when a link
+        failed: then every answer of the chain is awaited and the rest resolved one by one."""
+        self._acknowledge_landed()
+        if self._links and self._links[0].answer.done():  # the head did not succeed
+            self._drain()
+        resolved, self._resolved = self._resolved, []
+        return resolved
+
+    def abandon(self) -> list[P]:
+        """The payloads of links not yet resolved (after a bug in the caller: their outcome is
+        unknown); the chain starts afresh."""
+        payloads = [link.payload for link in self._links]
+        self._links.clear()
+        self._resolved.clear()
+        self.committer.forget()
+        return payloads
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=True)
+
+    # ---------------------------------------------------------------------------- plumbing
+
+    def _tip(self) -> Versioned[Manifest] | None:
+        """The version the next link is conditioned on: the last link sent (its predicted
+        ETag), else the version the committer knows."""
+        if self._links:
+            last = self._links[-1]
+            return Versioned(last.value, last.predicted, last.data)
+        return self.committer.current()
+
+    def _acknowledge_landed(self) -> None:
+        """Resolve every link up to the last one that succeeded: it proves they all landed.
+        A success behind a link known not to have landed proves nothing (it cannot happen
+        while manifests never repeat their bytes); `_resolve_in_order` looks for it instead."""
+        last = None
+        for i, link in enumerate(self._links):
+            if not link.answer.done():
+                continue
+            error = link.answer.exception()
+            if error is None:
+                last = i
+            elif not isinstance(error, AmbiguousWrite):
+                break
+        if last is None:
+            return
+        for _ in range(last + 1):
+            link = self._links.popleft()
+            self._resolved.append(Resolved(link.payload, link.start))
+        etag = link.answer.result()
+        if etag != link.predicted and self._depth > 1:
+            log.warning("%s: the store's ETag for a manifest write is not the MD5 of its bytes "
+                        "(%s, expected %s): pipelined manifest writes are off for this writer",
+                        self.store.url, etag, link.predicted)
+            self._depth = 1
+        self.committer.landed(Versioned(link.value, etag, link.data))
+        self.committer.record_dirty(link.value.next_offset)
+
+    def _drain(self) -> None:
+        """Wait for every answer, acknowledge what a success proves, resolve the rest in order."""
+        wait([link.answer for link in self._links])
+        self._acknowledge_landed()
+        rest = list(self._links)
+        self._links.clear()
+        # The committer now conditions on the last link that landed: right after a reordering
+        # (the usual 412), one PUT; after another writer's commit, a 412 and a reload.
+        self._resolve_in_order([(link.payload, link.files, link.schema, link) for link in rest])
+
+    def _resolve_in_order(self, items: list[tuple[P, list[NewFragment], pa.Schema | None, _Link[P] | None]]) -> None:
+        """Commit (or resolve) each item in order. Items known never to have landed (no link,
+        a 412, a write known not to have been sent) are committed together while they share a
+        schema: one round trip for a run of 412s after a slow link."""
+        fresh: list[tuple[P, list[NewFragment]]] = []
+        fresh_schema: pa.Schema | None = None
+
+        def commit_fresh() -> None:
+            if not fresh:
+                return
+            files = [f for _, fs in fresh for f in fs]
+            try:
+                start = self._commit(files, fresh_schema, None, None).start
+            except Exception as exc:  # noqa: BLE001 (fails exactly these payloads)
+                self._resolved.extend(Resolved(p, None, exc) for p, _ in fresh)
+            else:
+                for payload, fs in fresh:
+                    self._resolved.append(Resolved(payload, start))
+                    start += sum(f.records for f in fs)
+            fresh.clear()
+
+        for payload, files, schema, link in items:
+            error = None if link is None else link.answer.exception()
+            never_landed = link is None or isinstance(error, (PreconditionFailed, TransientError))
+            if never_landed:
+                if fresh and not same_schema(fresh_schema, schema):
+                    commit_fresh()
+                fresh.append((payload, files))
+                fresh_schema = schema
+                continue
+            commit_fresh()
+            assert link is not None
+            if error is not None and not isinstance(error, AmbiguousWrite):  # refused: not written
+                self._resolved.append(Resolved(payload, None, error))
+                continue
+            # Ambiguous (or a success no earlier success proved): find it, or write it again
+            # only on the version it was conditioned on.
+            log.warning("%s: a pipelined manifest write's outcome is unknown (%s); resolving it",
+                        self.store.url, error or "answered after a write known not to have landed")
+            try:
+                start = self._commit(files, schema, InFlight(link.data, link.on), link.start).start
+            except Exception as exc:  # noqa: BLE001 (fails exactly this payload)
+                self._resolved.append(Resolved(payload, None, exc))
+            else:
+                self._resolved.append(Resolved(payload, start))
+        commit_fresh()
+
+
+class _Ordinary(Exception):
+    """This append goes through the ordinary commit (nothing to pipeline)."""
+
