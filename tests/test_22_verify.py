@@ -141,3 +141,26 @@ def test_08_verify_racing_gc_starts_over_instead_of_reporting_collected_objects(
     assert racing.fired
     assert report.ok and report.problems == [], report.problems
     assert report.oldest_offset == 41 and report.records == 120
+
+
+def test_09_a_fragment_in_a_snapshot_and_again_at_the_tail_is_found_and_named(log_store):
+    """What a re-commit of rolled fragments once published (issue 7, review): the manifest alone
+    is well-formed, the setsum balances, so only the walk through the snapshots sees it."""
+    from types import SimpleNamespace
+
+    from wal3_spark.manifest import Manifest
+
+    blob = log_store.get(MANIFEST_KEY)
+    manifest = Manifest.from_bytes(blob.data)
+    rolled = LogReader(log_store).plan()[0].ref
+    assert rolled.path not in {f.path for f in manifest.fragments}  # it is in a snapshot
+    copy = SimpleNamespace(path=rolled.path, uuid=rolled.seq_no, records=rolled.records,
+                           num_bytes=rolled.num_bytes, setsum=rolled.setsum,
+                           item_hash=manifest.append_item_hash(not manifest.is_raw))
+    twice = manifest.with_fragments([copy], "w")
+    twice.scrub()  # not checkable without reading the snapshots
+    log_store.put_if_match(MANIFEST_KEY, twice.to_bytes(), blob.etag)
+    report = verify(log_store)
+    assert not report.ok
+    assert any(p.kind == "invariant" and f"fragment {rolled.path} is referenced twice" in p.detail
+               for p in report.problems), report.problems

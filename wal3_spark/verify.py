@@ -14,6 +14,7 @@ current manifest when that happens, a few times, before reporting them as `colle
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -180,8 +181,13 @@ def _check_order(report: VerifyReport, refs: list[FragmentRef], manifest: Manife
                 Problem("invariant", MANIFEST_KEY, f"fragments are not contiguous: {lhs.path} ends at "
                         f"{lhs.limit}, {rhs.path} starts at {rhs.start}")
             )
-    if len({r.path for r in refs}) != len(refs):
-        report.problems.append(Problem("invariant", MANIFEST_KEY, "a fragment is referenced twice"))
+    counts = Counter(r.path for r in refs)
+    for path in sorted(p for p, n in counts.items() if n > 1):
+        where = ", ".join(f"[{r.start}, {r.limit})" for r in refs if r.path == path)
+        report.problems.append(Problem(
+            "invariant", MANIFEST_KEY,
+            f"fragment {path} is referenced twice (at {where}: its records are in the log twice)",
+        ))
     total = Setsum.sum(r.setsum for r in refs) + manifest.collected
     if total != manifest.setsum:
         report.problems.append(
