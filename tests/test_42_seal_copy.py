@@ -142,3 +142,18 @@ def test_06_copy_refuses_a_chroma_fragment_placed_where_its_offsets_do_not_start
         copy_log(src, dst)
     assert path in str(info.value) and "wal3 verify" in str(info.value)
     assert not dst.exists(MANIFEST_KEY)
+
+
+def test_07_a_copy_whose_manifest_write_lands_late_is_created_once(tmp_path):
+    """The destination manifest goes through the compare-and-swap primitive: its create times
+    out and lands right after the copy's next read of it (which still shows no log), and the
+    copy finds its own write instead of failing or writing blindly (issue 7, review)."""
+    from wal3_spark.storage import LateLandingStore
+
+    src = open_store(str(tmp_path / "src"))
+    LogWriter(src).append([b"x", b"y"])
+    dst = open_store(str(tmp_path / "dst"))
+    late = LateLandingStore(dst, keys=[MANIFEST_KEY], writes=[1], methods=("put_if_absent",))
+    report = copy_log(src, late)
+    assert late.counts["landed"] == 1, late.counts
+    assert report.verified and LogReader(dst).read_table().column("body").to_pylist() == [b"x", b"y"]

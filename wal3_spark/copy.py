@@ -27,10 +27,12 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from wal3_spark.committer import roll_snapshots
+from wal3_spark.cas import Outcome
+from wal3_spark.committer import manifest_object, roll_snapshots
 from wal3_spark.cursors import CursorStore
 from wal3_spark.errors import (
     AmbiguousWrite,
+    CommitOutcomeUnknown,
     CopyError,
     CorruptLog,
     DataLost,
@@ -160,14 +162,18 @@ def copy_log(
         txns=dict(manifest.txns),
     )
     new = roll_snapshots(destination, new, snapshot_options or SnapshotOptions(), COPY_WRITER)
-    new.scrub()
-    try:
-        destination.put_if_absent(MANIFEST_KEY, new.to_bytes())
-    except PreconditionFailed:
-        raise CopyError(f"{destination.url}: another process created a log there meanwhile") from None
-    except AmbiguousWrite:
-        if destination.get(MANIFEST_KEY).data != new.to_bytes():
-            raise CopyError(f"{destination.url}: the manifest write failed; retry into a new location") from None
+    # Created through the compare-and-swap primitive: create-if-absent, and a write whose
+    # outcome is ambiguous (it may land late) is looked for until it is known to have landed
+    # or can no longer land; never a blind put.
+    created = manifest_object(destination).apply(lambda current: new if current is None else None)
+    if created.outcome is Outcome.UNKNOWN:
+        raise CommitOutcomeUnknown(
+            f"{destination.url}: could not establish whether the copy's manifest was written (the "
+            f"store kept failing until the deadline); run `wal3 verify {destination.url}`: a "
+            "verified log there is the copy, else copy again into a new location"
+        ) from created.cause
+    if created.outcome is Outcome.NOTHING_TO_DO:
+        raise CopyError(f"{destination.url}: another process created a log there meanwhile")
 
     if copy_cursors:
         src_cursors, dst_cursors = CursorStore(source), CursorStore(destination, writer=COPY_WRITER)
