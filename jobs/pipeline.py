@@ -25,6 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common  # noqa: E402
+from wal3_spark.cli import positive_arg  # noqa: E402 (after the path set-up)
 
 
 def main(argv=None) -> int:
@@ -44,7 +45,7 @@ def main(argv=None) -> int:
     p.add_argument("--with-column", action="append", metavar="NAME=EXPR", help="derived column; repeatable")
     p.add_argument("--keep-source-offsets", action="store_true",
                    help="keep the source's _offset/_timestamp as src_offset/src_timestamp")
-    p.add_argument("--max-records-per-trigger", type=int, default=100_000)
+    p.add_argument("--max-records-per-trigger", type=positive_arg, default=100_000)
     p.add_argument("--available-now", action="store_true", help="drain the source, then stop")
     p.add_argument("--option", action="append", metavar="KEY=VALUE", help="store option (both logs)")
     args = p.parse_args(argv)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common  # noqa: E402
+from wal3_spark.cli import positive_arg  # noqa: E402 (after the path set-up)
 
 
 def main(argv=None) -> int:
@@ -36,7 +37,7 @@ def main(argv=None) -> int:
     p.add_argument("--checkpoint", help="checkpoint directory (default: a temp dir for console)")
     p.add_argument("--starting-offsets", default="latest", help="earliest | latest | an offset")
     p.add_argument("--cursor", help="wal3 cursor to move as batches commit")
-    p.add_argument("--max-records-per-trigger", type=int)
+    p.add_argument("--max-records-per-trigger", type=positive_arg)
     p.add_argument("--available-now", action="store_true", help="read what is there, then stop")
     p.add_argument("--option", action="append", metavar="KEY=VALUE", help="store option; repeatable")
     args = p.parse_args(argv)

@@ -260,7 +260,7 @@ def test_08_every_argument_is_checked_and_a_bad_one_named_with_its_range(url, tm
     for share in ("5", "-1", "nan", "1.01", "most"):
         usage_error("gc", url, "--max-drop-share", share, match="within [0, 1]")
     for offset_args in (("gc", url, "--keep-from"), ("cat", url, "--from"), ("cat", url, "--to"),
-                        ("copy", url, str(tmp_path / "c"), "--from")):
+                        ("copy", url, str(tmp_path / "c"), "--from"), ("cursor", "set", url, "c")):
         for bad in ("-1", "0", "1.5", "x"):
             usage_error(*offset_args, bad, match="integer >= 1")
     usage_error("tail", url, "-n", "-1", match="integer >= 0")
@@ -281,6 +281,16 @@ def test_08_every_argument_is_checked_and_a_bad_one_named_with_its_range(url, tm
     assert ok("cat", url, "--from", "6") == ""
     # and through the real entry point
     fails("gc", url, "--grace", "-5", code=2, match="'-5' is not a duration")
+    fails("cursor", "set", url, "c", "-3", code=2, match="'-3' is not an offset")
+    # the jobs' counts too, before any Spark session starts
+    jobs = Path(__file__).resolve().parent.parent / "jobs"
+    for job, option in (("verify.py", "--partitions"), ("tail.py", "--max-records-per-trigger"),
+                        ("pipeline.py", "--max-records-per-trigger"), ("quickstart.py", "--rows"),
+                        ("quickstart.py", "--partitions")):
+        proc = subprocess.run([sys.executable, str(jobs / job), option, "0"], capture_output=True,
+                              text=True, timeout=120)
+        assert proc.returncode == 2 and "integer >= 1" in proc.stderr, (job, proc.stderr)
+        assert "Traceback" not in proc.stderr, (job, proc.stderr)
 
 
 def test_09_storage_errors_are_reported_as_what_they_are(url, monkeypatch):

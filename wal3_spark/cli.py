@@ -116,6 +116,11 @@ def count_arg(text: str) -> int:
     return _bounded(text, int, 0, math.inf, "a count: give an integer >= 0")
 
 
+def positive_arg(text: str) -> int:
+    """A number of things there must be at least one of (partitions, records per batch)."""
+    return _bounded(text, int, 1, math.inf, "a positive count: give an integer >= 1")
+
+
 def seconds_arg(text: str) -> float:
     """A duration in seconds: a finite number >= 0 (`nan`, `inf` and negatives are refused)."""
     return _bounded(text, float, 0, math.inf, "a duration: give a number of seconds >= 0, e.g. 3600")
@@ -589,7 +594,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=["list", "get", "set", "delete"])
     p.add_argument("url", type=url_arg)
     p.add_argument("name", nargs="?")
-    p.add_argument("offset", nargs="?", type=int)
+    p.add_argument("offset", nargs="?", type=offset_arg)
     p.add_argument("--force", action="store_true",
                    help="allow moving a cursor backwards, below the oldest offset, or over a broken cursor")
     p.add_argument("--json", action="store_true", help="list: machine-readable output")
