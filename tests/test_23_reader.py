@@ -4,12 +4,19 @@ logs written by Chroma's S3 backend (absolute `offset` column, sequence-numbered
 from __future__ import annotations
 
 import itertools
+import pickle
 from collections import Counter
 
 import pyarrow as pa
 import pytest
 
-from tests.support.fakes import HookedStore, chroma_fragment, snapshotted_log, write_chroma_s3_log
+from tests.support.fakes import (
+    CountingStore,
+    HookedStore,
+    chroma_fragment,
+    snapshotted_log,
+    write_chroma_s3_log,
+)
 from wal3_spark.cursors import CursorStore
 from wal3_spark.errors import CorruptLog, DataLost, Wal3Error
 from wal3_spark.format import FRAGMENT_PREFIX, MANIFEST_KEY, SNAPSHOT_PREFIX
@@ -192,3 +199,32 @@ def test_09_a_read_accepting_data_loss_skips_what_gc_took_after_it_planned(caplo
     lenient = LogReader(store).read(1, manifest=manifest, fail_on_data_loss=False)
     assert pa.Table.from_batches(list(lenient)).column("_offset").to_pylist() == list(range(11, 31))
     assert "offsets [1, 6) were garbage-collected while being read" in caplog.text
+
+
+def test_10_a_reader_owns_its_snapshot_cache_and_shares_one_it_is_given(long_log):
+    """Snapshots are cached by the reader that loaded them (no process-wide cache): a second
+    reader loads them again, unless it is given the first one's cache (as a stream's driver
+    gives every micro-batch's reader its own)."""
+    counting = CountingStore(long_log)
+    first = LogReader(counting)
+    assert len(list(first.plan())) > 0
+    snapshot_gets = counting.counts[("get", SNAPSHOT_PREFIX.rstrip("/"))]
+    assert snapshot_gets > 0
+    list(first.plan())
+    assert counting.counts[("get", SNAPSHOT_PREFIX.rstrip("/"))] == snapshot_gets
+    list(LogReader(counting, snapshots=first.snapshots).plan())
+    assert counting.counts[("get", SNAPSHOT_PREFIX.rstrip("/"))] == snapshot_gets
+    list(LogReader(counting).plan())
+    assert counting.counts[("get", SNAPSHOT_PREFIX.rstrip("/"))] == 2 * snapshot_gets
+
+
+def test_11_a_reader_reuses_the_fragment_pointers_it_parsed_and_its_caches_pickle_empty(long_log):
+    reader = LogReader(long_log)
+    before, after = reader.manifest(), reader.manifest()
+    assert all(a is b for a, b in zip(before.fragments, after.fragments))
+    assert not any(a is b for a, b in zip(before.fragments, LogReader(long_log).manifest().fragments))
+    list(reader.plan())
+    copy = pickle.loads(pickle.dumps(reader))
+    assert copy.store.url == long_log.url
+    assert copy.snapshots.limit == reader.snapshots.limit and not copy.snapshots._snapshots
+    assert not copy.known_refs._refs

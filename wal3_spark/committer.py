@@ -19,6 +19,7 @@ Outcomes of `commit` (docs/design.md section 3):
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -44,7 +45,7 @@ from wal3_spark.errors import (
     SchemaMismatch,
     TransientError,
 )
-from wal3_spark.format import MANIFEST_KEY
+from wal3_spark.format import MANIFEST_KEY, KnownRefs
 from wal3_spark.manifest import Manifest, NewFragment, Snapshot, SnapshotOptions, Txn
 from wal3_spark.reader import iter_fragments
 from wal3_spark.schema import reconcile
@@ -85,11 +86,12 @@ class DirtyRecorder(Protocol):
 
 
 def manifest_object(store: ObjectStore, policy: CasPolicy | None = None) -> CasObject[Manifest]:
-    """The manifest under compare-and-swap: every value written is scrubbed first."""
+    """The manifest under compare-and-swap: every value written is scrubbed first. Each
+    re-read after a lost race reuses the fragment pointers this object parsed before."""
     return CasObject(
         store,
         MANIFEST_KEY,
-        parse=Manifest.from_bytes,
+        parse=functools.partial(Manifest.from_bytes, known=KnownRefs()),
         serialise=Manifest.to_bytes,
         validate=Manifest.scrub,
         policy=policy,

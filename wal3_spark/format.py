@@ -160,23 +160,11 @@ class FragmentRef:
         return json_text(self.to_dict())
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], obj: str) -> FragmentRef:
-        """Parse one pointer, reusing the identical one parsed before if there is one.
-
-        Re-reading a manifest (every lost commit race) parses thousands of pointers that this
-        process has already seen; reusing them also reuses their serialised text.
-        """
-        known = _known_refs.get(data.get("path")) if isinstance(data, dict) else None
-        if known is not None and known.to_dict() == data:
-            return known
-        ref = cls._parse(data, obj)
-        if len(_known_refs) >= _KNOWN_REFS_LIMIT:
-            _known_refs.clear()
-        _known_refs[ref.path] = ref
-        return ref
-
-    @classmethod
-    def _parse(cls, data: dict[str, Any], obj: str) -> FragmentRef:
+    def from_dict(cls, data: dict[str, Any], obj: str, known: KnownRefs | None = None) -> FragmentRef:
+        """Parse one pointer; with `known`, reuse the identical one parsed before if there is
+        one (and remember this one)."""
+        if known is not None:
+            return known.parse(data, obj)
         seq_no = require_field(data, "seq_no", obj, (int, str))
         return cls(
             path=require_field(data, "path", obj, str),
@@ -188,9 +176,32 @@ class FragmentRef:
         )
 
 
-#: pointers parsed in this process, by path (immutable values, so sharing them is safe)
-_known_refs: dict[str, FragmentRef] = {}
-_KNOWN_REFS_LIMIT = 1 << 17
+class KnownRefs:
+    """Fragment pointers already parsed, by path, for whoever re-reads one log's manifest.
+
+    Re-reading a manifest (the committer on every lost commit race, a stream on every trigger)
+    parses thousands of pointers seen before; reusing them also reuses their serialised text
+    (`json_text`). Pointers are immutable values, so sharing them is safe. Owned by its reader
+    or committer, not the process: each decides how long what it parsed is worth keeping.
+    """
+
+    def __init__(self, limit: int = 1 << 17) -> None:
+        self.limit = limit
+        self._refs: dict[str, FragmentRef] = {}
+
+    def __reduce__(self) -> tuple:  # travels empty (to Spark executors): a cache, not state
+        return KnownRefs, (self.limit,)
+
+    def parse(self, data: dict[str, Any], obj: str) -> FragmentRef:
+        """`FragmentRef.from_dict(data, obj)`, or the identical pointer parsed before."""
+        known = self._refs.get(data.get("path")) if isinstance(data, dict) else None
+        if known is not None and known.to_dict() == data:
+            return known
+        ref = FragmentRef.from_dict(data, obj)
+        if len(self._refs) >= self.limit:
+            self._refs.clear()
+        self._refs[ref.path] = ref
+        return ref
 
 
 @dataclass(frozen=True)

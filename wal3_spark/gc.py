@@ -42,7 +42,7 @@ from wal3_spark.errors import CommitOutcomeUnknown, GarbageStale, GCRefused, Inv
 from wal3_spark.format import FRAGMENT_PREFIX, GARBAGE_KEY, SnapshotPointer, parse_fragment_uuid
 from wal3_spark.garbage import Garbage, apply_garbage, compute_garbage, garbage_applied
 from wal3_spark.manifest import Manifest
-from wal3_spark.reader import iter_fragments, load_snapshot
+from wal3_spark.reader import SnapshotCache, iter_fragments, load_snapshot
 from wal3_spark.storage import open_store
 from wal3_spark.storage.base import ObjectMeta, ObjectStore
 from wal3_spark.uuid7 import uuid7_timestamp_us
@@ -107,14 +107,17 @@ def load_garbage(store: ObjectStore) -> tuple[Garbage, str | None]:
     return Garbage.from_bytes(blob.data), blob.etag
 
 
-def referenced(store: ObjectStore, manifest: Manifest) -> _Referenced:
-    """Every fragment and snapshot path the manifest's tree references."""
+def referenced(
+    store: ObjectStore, manifest: Manifest, cache: SnapshotCache | None = None
+) -> _Referenced:
+    """Every fragment and snapshot path the manifest's tree references (snapshots loaded
+    through `cache` when given)."""
     fragments = {f.path for f in manifest.fragments}
     snapshots: set[str] = set()
 
     def walk(pointer: SnapshotPointer) -> None:
         snapshots.add(pointer.path_to_snapshot)
-        snapshot = load_snapshot(store, pointer)
+        snapshot = load_snapshot(store, pointer, cache)
         for child in snapshot.snapshots:
             walk(child)
         fragments.update(f.path for f in snapshot.fragments)
@@ -182,6 +185,8 @@ class GarbageCollector:
         self.committer = Committer(store, writer=writer)
         self.cursors = CursorStore(store, writer=writer)
         self.garbage = garbage_object(store)
+        #: every step walks the same snapshot tree (compute, count, the orphan sweep)
+        self.snapshots = SnapshotCache()
 
     @property
     def url(self) -> str:
@@ -277,7 +282,7 @@ class GarbageCollector:
         manifest = self.committer.manifest()
         cutoff = report.cutoff
         assert cutoff is not None
-        load = lambda p: load_snapshot(self.store, p)  # noqa: E731
+        load = lambda p: load_snapshot(self.store, p, self.snapshots)  # noqa: E731
         garbage = compute_garbage(manifest, cutoff, load)
         if garbage is None:
             return False
@@ -318,7 +323,8 @@ class GarbageCollector:
 
     def _count_dropped_fragments(self, manifest: Manifest, garbage: Garbage) -> int:
         return sum(
-            1 for f in iter_fragments(self.store, manifest, 0, garbage.first_to_keep)
+            1 for f in iter_fragments(self.store, manifest, 0, garbage.first_to_keep,
+                                      cache=self.snapshots)
             if f.limit <= garbage.first_to_keep
         )
 
@@ -343,7 +349,7 @@ class GarbageCollector:
     # -- phase 3 ------------------------------------------------------------------------
 
     def _deletable(self, garbage: Garbage) -> list[str]:
-        refs = referenced(self.store, self.committer.manifest())
+        refs = referenced(self.store, self.committer.manifest(), self.snapshots)
         paths = [p for p in garbage.snapshot_paths() if p not in refs.snapshots]
         paths += [p for p in garbage.fragment_paths() if p not in refs.fragments]
         return paths
@@ -352,7 +358,7 @@ class GarbageCollector:
         manifest = self.committer.manifest()
         if not garbage_applied(manifest, garbage):
             raise GCRefused(f"{self.url}: refusing to delete garbage the manifest still holds")
-        refs = referenced(self.store, manifest)
+        refs = referenced(self.store, manifest, self.snapshots)
         candidates = garbage.snapshot_paths() + garbage.fragment_paths()
         unsafe = [p for p in candidates if p in refs.snapshots or p in refs.fragments]
         # A rebuilt snapshot made by this garbage can share a path with nothing it drops, but
@@ -404,7 +410,7 @@ class GarbageCollector:
         only after its delete step, so garbage applied before `manifest` was read is either
         still in `gc/GARBAGE` now, or was deleted by a delete step once its grace had passed.
         """
-        refs = referenced(self.store, manifest)
+        refs = referenced(self.store, manifest, self.snapshots)
         loaded = self.garbage.load()
         pending = () if loaded is None else loaded.value.fragment_paths_to_drop
         return refs.fragments | frozenset(pending)

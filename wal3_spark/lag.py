@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from wal3_spark.clock import micros
 from wal3_spark.cursors import CursorState
 from wal3_spark.manifest import Manifest, Snapshot
-from wal3_spark.reader import load_snapshot
+from wal3_spark.reader import SnapshotCache, load_snapshot
 from wal3_spark.storage.base import ObjectStore
 
 
@@ -40,26 +40,31 @@ class CursorLag:
         return asdict(self)
 
 
-def bytes_from(store: ObjectStore, node: Manifest | Snapshot, offset: int) -> int:
+def bytes_from(
+    store: ObjectStore, node: Manifest | Snapshot, offset: int, cache: SnapshotCache | None = None
+) -> int:
     """Bytes of the fragments under `node` holding offsets >= `offset`; only the snapshots
-    that straddle `offset` are read."""
+    that straddle `offset` are read (through `cache` when given)."""
     total = 0
     for pointer in node.snapshots:
         if pointer.start >= offset:
             total += pointer.num_bytes
         elif pointer.limit > offset:
-            total += bytes_from(store, load_snapshot(store, pointer), offset)
+            total += bytes_from(store, load_snapshot(store, pointer, cache), offset, cache)
     return total + sum(f.num_bytes for f in node.fragments if f.limit > offset)
 
 
-def cursor_lag(store: ObjectStore, manifest: Manifest, state: CursorState, at_us: int) -> CursorLag:
+def cursor_lag(
+    store: ObjectStore, manifest: Manifest, state: CursorState, at_us: int,
+    cache: SnapshotCache | None = None,
+) -> CursorLag:
     """`state`'s lag behind `manifest`'s tail, measured at `at_us`."""
     offset = state.cursor.offset
     return CursorLag(
         name=state.name,
         offset=offset,
         records_behind=max(0, manifest.next_offset - offset),
-        bytes_behind=bytes_from(store, manifest, offset),
+        bytes_behind=bytes_from(store, manifest, offset, cache),
         moved_epoch_us=state.cursor.epoch_us,
         moved_ago_s=max(0, at_us - state.cursor.epoch_us) / 1e6,
     )
@@ -71,4 +76,5 @@ def cursor_lags(
     """Every cursor's lag against one manifest (so they compare), in name order, measured at
     `at_us` (default: now)."""
     at = micros() if at_us is None else at_us
-    return [cursor_lag(store, manifest, s, at) for s in sorted(states, key=lambda s: s.name)]
+    cache = SnapshotCache()  # cursors close together straddle the same snapshots
+    return [cursor_lag(store, manifest, s, at, cache) for s in sorted(states, key=lambda s: s.name)]

@@ -21,6 +21,7 @@ from wal3_spark.format import (
     FIRST_OFFSET,
     MANIFEST_KEY,
     FragmentRef,
+    KnownRefs,
     SnapshotPointer,
     dumps,
     json_text,
@@ -289,7 +290,10 @@ class Manifest:
         )
 
     @classmethod
-    def from_bytes(cls, data: bytes, obj: str = MANIFEST_KEY) -> Manifest:
+    def from_bytes(
+        cls, data: bytes, obj: str = MANIFEST_KEY, known: KnownRefs | None = None
+    ) -> Manifest:
+        """Parse a manifest; `known` reuses the fragment pointers its owner parsed before."""
         doc = loads(data, obj)
         collected = doc.get("collected") if isinstance(doc, dict) else None
         initial = doc.get("initial_offset") if isinstance(doc, dict) else None
@@ -315,7 +319,7 @@ class Manifest:
                 SnapshotPointer.from_dict(s, obj) for s in require_field(doc, "snapshots", obj, list)
             ),
             fragments=tuple(
-                FragmentRef.from_dict(f, obj) for f in require_field(doc, "fragments", obj, list)
+                FragmentRef.from_dict(f, obj, known) for f in require_field(doc, "fragments", obj, list)
             ),
             initial_offset=parse_offset(initial, obj, "initial_offset") if initial is not None else None,
             initial_seq_no=doc.get("initial_seq_no"),

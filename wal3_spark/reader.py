@@ -1,8 +1,9 @@
 """Reading a log (FORMAT.md section 7): the tail in one GET, plans that load only the snapshots
 covering the range asked for, and records as Arrow batches with `_offset` and `_timestamp`.
 
-Snapshots are immutable and content-addressed, so they are cached by (store, path, setsum) for
-the life of the process; only the manifest is ever re-read.
+Snapshots are immutable and content-addressed, so a reader caches them (`SnapshotCache`, owned by
+its `LogReader` or given to share, as Chroma's wal3 injects its snapshot cache); only the
+manifest is ever re-read, its fragment pointers reused from the reader's `KnownRefs`.
 
 A reader may lose a race with garbage collection: it read a manifest, GC then dropped (and,
 after its grace interval, deleted) the oldest fragments and snapshots, and the reader finds
@@ -26,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from wal3_spark.errors import CorruptLog, DataLost, InvalidOption, LogNotFound, ObjectNotFound
-from wal3_spark.format import FIRST_OFFSET, MANIFEST_KEY, FragmentRef, SnapshotPointer
+from wal3_spark.format import FIRST_OFFSET, MANIFEST_KEY, FragmentRef, KnownRefs, SnapshotPointer
 from wal3_spark.fragment import DecodedFragment, decode_fragment, recompute_setsum
 from wal3_spark.manifest import Manifest, Snapshot
 from wal3_spark.scan import LogScan, timestamp_us
@@ -43,19 +44,46 @@ TIMESTAMP_FIELD = pa.field(TIMESTAMP_COLUMN, pa.timestamp("us", tz="UTC"), nulla
 MISSING_FRAGMENT = "every referenced fragment exists"
 MISSING_SNAPSHOT = "every referenced snapshot exists"
 
-_CACHE_LIMIT = 4096
-_cache: OrderedDict[tuple[str, str, str], Snapshot] = OrderedDict()
-_cache_lock = threading.Lock()
+class SnapshotCache:
+    """Snapshots loaded and checked, by (store URL, path, setsum): immutable and content-
+    addressed, so an entry is never stale. Thread-safe; the least recently used go first once
+    it holds `limit`."""
 
+    def __init__(self, limit: int = 4096) -> None:
+        self.limit = limit
+        self._snapshots: OrderedDict[tuple[str, str, str], Snapshot] = OrderedDict()
+        self._lock = threading.Lock()
 
-def load_snapshot(store: ObjectStore, pointer: SnapshotPointer) -> Snapshot:
-    """The snapshot a pointer names, checked against the pointer (setsum, range, depth)."""
-    key = (store.url, pointer.path_to_snapshot, pointer.setsum.hexdigest())
-    with _cache_lock:
-        cached = _cache.get(key)
-        if cached is not None:
-            _cache.move_to_end(key)
+    def __reduce__(self) -> tuple:  # travels empty (to Spark executors): a cache, not state
+        return SnapshotCache, (self.limit,)
+
+    @staticmethod
+    def _key(store: ObjectStore, pointer: SnapshotPointer) -> tuple[str, str, str]:
+        return store.url, pointer.path_to_snapshot, pointer.setsum.hexdigest()
+
+    def get(self, store: ObjectStore, pointer: SnapshotPointer) -> Snapshot | None:
+        key = self._key(store, pointer)
+        with self._lock:
+            cached = self._snapshots.get(key)
+            if cached is not None:
+                self._snapshots.move_to_end(key)
             return cached
+
+    def put(self, store: ObjectStore, pointer: SnapshotPointer, snapshot: Snapshot) -> None:
+        with self._lock:
+            self._snapshots[self._key(store, pointer)] = snapshot
+            while len(self._snapshots) > self.limit:
+                self._snapshots.popitem(last=False)
+
+
+def load_snapshot(
+    store: ObjectStore, pointer: SnapshotPointer, cache: SnapshotCache | None = None
+) -> Snapshot:
+    """The snapshot a pointer names, checked against the pointer (setsum, range, depth); from
+    `cache` when it holds it, and kept there."""
+    cached = cache.get(store, pointer) if cache is not None else None
+    if cached is not None:
+        return cached
     try:
         data = store.get(pointer.path_to_snapshot).data
     except ObjectNotFound:
@@ -68,21 +96,21 @@ def load_snapshot(store: ObjectStore, pointer: SnapshotPointer) -> Snapshot:
             pointer.path_to_snapshot,
             f"does not match the pointer to it (pointer {pointer}, snapshot {snapshot.pointer()})",
         )
-    with _cache_lock:
-        _cache[key] = snapshot
-        while len(_cache) > _CACHE_LIMIT:
-            _cache.popitem(last=False)
+    if cache is not None:
+        cache.put(store, pointer, snapshot)
     return snapshot
 
 
 def _fragments_within(
-    store: ObjectStore, node: Manifest | Snapshot, start: int, limit: int | None
+    store: ObjectStore, node: Manifest | Snapshot, start: int, limit: int | None,
+    cache: SnapshotCache | None,
 ) -> Iterator[FragmentRef]:
     """A manifest or snapshot's fragments overlapping [start, limit), loading only the
     snapshots that overlap too (both node kinds hold `snapshots` then `fragments`)."""
     for pointer in node.snapshots:
         if _overlaps(pointer.start, pointer.limit, start, limit):
-            yield from _fragments_within(store, load_snapshot(store, pointer), start, limit)
+            snapshot = load_snapshot(store, pointer, cache)
+            yield from _fragments_within(store, snapshot, start, limit, cache)
     for frag in node.fragments:
         if _overlaps(frag.start, frag.limit, start, limit):
             yield frag
@@ -93,9 +121,11 @@ def _overlaps(a_start: int, a_limit: int, start: int, limit: int | None) -> bool
 
 
 def iter_fragments(
-    store: ObjectStore, manifest: Manifest, start: int = 0, limit: int | None = None
+    store: ObjectStore, manifest: Manifest, start: int = 0, limit: int | None = None,
+    cache: SnapshotCache | None = None,
 ) -> Iterator[FragmentRef]:
-    """Fragments overlapping [start, limit), in offset order, loading only the snapshots needed.
+    """Fragments overlapping [start, limit), in offset order, loading only the snapshots needed
+    (through `cache` when given: a caller walking the same log again passes its reader's).
 
     A snapshot GC removed after `manifest` was read sends the walk on in the current manifest
     (up to the same limit: the caller's view of the tail), or raises DataLost when offsets
@@ -105,7 +135,7 @@ def iter_fragments(
     position = max(start, manifest.oldest_offset)
     while True:
         try:
-            for ref in _fragments_within(store, manifest, position, limit):
+            for ref in _fragments_within(store, manifest, position, limit, cache):
                 position = max(position, ref.limit)
                 yield ref
             return
@@ -150,10 +180,21 @@ class ReadRange:
 
 
 class LogReader:
-    """Reads one log. Cheap and picklable: it holds only the store."""
+    """Reads one log. Cheap to create, and picklable (its caches travel empty).
 
-    def __init__(self, store: ObjectStore) -> None:
+    It owns the snapshots it loaded (`snapshots`) and the fragment pointers it parsed
+    (`known_refs`) unless given them: a caller that creates readers of one log again and again
+    passes the same ones, so nothing already loaded is loaded twice.
+    """
+
+    def __init__(
+        self, store: ObjectStore, *, snapshots: SnapshotCache | None = None,
+        known_refs: KnownRefs | None = None,
+    ) -> None:
         self.store = store
+        self.snapshots = snapshots if snapshots is not None else SnapshotCache()
+        self.known_refs = known_refs if known_refs is not None else KnownRefs()
+
 
     @property
     def url(self) -> str:
@@ -161,7 +202,7 @@ class LogReader:
 
     def manifest(self) -> Manifest:
         try:
-            return Manifest.from_bytes(self.store.get(MANIFEST_KEY).data)
+            return Manifest.from_bytes(self.store.get(MANIFEST_KEY).data, known=self.known_refs)
         except ObjectNotFound:
             raise LogNotFound(self.url) from None
 
@@ -206,7 +247,7 @@ class LogReader:
         """The fragment ranges of [start, limit), loading snapshots only as the walk needs them."""
         if start >= limit:
             return
-        for ref in iter_fragments(self.store, manifest, start, limit):
+        for ref in iter_fragments(self.store, manifest, start, limit, cache=self.snapshots):
             yield ReadRange(ref, max(ref.start, start), min(ref.limit, limit))
 
     def read(
@@ -299,7 +340,7 @@ class LogReader:
         """The first offset whose record was written at or after `timestamp_us` (the tail if
         none was), as Kafka's `startingTimestamp` does."""
         manifest = manifest or self.manifest()
-        for ref in iter_fragments(self.store, manifest, manifest.oldest_offset):
+        for ref in iter_fragments(self.store, manifest, manifest.oldest_offset, cache=self.snapshots):
             if fragment_timestamp_us(self.store, ref) >= timestamp_us:
                 return ref.start
         return manifest.next_offset

@@ -41,7 +41,7 @@ from wal3_spark.dirty import DirtyPosition, changes_since
 from wal3_spark.errors import DataLost, LogNotFound
 from wal3_spark.format import FIRST_OFFSET
 from wal3_spark.manifest import Manifest
-from wal3_spark.reader import LogReader, iter_fragments
+from wal3_spark.reader import LogReader, SnapshotCache, iter_fragments
 from wal3_spark.spark.fair_share import Chunk, Rotation, admit
 from wal3_spark.spark.logset_reader import (
     LogSetPartition,
@@ -75,6 +75,8 @@ class LogSetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.rotation = Rotation()
         self.starting_logs = dict(options.starting_logs)
         self.log_set = options.log_set()
+        #: snapshots the driver loaded, of every log (keyed by each log's URL)
+        self._snapshots = SnapshotCache()
         #: where this reader is in the prefix's dirty log (None: the next look is a full scan)
         self.position: DirtyPosition | None = None
         #: the highest tail known of each log (from the dirty log, full scans, manifests)
@@ -121,12 +123,15 @@ class LogSetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 self.manifests.pop(name, None)
         return {n: self.manifests[n] for n in names if n in self.manifests}
 
+    def _log_reader(self, name: str) -> LogReader:
+        return LogReader(self.log_set.log_store(name), snapshots=self._snapshots)
+
     def _start(self, name: str, manifest: Manifest, otherwise: tuple[str, int]) -> int:
         """Where log `name` starts: the offset startingOffsets names for it, else `otherwise`
         (startingOffsets for the logs there at the start, newLogOffsets for logs found later)."""
         offset = self.starting_logs.get(name)
         position = otherwise if offset is None else ("offset", offset)
-        return resolve(LogReader(self.log_set.log_store(name)), manifest, position,
+        return resolve(self._log_reader(name), manifest, position,
                        default=manifest.oldest_offset)
 
     def _starts(self, names: Iterable[str], otherwise: tuple[str, int]) -> dict[str, int]:
@@ -222,7 +227,8 @@ class LogSetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             log.warning(message, *args)
 
     def _chunks(self, name: str, begin: int, end: int) -> Iterator[Chunk]:
-        for ref in iter_fragments(self.log_set.log_store(name), self.manifests[name], begin, end):
+        for ref in iter_fragments(self.log_set.log_store(name), self.manifests[name], begin, end,
+                                  cache=self._snapshots):
             yield Chunk(max(ref.start, begin), min(ref.limit, end), ref.num_bytes)
 
     def partitions(self, start: dict, end: dict) -> list[LogSetPartition]:
@@ -235,7 +241,7 @@ class LogSetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for name, (begin, finish) in wanted.items():
             if name not in manifests:
                 raise LogNotFound(self.log_set.log_url(name))
-            ranges = LogReader(self.log_set.log_store(name)).plan(
+            ranges = self._log_reader(name).plan(
                 begin, finish, manifest=manifests[name],
                 fail_on_data_loss=self.options.fail_on_data_loss)
             if ranges:

@@ -32,7 +32,8 @@ from pyspark.sql.types import StructType
 
 from wal3_spark.cursors import CursorStore
 from wal3_spark.errors import DataLost
-from wal3_spark.reader import LogReader, ReadRange, iter_fragments
+from wal3_spark.format import KnownRefs
+from wal3_spark.reader import LogReader, ReadRange, SnapshotCache, iter_fragments
 from wal3_spark.spark.fair_share import Limits
 from wal3_spark.spark.options import Wal3Options
 from wal3_spark.spark.planning import Wal3Partition, partitions_of, resolve
@@ -130,6 +131,9 @@ class Wal3StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.available_now_limit: int | None = None
         self.delay = TriggerDelay(options, clock)
         self._store: ObjectStore | None = None
+        #: what the driver loaded and parsed in earlier micro-batches (each re-reads the manifest)
+        self._snapshots = SnapshotCache()
+        self._known_refs = KnownRefs()
 
     @property
     def store(self) -> ObjectStore:
@@ -138,7 +142,7 @@ class Wal3StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._store
 
     def _reader(self) -> LogReader:
-        return LogReader(self.store)
+        return LogReader(self.store, snapshots=self._snapshots, known_refs=self._known_refs)
 
     # -- driver ---------------------------------------------------------------------------
 
@@ -183,7 +187,7 @@ class Wal3StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if max_bytes is None and max_fragments is None:
             return {"offset": tail if max_records is None else min(tail, begin + max_records)}
         def ranges() -> Iterator[ReadRange]:
-            for ref in iter_fragments(self.store, manifest, begin, tail):
+            for ref in iter_fragments(self.store, manifest, begin, tail, cache=self._snapshots):
                 yield ReadRange(ref, max(ref.start, begin), min(ref.limit, tail))
 
         end = admit(ranges(), begin, tail, max_records=max_records, max_bytes=max_bytes,
