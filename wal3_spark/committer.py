@@ -438,8 +438,6 @@ def _committed_at(store: ObjectStore, manifest: Manifest, paths: Sequence[str], 
         return None
     wanted = set(paths)
     if deep:
-        from wal3_spark.reader import iter_fragments
-
         refs = iter_fragments(store, manifest, manifest.oldest_offset)
     else:
         refs = iter(manifest.fragments)
