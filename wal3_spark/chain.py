@@ -114,8 +114,7 @@ class ManifestChain(Generic[P]):
     def ready(self) -> bool:
         """Whether `settle` has something to do: the oldest link was answered, or a later one
         succeeded (which proves the ones before it landed)."""
-        return bool(self._links) and (self._links[0].answer.done() or any(
-            link.answer.done() and link.answer.exception() is None for link in self._links))
+        return bool(self._links) and (self._links[0].answer.done() or any(map(_succeeded, self._links)))
 
     def send(self, payload: P, files: list[NewFragment], schema: pa.Schema | None) -> None:
         """Place `files` after everything sent so far and send the manifest write. When the
@@ -142,11 +141,14 @@ class ManifestChain(Generic[P]):
         answer.add_done_callback(lambda _: self._notify())
 
     def settle(self) -> list[Resolved[P]]:
-        """Outcomes now known, in the order the payloads were sent. Blocks only when a link
-        failed: then every answer of the chain is awaited and the rest resolved one by one."""
+        """Outcomes now known, in the order the payloads were sent. Blocks only when the oldest
+        link failed, to commit what it and the links after it carried by the ordinary path."""
         self._acknowledge_landed()
         if self._links and self._links[0].answer.done():  # the head did not succeed
-            self._drain()
+            if isinstance(self._links[0].answer.exception(), AmbiguousWrite):
+                self._drain()
+            else:
+                self._break_at_head()
         resolved, self._resolved = self._resolved, []
         return resolved
 
@@ -178,12 +180,9 @@ class ManifestChain(Generic[P]):
         while manifests never repeat their bytes); `_resolve_in_order` looks for it instead."""
         last = None
         for i, link in enumerate(self._links):
-            if not link.answer.done():
-                continue
-            error = link.answer.exception()
-            if error is None:
+            if _succeeded(link):
                 last = i
-            elif not isinstance(error, AmbiguousWrite):
+            elif link.answer.done() and not isinstance(link.answer.exception(), AmbiguousWrite):
                 break
         if last is None:
             return
@@ -198,6 +197,15 @@ class ManifestChain(Generic[P]):
             self._depth = 1
         self.committer.landed(Versioned(link.value, etag, link.data))
         self.committer.record_dirty(link.value.next_offset)
+
+    def _break_at_head(self) -> None:
+        """The head never landed and never will (412, not sent, or refused), so no link chained
+        on its bytes can land either, whatever it answers: resolve them all now, without
+        waiting for their answers (one that claims success is looked for all the same)."""
+        head, *rest = self._links
+        self._links.clear()
+        self._resolve_in_order([(head.payload, head.files, head.schema, head)] + [
+            (link.payload, link.files, link.schema, link if _succeeded(link) else None) for link in rest])
 
     def _drain(self) -> None:
         """Wait for every answer, acknowledge what a success proves, resolve the rest in order."""
@@ -255,6 +263,10 @@ class ManifestChain(Generic[P]):
             else:
                 self._resolved.append(Resolved(payload, start))
         commit_fresh()
+
+
+def _succeeded(link: _Link) -> bool:
+    return link.answer.done() and link.answer.exception() is None
 
 
 class _Ordinary(Exception):
