@@ -341,3 +341,44 @@ def test_11_a_rebuilt_snapshot_whose_path_holds_other_offsets_is_not_trusted(sto
     assert report.first_to_keep == 4 and Committer_manifest(store).oldest_offset == 4
     assert offsets_and_bodies(store, 4) == [(o, body(o - 1)) for o in range(4, 8)]
     assert verify(store).ok
+
+
+def test_12_snapshots_left_by_lost_commit_attempts_go_after_the_orphan_grace(store):
+    """A commit attempt that lost its race (or whose write never landed) leaves the snapshot it
+    rolled; nothing references it, so the orphan sweep deletes it once it is older than the
+    orphan grace, and never a snapshot the log references, however old (issue 7, review)."""
+    from wal3_spark.committer import write_snapshot
+
+    writer = fill(store, appends=6, per=2, snapshot_options=SnapshotOptions(2, 2))
+    referenced_snapshots = keys(store, SNAPSHOT_PREFIX)
+    assert referenced_snapshots
+    loose = LogReader(store).manifest().fragments
+    lost = Snapshot.of_fragments(list(loose), "a commit attempt that lost its race")
+    assert write_snapshot(store, lost) and lost.path not in referenced_snapshots
+    t0 = time.time()
+    young = GarbageCollector(store, clock=lambda: t0).run()
+    assert young.orphans_deleted == [] and lost.path in keys(store, SNAPSHOT_PREFIX)
+    old = GarbageCollector(store, clock=lambda: t0 + 7200).run()
+    assert old.orphans_deleted == [lost.path] and old.orphan_horizon_us is not None
+    assert keys(store, SNAPSHOT_PREFIX) == referenced_snapshots
+    writer.append([b"after"])
+    assert verify(store).ok and len(offsets_and_bodies(store, 1)) == 13
+
+
+def test_13_a_commit_never_reuses_a_snapshot_written_before_the_orphan_horizon(store):
+    """The race the horizon closes for snapshots: a commit rolls exactly the snapshot a lost
+    attempt left, which a sweep is deleting. Once the manifest carries a horizon past that
+    object, the commit rolls another snapshot (another path) instead of trusting it."""
+    from wal3_spark.committer import Committer, roll_snapshots, write_snapshot
+
+    options = SnapshotOptions(2, 2)
+    fill(store, appends=3, per=1)
+    manifest = LogReader(store).manifest()
+    snapshot = manifest.generate_snapshot(options, "w")
+    assert snapshot is not None and write_snapshot(store, snapshot)  # the lost attempt's
+    assert roll_snapshots(store, manifest, options, "w").snapshots[0].path_to_snapshot == snapshot.path
+    horizon_us = int(store.head(snapshot.path).last_modified * 1e6) + 1
+    raised = Committer(store).update(lambda m: m.with_orphan_horizon(horizon_us, "gc"))
+    rolled = roll_snapshots(store, raised, options, "w")
+    assert rolled.snapshots and snapshot.path not in {p.path_to_snapshot for p in rolled.snapshots}
+    rolled.scrub()

@@ -499,7 +499,7 @@ def cmd_gc(args, out) -> int:
     if report.deleted:
         out.write(f"{prefix}delete{'d' if not args.dry_run else ''} {len(report.deleted)} objects\n")
     if report.orphans_deleted:
-        out.write(f"{prefix}delete{'d' if not args.dry_run else ''} {len(report.orphans_deleted)} orphan fragments\n")
+        out.write(f"{prefix}delete{'d' if not args.dry_run else ''} {len(report.orphans_deleted)} orphans (unreferenced fragments and snapshots)\n")
     for note in report.notes:
         out.write(f"note: {note}\n")
     out.write(f"log now holds offsets [{report.oldest_offset}, {report.next_offset})\n")

@@ -480,9 +480,14 @@ def _locate(store: ObjectStore, manifest: Manifest, paths: set[str], since: int)
     return None
 
 
-def write_snapshot(store: ObjectStore, snapshot: Snapshot) -> bool:
+def write_snapshot(store: ObjectStore, snapshot: Snapshot, *, horizon_us: int | None = None) -> bool:
     """Create the snapshot at its path (`snapshot/SNAPSHOT.<setsum>`); True when the path holds
     it now: written here, or found there already with the same children at the same offsets.
+
+    With `horizon_us` (the orphan horizon of the manifest the snapshot is for), a snapshot found
+    there that was written before the horizon is not trusted either (False): a commit attempt
+    that lost its race left it unreferenced, and garbage collection may be deleting it as an
+    orphan (docs/design.md section 14).
 
     False when the path holds a *different* snapshot with the same setsum: the same fragments
     rolled at other offsets by a commit attempt that lost its race (a fragment's setsum does not
@@ -501,9 +506,14 @@ def write_snapshot(store: ObjectStore, snapshot: Snapshot) -> bool:
             pass
         try:
             existing = store.get(snapshot.path).data
+            if not (existing == data or _holds(existing, snapshot)):
+                return False
+            if horizon_us is None or store.head(snapshot.path).last_modified * 1e6 >= horizon_us:
+                return True
         except ObjectNotFound:
             raise TransientError(f"{snapshot.path} was not written: writing it again") from None
-        return existing == data or _holds(existing, snapshot)
+        log.info("%s was written before the orphan horizon: rolling a different one", snapshot.path)
+        return False
 
     return retry(attempt, what=f"write {snapshot.path}")
 
@@ -526,10 +536,11 @@ def _holds(data: bytes, snapshot: Snapshot) -> bool:
 def roll_snapshots(store: ObjectStore, manifest: Manifest, options: SnapshotOptions, writer: str) -> Manifest:
     """Write the snapshots `manifest` needs before it is published (FORMAT.md section 5), and
     return it with them rolled in. When a snapshot's path already holds a different snapshot,
-    a variant with one child fewer is tried (another setsum, another path), down to none."""
+    a variant with one child fewer is tried (another setsum, another path), down to none; so it
+    is when the path holds a snapshot older than the manifest's orphan horizon."""
     fewer = 0
     while (snapshot := manifest.generate_snapshot(options, writer, fewer=fewer)) is not None:
-        if write_snapshot(store, snapshot):
+        if write_snapshot(store, snapshot, horizon_us=manifest.orphan_horizon_us):
             manifest, fewer = manifest.apply_snapshot(snapshot), 0
         else:
             fewer += 1

@@ -13,14 +13,16 @@ FORMAT.md section 8 and seed 001 ("Garbage Collection Dance"); one run does what
    manifest are done), the dropped snapshots and fragments are deleted and `gc/GARBAGE` is reset
    to empty.
 
-Every run also deletes orphans: UUID fragments the manifest does not reference that are older
-than the orphan grace interval (failed or aborted appends), which is never shorter than
-`MIN_ORPHAN_GRACE_S` whatever `grace_s` says. A fragment the pending garbage drops is never an
-orphan: it is unreferenced from the apply on, but readers of older manifests may read it until
-the delete step (docs/design.md section 14). Before deleting any, GC raises the manifest's
+Every run also deletes orphans: UUID fragments and snapshots the manifest does not reference
+that are older than the orphan grace interval (failed or aborted appends, snapshots rolled by
+commit attempts that lost their race or never landed), which is never shorter than
+`MIN_ORPHAN_GRACE_S` whatever `grace_s` says. What the pending garbage lists is never an orphan:
+what it drops is unreferenced from the apply on, but readers of older manifests may read it
+until the delete step (docs/design.md section 14). Before deleting any, GC raises the manifest's
 orphan horizon past them by compare-and-swap, and committers refuse to reference fragments older
-than the horizon of the manifest they compare-and-swap against: so a fragment GC deletes is
-either referenced by no commit, or its commit fails cleanly (docs/design.md section 14).
+than the horizon of the manifest they compare-and-swap against, and roll another snapshot than
+one written before it: so an object GC deletes is either referenced by no commit, or its commit
+fails cleanly or does without it (docs/design.md section 14).
 
 Each step is idempotent and recognisable from storage, so a run that crashes after any step is
 finished by the next one. Nothing the current manifest references is ever deleted.
@@ -39,7 +41,7 @@ from wal3_spark.clock import Clock
 from wal3_spark.committer import Committer, write_snapshot
 from wal3_spark.cursors import CursorStore
 from wal3_spark.errors import CommitOutcomeUnknown, GarbageStale, GCRefused, InvalidOption, ObjectNotFound
-from wal3_spark.format import FRAGMENT_PREFIX, GARBAGE_KEY, SnapshotPointer, parse_fragment_uuid
+from wal3_spark.format import FRAGMENT_PREFIX, GARBAGE_KEY, SNAPSHOT_PREFIX, SnapshotPointer, parse_fragment_uuid
 from wal3_spark.garbage import Garbage, apply_garbage, compute_garbage, garbage_applied
 from wal3_spark.manifest import Manifest
 from wal3_spark.reader import SnapshotCache, iter_fragments, load_snapshot
@@ -290,9 +292,11 @@ class GarbageCollector:
         if dry_run:
             report.pending = garbage.summary()
             return False
-        if not all(write_snapshot(self.store, s) for s in garbage.snapshots_to_make):
-            # A rebuilt snapshot's path holds another snapshot with its setsum: keep the
-            # straddling snapshot whole instead (collecting less is always safe).
+        horizon = manifest.orphan_horizon_us
+        if not all(write_snapshot(self.store, s, horizon_us=horizon) for s in garbage.snapshots_to_make):
+            # A rebuilt snapshot's path holds another snapshot with its setsum (or an orphan
+            # older than the horizon, which a sweep may be deleting): keep the straddling
+            # snapshot whole instead (collecting less is always safe).
             report.notes.append("a rebuilt snapshot's path was taken: the straddling snapshot is kept whole")
             garbage = compute_garbage(manifest, cutoff, load, rebuild=False)
             if garbage is None:
@@ -374,37 +378,49 @@ class GarbageCollector:
                 self.progress(done, len(paths))
 
     def _sweep_orphans(self, report: GCReport, *, dry_run: bool) -> None:
-        """Delete UUID fragments nobody references that are older than the orphan grace, except
-        those the pending garbage drops (`_held`).
+        """Delete what nobody references and is older than the orphan grace: UUID fragments
+        (by their UUIDv7 time) and snapshots (by their last-modified time: those written by
+        commit attempts that lost their race or never landed), except what the pending garbage
+        lists (`_held`).
 
         The orphan horizon is raised (by compare-and-swap) past every candidate before any is
         deleted, and the references are taken from the manifest that carries it: a commit that
-        landed before the horizon is seen there, a commit after it is refused by the committer.
+        landed before the horizon is seen there, a commit after it is refused by the committer
+        (fragments) or rolls another snapshot (`committer.write_snapshot`).
         """
-        listed = [m for m in self.store.list(FRAGMENT_PREFIX) if parse_fragment_uuid(m.key) is not None]
         cutoff_us = int((self.orphan_clock() - self.orphan_grace_s) * 1e6)
-        old = [m for m in listed if fragment_created_us(m) < cutoff_us]
+        old = {
+            m.key: fragment_created_us(m)
+            for m in self.store.list(FRAGMENT_PREFIX)
+            if parse_fragment_uuid(m.key) is not None and fragment_created_us(m) < cutoff_us
+        }
+        old.update(
+            (m.key, int(m.last_modified * 1e6))
+            for m in self.store.list(SNAPSHOT_PREFIX)
+            if m.last_modified * 1e6 < cutoff_us
+        )
         if not old:
             return
         kept = self._held(self.committer.manifest())
-        candidates = [m for m in old if m.key not in kept]
+        candidates = sorted(key for key in old if key not in kept)
         if not candidates or dry_run:
-            report.orphans_deleted = [m.key for m in candidates]
+            report.orphans_deleted = candidates
             return
-        horizon_us = max(fragment_created_us(m) for m in candidates) + 1
+        horizon_us = max(old[key] for key in candidates) + 1
         result = self.committer.update_result(lambda m: m.with_orphan_horizon(horizon_us, self.writer))
         assert result.current is not None
         report.orphan_horizon_us = horizon_us
         kept = self._held(result.current.value)
-        for meta in candidates:
-            if meta.key not in kept:
-                self.store.delete(meta.key)
-                report.orphans_deleted.append(meta.key)
+        for key in candidates:
+            if key not in kept:
+                self.store.delete(key)
+                report.orphans_deleted.append(key)
 
     def _held(self, manifest: Manifest) -> frozenset[str]:
-        """The fragments the orphan sweep must keep: those `manifest` references, and those the
-        pending garbage drops (their deletion waits for the grace interval, which readers of a
-        manifest from before the apply rely on; the delete step removes them).
+        """The fragments and snapshots the orphan sweep must keep: those `manifest` references,
+        and those the pending garbage lists: what it drops waits for the delete step and its
+        grace interval, which readers of a manifest from before the apply rely on; what it
+        makes is published by its apply step.
 
         The garbage is read after the manifest: garbage is written before its apply and reset
         only after its delete step, so garbage applied before `manifest` was read is either
@@ -412,8 +428,14 @@ class GarbageCollector:
         """
         refs = referenced(self.store, manifest, self.snapshots)
         loaded = self.garbage.load()
-        pending = () if loaded is None else loaded.value.fragment_paths_to_drop
-        return refs.fragments | frozenset(pending)
+        pending: set[str] = set()
+        if loaded is not None:
+            garbage = loaded.value
+            pending.update(garbage.fragment_paths_to_drop, garbage.snapshot_paths())
+            pending.update(s.path for s in garbage.snapshots_to_make)
+            if garbage.snapshot_for_root is not None:
+                pending.add(garbage.snapshot_for_root.path_to_snapshot)
+        return refs.fragments | refs.snapshots | frozenset(pending)
 
 
 def collect_garbage(
