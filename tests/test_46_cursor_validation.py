@@ -98,6 +98,9 @@ def test_05_a_cursor_beyond_the_tail_is_broken_and_set_force_repairs_it(url):
     collecting up to it would drop records appended later), `cursor set --force` moves it back."""
     put_cursor_object(url, "cursor/c.json", {"position": {"offset": 1000}, "epoch_us": 1, "writer": "x"})
     assert "offset 1000 is beyond the tail (next offset 6)" in ok("cursor", "list", url)
+    fails("cursor", "get", url, "c", match="beyond the tail")
+    with pytest.raises(CursorError, match="beyond the tail"):
+        CursorStore(open_store(url)).scan_from("c")
     err = fails("gc", url, "--grace", "0", "--force", match="cursor/c.json")
     assert "wal3 cursor set " in err and " c OFFSET --force" in err
     fails("cursor", "set", url, "c", "3", match="refusing to move it back")

@@ -99,13 +99,18 @@ class CursorStore:
     # -- reading ------------------------------------------------------------------------
 
     def get(self, name: str) -> CursorState | None:
-        """The cursor, or None when there is none; CursorError when it is broken."""
+        """The cursor, or None when there is none; CursorError when it is broken (unreadable,
+        or beyond the tail: a consumer reading from there would wait for records it skipped)."""
         loaded = self._object(name).load()
         if loaded is None:
             return None
         if isinstance(loaded.value, BrokenCursor):
             raise self._broken(loaded.value)
-        return CursorState(name, loaded.value, loaded.etag)
+        state = CursorState(name, loaded.value, loaded.etag)
+        beyond = self._beyond_the_tail([state])
+        if beyond:
+            raise self._broken(beyond[name])
+        return state
 
     def scan(self) -> tuple[list[CursorState], list[BrokenCursor]]:
         """Every cursor, readable or broken (unreadable, or beyond the tail), in name order."""
