@@ -382,3 +382,28 @@ def test_13_a_commit_never_reuses_a_snapshot_written_before_the_orphan_horizon(s
     rolled = roll_snapshots(store, raised, options, "w")
     assert rolled.snapshots and snapshot.path not in {p.path_to_snapshot for p in rolled.snapshots}
     rolled.scrub()
+
+
+def test_14_an_apply_never_publishes_a_rebuilt_snapshot_a_concurrent_sweep_deleted(tmp_path):
+    """Compute wrote a rebuilt snapshot and the garbage; in between, another run's sweep took
+    the snapshot for an orphan (unreferenced, not yet listed by any garbage), raised the horizon
+    past it and deleted it. The apply step sees the horizon and computes the garbage again
+    instead of publishing a pointer to nothing."""
+    from wal3_spark.committer import Committer
+
+    store = open_store(str(tmp_path / "log"))
+    fill(store, appends=40, per=4, snapshot_options=SnapshotOptions(3, 3))  # offsets 1..160
+    CursorStore(store).create("c", 50)
+    with pytest.raises(Crash):
+        GarbageCollector(store, grace_s=0, force=True, after_step=crash_after("compute")).run()
+    made = load_garbage(store)[0].snapshots_to_make
+    assert made
+    horizon_us = max(int(store.head(s.path).last_modified * 1e6) for s in made) + 1
+    Committer(store).update(lambda m: m.with_orphan_horizon(horizon_us, "another collector"))
+    for snapshot in made:
+        store.delete(snapshot.path)
+    report = GarbageCollector(store, grace_s=0, force=True).run()
+    assert any("stale garbage reset" in note and "predates the orphan horizon" in note for note in report.notes)
+    assert "apply" in report.steps and Committer_manifest(store).oldest_offset <= 50
+    assert offsets_and_bodies(store, 50) == [(o, body(o - 1)) for o in range(50, 161)]
+    assert verify(store).ok

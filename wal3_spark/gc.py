@@ -227,7 +227,7 @@ class GarbageCollector:
                     report.notes.append("pending garbage is not yet applied to the manifest")
                     break
                 try:
-                    self.committer.update(lambda m: apply_garbage(m, garbage, self.writer))
+                    self.committer.update(lambda m: self._apply(m, garbage))
                 except GarbageStale as exc:
                     log.warning("%s: %s; computing it again", self.url, exc)
                     report.notes.append(f"stale garbage reset: {exc}")
@@ -263,6 +263,21 @@ class GarbageCollector:
         final = self.committer.manifest()
         report.oldest_offset, report.next_offset = final.oldest_offset, final.next_offset
         return report
+
+    def _apply(self, manifest: Manifest, garbage: Garbage) -> Manifest | None:
+        """`apply_garbage`, refusing (GarbageStale: computed again) when a snapshot the garbage
+        publishes may be swept: written before the orphan horizon of the manifest swapped
+        against (a collector reused an orphan a concurrent run's sweep is deleting), or gone."""
+        horizon = manifest.orphan_horizon_us
+        if horizon is not None and not garbage_applied(manifest, garbage):
+            for snapshot in garbage.snapshots_to_make:
+                try:
+                    fresh = self.store.head(snapshot.path).last_modified * 1e6 >= horizon
+                except ObjectNotFound:
+                    fresh = False
+                if not fresh:
+                    raise GarbageStale(f"its rebuilt snapshot {snapshot.path} predates the orphan horizon")
+        return apply_garbage(manifest, garbage, self.writer)
 
     def _step(self, report: GCReport, name: str) -> None:
         report.steps.append(name)
