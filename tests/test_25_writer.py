@@ -558,21 +558,3 @@ def test_20_etags_that_are_not_md5_end_pipelining_after_one_lost_write(store):
         assert (c.result(timeout=60).start, d.result(timeout=60).start) == (4, 5)
     assert bodies(store) == [b"r0", b"a", b"b", b"c", b"d"]
     assert [i for i, c in enumerate(held.conditions) if not c.startswith("x")] == [1]
-
-
-def test_21_after_a_lost_race_nothing_waits_for_the_writes_chained_on_it(store):
-    """The first write loses (412): the two chained on it can never land, so their appends are
-    committed again at once, while their own answers are still outstanding."""
-    LogWriter(store).append(b"r0")
-    held = HeldManifestWrites(store)
-    writer, futures, resolved = pipelined(store, held, [b"a", b"b", b"c"])
-    with writer:
-        LogWriter(store).append(b"other")
-        for i in range(3, 8):
-            held.release[i].set()  # the ordinary commit's writes
-        held.release[0].set()
-        assert [f.result(timeout=60).start for f in futures] == [3, 4, 5]
-        assert not held.answered[1].is_set() and not held.answered[2].is_set()
-        held.release_all()
-    assert resolved == [b"a", b"b", b"c"]
-    assert bodies(store) == [b"r0", b"other", b"a", b"b", b"c"]

@@ -114,7 +114,7 @@ class ManifestChain(Generic[P]):
     def ready(self) -> bool:
         """Whether `settle` has something to do: the oldest link was answered, or a later one
         succeeded (which proves the ones before it landed)."""
-        return bool(self._links) and (self._links[0].answer.done() or any(map(_succeeded, self._links)))
+        return bool(self._links) and (self._links[0].answer.done() or self._proven() is not None)
 
     def send(self, payload: P, files: list[NewFragment], schema: pa.Schema | None) -> None:
         """Place `files` after everything sent so far and send the manifest write. When the
@@ -142,13 +142,11 @@ class ManifestChain(Generic[P]):
 
     def settle(self) -> list[Resolved[P]]:
         """Outcomes now known, in the order the payloads were sent. Blocks only when the oldest
-        link failed, to commit what it and the links after it carried by the ordinary path."""
+        link failed: then every answer of the chain is awaited (nothing is decided on a write
+        still in flight) and the rest is resolved in order."""
         self._acknowledge_landed()
         if self._links and self._links[0].answer.done():  # the head did not succeed
-            if isinstance(self._links[0].answer.exception(), AmbiguousWrite):
-                self._drain()
-            else:
-                self._break_at_head()
+            self._drain()
         resolved, self._resolved = self._resolved, []
         return resolved
 
@@ -174,16 +172,21 @@ class ManifestChain(Generic[P]):
             return Versioned(last.value, last.predicted, last.data)
         return self.committer.current()
 
-    def _acknowledge_landed(self) -> None:
-        """Resolve every link up to the last one that succeeded: it proves they all landed.
-        A success behind a link known not to have landed proves nothing (it cannot happen
-        while manifests never repeat their bytes); `_resolve_in_order` looks for it instead."""
+    def _proven(self) -> int | None:
+        """The index of the last link that succeeded, which proves every link before it landed.
+        A success behind a link known not to have landed proves nothing (it cannot happen while
+        manifests never repeat their bytes); `_resolve_in_order` looks for it instead."""
         last = None
         for i, link in enumerate(self._links):
             if _succeeded(link):
                 last = i
             elif link.answer.done() and not isinstance(link.answer.exception(), AmbiguousWrite):
                 break
+        return last
+
+    def _acknowledge_landed(self) -> None:
+        """Resolve every link up to the last one that succeeded: they all landed."""
+        last = self._proven()
         if last is None:
             return
         for _ in range(last + 1):
@@ -197,15 +200,6 @@ class ManifestChain(Generic[P]):
             self._depth = 1
         self.committer.landed(Versioned(link.value, etag, link.data))
         self.committer.record_dirty(link.value.next_offset)
-
-    def _break_at_head(self) -> None:
-        """The head never landed and never will (412, not sent, or refused), so no link chained
-        on its bytes can land either, whatever it answers: resolve them all now, without
-        waiting for their answers (one that claims success is looked for all the same)."""
-        head, *rest = self._links
-        self._links.clear()
-        self._resolve_in_order([(head.payload, head.files, head.schema, head)] + [
-            (link.payload, link.files, link.schema, link if _succeeded(link) else None) for link in rest])
 
     def _drain(self) -> None:
         """Wait for every answer, acknowledge what a success proves, resolve the rest in order."""
