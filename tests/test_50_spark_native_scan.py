@@ -258,3 +258,26 @@ def test_10_over_spark_connect(tmp_path, log_url):
     out = json.loads(result.stdout.strip().splitlines()[-1])
     assert "connect" in out["connect"]
     assert out == {**out, "same": True, "n": 20, "s": sum(range(4, 24)), "lo": 5}
+
+
+def test_11_a_fragment_gc_deleted_after_to_df_fails_the_query_or_is_skipped(spark, tmp_path):
+    """The DataFrame is fixed to the fragments of toDF's manifest; GC deletes the first one
+    before the action: the query fails naming the file, or with failOnDataLoss=false skips it
+    as format("wal3") does."""
+    from wal3_spark.cursors import CursorStore
+    from wal3_spark.gc import GarbageCollector
+
+    url = (tmp_path / "log").as_uri()
+    writer, start = LogWriter(url), 0
+    for n in SIZES:
+        writer.append(rows(start, n))
+        start += n
+    first = LogReader(open_store(url)).manifest().fragments[0].path
+    strict = Wal3Log.forPath(spark, url).toDF()
+    lenient = Wal3Log.forPath(spark, url).toDF(failOnDataLoss="false")
+    CursorStore(open_store(url)).create("c", 11)
+    GarbageCollector(open_store(url), grace_s=0, force=True).run()
+    with pytest.raises(Exception) as info:
+        strict.collect()
+    assert first.rsplit("/", 1)[-1] in str(info.value)
+    assert sorted(r._offset for r in lenient.collect()) == list(range(11, 30))

@@ -219,7 +219,9 @@ class Wal3Log:
     def toDF(self, **options: Any) -> DataFrame:  # noqa: N802 - named after Delta's toDF
         """The log's records in the range the options name (`startingOffsets`, `endingOffsets`,
         `startingTimestamp`, `endingTimestamp`, `failOnDataLoss`: as for `format("wal3")`),
-        by default all of them."""
+        by default all of them. A fragment garbage collection deletes between this call and the
+        query's action fails the query with Spark's missing-file error naming it, or with
+        `failOnDataLoss=false` is skipped (Spark's `ignoreMissingFiles`)."""
         unknown = sorted(set(options) - set(RANGE_OPTIONS))
         if unknown:
             raise InvalidOption(
@@ -232,7 +234,12 @@ class Wal3Log:
         store = driver_store(self.spark, self.url, self.store_options)
         plan = plan_scan(store, LogReader(store).manifest(), hadoop_url(self.url), parsed)
         log.info("%s: native scan of %d fragments", self.url, len(plan.files))
-        return scan_dataframe(self.spark, plan, hadoop_options(self.url, self.store_options))
+        reader_options = dict(hadoop_options(self.url, self.store_options))
+        if not parsed.fail_on_data_loss:
+            # a fragment GC deletes after toDF is skipped (Spark logs it), as format("wal3")
+            # skips it; otherwise the query fails with Spark's error naming the missing file
+            reader_options["ignoreMissingFiles"] = "true"
+        return scan_dataframe(self.spark, plan, reader_options)
 
     def _reader(self) -> LogReader:
         return LogReader(driver_store(self.spark, self.url, self.store_options))
