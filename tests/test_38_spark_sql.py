@@ -44,6 +44,7 @@ def test_00_create_select_describe_insert(spark, log_url, table):
     described = {r.col_name: r for r in spark.sql(f"DESCRIBE TABLE {table}").collect()}
     assert [c for c in described if c and not c.startswith("#")][:4] == ["id", "name", "_offset", "_timestamp"]
     assert log_url.removeprefix("file://") in described["_offset"].comment
+    assert "metadataColumns 'false'" in described["_offset"].comment  # how positional INSERTs work
     row = spark.sql(f"SELECT count(*) n, min(_offset) lo, max(_offset) hi FROM {table}").first()
     assert (row.n, row.lo, row.hi) == (5, 1, 5)
 
@@ -85,6 +86,14 @@ def test_02_statements_an_append_only_log_cannot_run_change_nothing(spark, log_u
         spark.sql(f"DELETE FROM {table} WHERE id = 1")
     with pytest.raises(Exception, match="does not support truncates"):
         spark.sql(f"TRUNCATE TABLE {table}")
+    with pytest.raises(Exception, match="does not support UPDATE TABLE"):
+        spark.sql(f"UPDATE {table} SET name = 'u' WHERE id = 1")
+    with pytest.raises(Exception, match="does not support MERGE INTO TABLE"):
+        spark.sql(f"MERGE INTO {table} USING (SELECT 1 AS id, 'm' AS name) s ON {table}.id = s.id "
+                  "WHEN MATCHED THEN UPDATE SET name = s.name "
+                  "WHEN NOT MATCHED THEN INSERT (id, name) VALUES (s.id, s.name)")
+    with pytest.raises(Exception, match="DEFAULT_UNSUPPORTED"):  # a log gains columns by mergeSchema
+        spark.sql(f"ALTER TABLE {table} ADD COLUMNS (extra STRING)")
     assert manifest_bytes(log_url) == before
     assert {m.key for m in open_store(log_url).list("log/")} == {
         f.path for f in LogReader(open_store(log_url)).manifest().fragments}  # no leftovers
@@ -96,6 +105,10 @@ def test_03_drop_table_keeps_the_log(spark, log_url, table):
     spark.sql(f"CREATE TABLE {table} USING wal3 OPTIONS (path '{log_url}')")
     before = sorted(m.key for m in open_store(log_url).list())
     spark.sql(f"DROP TABLE {table}")
+    assert sorted(m.key for m in open_store(log_url).list()) == before
+    # a table made with LOCATION is external too, and PURGE does not make Spark delete it
+    spark.sql(f"CREATE TABLE {table} USING wal3 LOCATION '{log_url}'")
+    spark.sql(f"DROP TABLE {table} PURGE")
     assert sorted(m.key for m in open_store(log_url).list()) == before
     assert read(spark, log_url).count() == 5
     check_log(log_url)
@@ -110,6 +123,11 @@ def test_04_create_table_errors_change_nothing(spark, log_url, table):
     with pytest.raises(Exception, match="metadataColumns='maybe': valid values are true .* and false"):
         spark.sql(f"CREATE TABLE {table} USING wal3 OPTIONS (path '{log_url}', schema 'id BIGINT', "
                   "metadataColumns 'maybe')")
+    assert not spark.catalog.tableExists(table)
+    # CREATE TABLE … AS SELECT hands the writer no path either: create the table, then INSERT
+    with pytest.raises(Exception, match="no log URL.*without a column list or AS SELECT"):
+        spark.sql(f"CREATE TABLE {table} USING wal3 OPTIONS (path '{log_url}') AS SELECT id, 'c' AS name "
+                  "FROM range(3)")
     assert not spark.catalog.tableExists(table)
     assert not open_store(log_url).exists(MANIFEST_KEY)  # refused before any log was created
     orders(spark, log_url)

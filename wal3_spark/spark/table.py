@@ -157,7 +157,10 @@ def table_schema(read_schema: StructType, log: TableLog) -> StructType:
         return StructType([StructField(first.name, first.dataType, first.nullable,
                                        {**first.metadata, **location}), *rest])
     notes = {
-        OFFSET_COLUMN: {"comment": f"the record's offset in the wal3 log {log.url}", **location},
+        OFFSET_COLUMN: {"comment": f"the record's offset in the wal3 log {log.url}, assigned by "
+                                   "the log: INSERTs name their columns (INSERT INTO t (a, b) … or "
+                                   "INSERT INTO t BY NAME …), or the table is created with "
+                                   f"{METADATA_COLUMNS_OPTION} 'false'", **location},
         TIMESTAMP_COLUMN: {"comment": "when the record's fragment was written"},
     }
     return StructType([
