@@ -63,7 +63,9 @@ def test_ls_shows_each_log(herd: str, capsys: pytest.CaptureFixture[str]) -> Non
     assert docs[1]["sealed"] is True
 
     code, out, _ = run(capsys, "ls", herd, "--logs", "globex,nope")
-    assert code == 0 and [line.split()[0] for line in out.splitlines()[1:]] == ["globex"]
+    assert code == 1  # a named log that does not exist is an error row, not left out
+    assert [line.split()[0] for line in out.splitlines()[1:]] == ["globex", "nope"]
+    assert "error: no wal3 log at" in out.splitlines()[2]
 
 
 def test_info_on_a_prefix_summarises_the_set(herd: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -93,3 +95,21 @@ def test_bad_input_and_unreadable_logs(tmp_path, capsys: pytest.CaptureFixture[s
     assert "bad" in out and "error: " in out and "good" in out
     code, out, _ = run(capsys, "info", str(tmp_path), "--json")
     assert code == 0 and list(json.loads(out)["unreadable"]) == ["bad"]
+
+
+def test_ls_reports_named_logs_that_do_not_exist_and_explains_an_empty_listing(
+    tmp_path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A mistyped name or prefix must not read as a set without that log: a named log that does
+    not exist is an error (exit 1 with --json as without), and an empty listing says why on
+    stderr, pointing at `wal3 info` when the URL is a log itself."""
+    with LogWriter(str(tmp_path / "acme")) as writer:
+        writer.append([b"x"])
+    code, out, _ = run(capsys, "ls", str(tmp_path), "--logs", "acme,nope", "--json")
+    assert code == 1
+    assert [(s["name"], s["error"] is None) for s in json.loads(out)] == [("acme", True), ("nope", False)]
+    code, out, err = run(capsys, "ls", str(tmp_path / "acme"))
+    assert code == 0 and out.splitlines() == [out.splitlines()[0]]  # the header only
+    assert "no wal3 log directly under" in err and f"wal3 info {(tmp_path / 'acme').as_uri()}" in err
+    code, _, err = run(capsys, "ls", str(tmp_path / "nothing"))
+    assert code == 0 and "no wal3 log directly under" in err and "is a log itself" not in err

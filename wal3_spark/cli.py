@@ -56,7 +56,7 @@ from wal3_spark.errors import (
     LogNotFound,
     Wal3Error,
 )
-from wal3_spark.format import FIRST_OFFSET
+from wal3_spark.format import FIRST_OFFSET, MANIFEST_KEY
 from wal3_spark.gc import DEFAULT_GRACE_S, GarbageCollector, load_garbage, referenced
 from wal3_spark.lag import CursorLag, cursor_lags
 from wal3_spark.logset import LogSelection, LogSet
@@ -377,12 +377,23 @@ def _lag(doc: Mapping[str, Any]) -> CursorLag:
 
 
 def cmd_ls(args, out) -> int:
-    summaries = summarise(_log_set(_store(args.url, args), args))
+    store = _store(args.url, args)
+    summaries = summarise(_log_set(store, args))
+    if not summaries:
+        _explain_empty_ls(store)
     if args.json:
         out.write(json.dumps([s.to_dict() for s in summaries], indent=2) + "\n")
-        return EXIT_OK
-    out.write(ls_table(summaries))
+    else:
+        out.write(ls_table(summaries))
     return EXIT_FAIL if any(s.error for s in summaries) else EXIT_OK
+
+
+def _explain_empty_ls(store) -> None:
+    """An empty listing is a valid answer (a new prefix), but also what a mistyped prefix or a
+    log's own URL gives: say so on stderr, and which command fits a log."""
+    hint = (f" ({store.url} is a log itself: `wal3 info {store.url}` shows it)"
+            if store.exists(MANIFEST_KEY) else "")
+    sys.stderr.write(f"wal3 ls: no wal3 log directly under {store.url}{hint}\n")
 
 
 def ls_table(summaries) -> str:

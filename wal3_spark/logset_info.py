@@ -58,8 +58,10 @@ class LogSummary:
         }
 
 
-def summarise_log(name: str, store: ObjectStore, at_us: int) -> LogSummary | None:
-    """One log's summary; None when there is no log (a directory without a manifest)."""
+def summarise_log(name: str, store: ObjectStore, at_us: int, *, named: bool = False) -> LogSummary | None:
+    """One log's summary; None when there is no log (a directory without a manifest), unless
+    the log was `named` explicitly: then its absence is its error (a mistyped name must not
+    read as a log set without it, as the batch source fails on it too)."""
     try:
         manifest = LogReader(store).manifest()
         cursors, broken = CursorStore(store).scan()
@@ -72,16 +74,18 @@ def summarise_log(name: str, store: ObjectStore, at_us: int) -> LogSummary | Non
             tuple(cursor_lags(store, manifest, cursors, at_us)),
             {b.name: b.problem for b in broken},
         )
-    except LogNotFound:
-        return None
+    except LogNotFound as exc:
+        return LogSummary(name, error=str(exc)) if named else None
     except Wal3Error as exc:
         return LogSummary(name, error=str(exc))
 
 
 def summarise(logs: LogSet) -> list[LogSummary]:
-    """Every selected log's summary, in name order (directories that hold no log left out)."""
+    """Every selected log's summary, in name order (directories that hold no log left out; an
+    explicitly named log that does not exist is reported as an error)."""
     at = micros()
-    found = logs.map(lambda name: summarise_log(name, logs.log_store(name), at))
+    named = logs.selection.is_explicit
+    found = logs.map(lambda name: summarise_log(name, logs.log_store(name), at, named=named))
     return [summary for summary in found if summary is not None]
 
 
