@@ -336,7 +336,12 @@ def test_a_failed_log_leaves_the_others_committed_and_an_idempotent_rerun_comple
     for name in "abc":
         url = f"{prefix}/{name}"
         assert LogReader(open_store(url)).read_table().num_rows == 10, name
-        assert verify(url).ok
+        report = verify(url)
+        assert report.ok, name
+        if name != "b":  # the rerun skipped a and c and deleted its copies of their rows (b keeps
+            # the first attempt's fragments: its manifest was unreadable when they were to be
+            # deleted, so they could not be told from data, and are left to GC)
+            assert not [p for p in report.problems if p.kind == "extra"], name
 
 
 def test_a_replayed_stream_batch_commits_only_where_it_is_missing():
