@@ -259,3 +259,25 @@ def test_10_the_same_fragments_rolled_into_a_snapshot_are_found_there(store):
     with pytest.raises(ValueError, match="1 of this commit's 2 fragments .* already in the log"):
         later.commit(partly)
     assert bodies(store) == [b"r1"] + [b"x%d" % i for i in range(6)] and verify(store).ok
+
+
+def test_11_a_quick_retry_after_an_unknown_outcome_finds_fragments_rolled_meanwhile(store):
+    """The commit gave up within milliseconds (a short policy), its write landed, and other
+    writers rolled its fragments into a snapshot before the same committer retried: it looks
+    through the snapshot tree for the paths it left unknown, however young they are."""
+    LogWriter(store).append(b"r0")
+    late = late_manifest_writes(store, probability=1.0, land="manual")
+    files = raw_files(store, [b"r1"])
+    committer = Committer(late, max_attempts=3)
+    with pytest.raises(CommitOutcomeUnknown):
+        committer.commit(files)
+    late.land_all()
+    writer = LogWriter(store, snapshot_options=SnapshotOptions(2, 2))
+    for i in range(6):
+        writer.append(b"x%d" % i)
+    assert files[0].path not in {f.path for f in LogReader(store).manifest().fragments}
+    late.probability = 0.0
+    again = committer.commit(files)
+    assert again.duplicate and (again.start, again.limit) == (2, 3)
+    assert bodies(store) == [b"r0", b"r1"] + [b"x%d" % i for i in range(6)] and verify(store).ok
+

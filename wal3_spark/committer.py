@@ -124,6 +124,9 @@ class Committer:
             dirty_log.name_of(store.url)
         self.snapshot_options = snapshot_options or SnapshotOptions()
         self.deadline_s = deadline_s
+        #: the fragment paths of this committer's commits that ended in an unknown outcome: a
+        #: retry of any of them looks for them through the snapshot tree, however young
+        self._uncertain: set[str] = set()
         self._manifest = manifest_object(
             store, CasPolicy(max_attempts, deadline_s, backoff_base_s, backoff_cap_s)
         )
@@ -230,7 +233,9 @@ class Committer:
         #: where the fragments were placed: first ("since", the lowest) and last ("start");
         #: "already": where a previous commit of these very fragments put them
         placed: dict[str, int] = {} if since is None else {"since": since, "start": since}
-        search_snapshots = _may_be_rolled(fragments, self.clock(), self.deadline_s)
+        search_snapshots = bool(self._uncertain.intersection(paths)) or _may_be_rolled(
+            fragments, self.clock(), self.deadline_s
+        )
 
         def decide(current: Manifest | None) -> Manifest | None:
             absent = current is None
@@ -275,6 +280,7 @@ class Committer:
 
         result = self._manifest.apply(decide, landed=landed, prepare=self._roll_snapshots, in_flight=in_flight)
         if result.outcome is Outcome.UNKNOWN:
+            self._uncertain.update(paths)
             raise CommitOutcomeUnknown(_unknown_message(self.url, paths, app_id, version)) from result.cause
         assert result.current is not None
         if result.outcome is Outcome.NOTHING_TO_DO and "already" in placed:
@@ -419,12 +425,13 @@ def _check_orphan_horizon(manifest: Manifest, fragments: Sequence[NewFragment], 
 
 
 def _may_be_rolled(fragments: Sequence[NewFragment], now: float, deadline_s: float) -> bool:
-    """Whether a commit must look for its fragments in the snapshot tree too (I/O), not only
-    among the manifest's own fragments. A commit attempt runs for at most `deadline_s` after
-    the fragments were written, so fragments younger than that (or a minute) are new ones:
-    any earlier commit of them that ended in an unknown outcome is still that young only if it
-    gave up sooner, and compaction rolls the newest fragments last. A fragment whose age is
-    unknown (not a UUIDv7) counts as old."""
+    """Whether a commit of fragments no commit of this committer left unknown must also look
+    for them through the snapshot tree (snapshot reads), not only among the manifest's own
+    fragments. Compaction rolls only fragments a commit placed, and a retry after an unknown
+    outcome comes at least a commit deadline after the fragments were written (the first
+    attempt ran that long, with the same policy), so fragments younger than the deadline (at
+    most a minute) are a first commit: an ordinary append pays no snapshot reads. A fragment
+    whose age is unknown (not a UUIDv7) counts as old."""
     horizon_us = (now - min(deadline_s, 60.0)) * 1e6
     return any((uuid7_timestamp_us(f.uuid) or 0) < horizon_us for f in fragments)
 
