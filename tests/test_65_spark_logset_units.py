@@ -226,6 +226,26 @@ def test_a_garbage_collected_log_fails_or_skips_alone():
         ("gone", 11), ("ok", 1)]
 
 
+def test_a_task_reading_fragments_gc_deleted_after_planning_fails_or_skips_them():
+    """GC collects a log between the driver's partitions() and the task's read: the task fails
+    naming the collected range of that log, or under failOnDataLoss=false skips it."""
+    prefix = prefix_url()
+    append(prefix, "ok", 3)
+    append(prefix, "gone", 10)
+    append(prefix, "gone", 10, start=10)
+    strict, lenient = stream_reader(prefix), stream_reader(prefix, failOnDataLoss="false")
+    start = strict.initialOffset()
+    end = strict.latestOffset(start, ReadAllAvailable())
+    plans = [r.partitions(start, end) for r in (strict, lenient)]
+    CursorStore(open_store(f"{prefix}/gone")).advance("c", 11)
+    collect_garbage(f"{prefix}/gone", grace_s=0, force=True)
+    with pytest.raises(DataLost, match=f"offsets \\[1, 11\\) of {prefix}/gone"):
+        [batch for part in plans[0] for batch in strict.read(part)]
+    table = pa.Table.from_batches([batch for part in plans[1] for batch in lenient.read(part)])
+    assert sorted(zip(table.column("_log").to_pylist(), table.column("_offset").to_pylist())) == sorted(
+        [("ok", o) for o in range(1, 4)] + [("gone", o) for o in range(11, 21)])
+
+
 def test_sealed_and_missing_logs_do_not_stop_the_others(caplog):
     prefix = prefix_url()
     for name in ("a", "sealed", "vanishing"):
