@@ -302,6 +302,25 @@ def test_12_stress_readers_verify_a_real_log_and_resume_from_their_saved_state(t
     assert counts.appends_verified == 17
 
 
+def test_18_a_stress_reader_past_its_cycle_time_stops_after_the_fragment_it_is_reading(
+    tmp_path: Path,
+) -> None:
+    """Progress counts once persisted: a reader that takes longer than the kills come must end its
+    cycle early, or it loses every chunk (an S3 run's reader fell 130,000 records behind)."""
+    run = RunDir(tmp_path / "run").create()
+    url = file_url(str(tmp_path / "log"))
+    _write_some(run, url, "w0.1", 12)
+    reader = StressReader(run, SEED, "r0", open_store(url), read_chunk=10_000, cycle_s=0.0)
+    parts = reader.reader.plan(1)
+    assert len(parts) > 2
+    for part in parts[:2]:
+        assert reader.read_some()
+        assert reader.ledger.position == part.limit
+    patient = StressReader(run, SEED, "r1", open_store(url), read_chunk=10_000)
+    assert patient.read_some()
+    assert patient.ledger.position == parts[-1].limit
+
+
 def test_13_stress_readers_report_a_fragment_lost_from_under_the_log(tmp_path: Path) -> None:
     run = RunDir(tmp_path / "run").create()
     url = file_url(str(tmp_path / "log"))

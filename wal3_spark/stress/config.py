@@ -75,6 +75,10 @@ class StressConfig:
     gc_every_s: float = 1.0
     #: records a reader reads per cycle (it persists its state and moves its cursor after each)
     read_chunk: int = 5000
+    #: seconds after which a reader ends its cycle early (after the fragment it is reading):
+    #: progress is only kept once persisted, and a reader slower than the kills would otherwise
+    #: lose every chunk and fall behind for good (an S3 run on a loaded machine did)
+    read_cycle_s: float = 5.0
     faults: FaultRates = field(default_factory=FaultRates)
 
     def to_json(self) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """A stress reader process: reads the log in offset order, feeds its ledger, and keeps its
 cursor just behind what it has verified.
 
-Each cycle reads up to `read_chunk` records from the ledger's position, catches up with the
+Each cycle reads up to `read_chunk` records from the ledger's position (fewer when reading them
+takes longer than `cycle_s`: a cycle ends after the fragment that passes it), catches up with the
 writers' journals (after the read, so that every record read has its intent on disk), decides
 what can be decided, *persists its state, then advances its cursor*. Garbage collection only
 removes what lies below every reader's cursor, so a reader restarted after a kill -9 resumes
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import Counter
 from typing import Any
 
@@ -39,11 +41,13 @@ def cursor_name(reader: str) -> str:
 
 
 class StressReader:
-    def __init__(self, run: RunDir, seed: int, slot: str, store: ObjectStore, read_chunk: int) -> None:
+    def __init__(self, run: RunDir, seed: int, slot: str, store: ObjectStore, read_chunk: int,
+                 cycle_s: float = 5.0) -> None:
         self.rundir = run
         self.slot = slot
         self.store = store
         self.read_chunk = read_chunk
+        self.cycle_s = cycle_s
         self.reader = LogReader(store)
         self.cursors = CursorStore(store, writer=f"wal3 stress {slot}")
         self.errors: Counter[str] = Counter()
@@ -80,6 +84,7 @@ class StressReader:
 
     def read_some(self) -> bool:
         """Read the next chunk into the ledger; False when there was nothing new."""
+        deadline = time.monotonic() + self.cycle_s
         manifest = self.reader.manifest()
         if self.ledger.position < manifest.oldest_offset:
             self.ledger.skip(manifest.oldest_offset, "garbage-collected before this reader read them")
@@ -101,6 +106,8 @@ class StressReader:
             offsets = batch.column("_offset").to_pylist()
             for offset, body in zip(offsets, batch.column("body").to_pylist()):
                 self.ledger.observe(offset, body)
+            if time.monotonic() >= deadline:
+                break  # persist this much before a kill -9 can take it away
         return True
 
     def catch_up_journals(self) -> None:

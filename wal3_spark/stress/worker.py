@@ -68,7 +68,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         role = StressWriter(config, args.name, open_writer(config, args.name, store),
                             Journal(run.journal(args.name)), time.monotonic)
     elif args.role == "reader":
-        role = StressReader(run, config.seed, args.slot or args.name, store, config.read_chunk)
+        role = StressReader(run, config.seed, args.slot or args.name, store, config.read_chunk,
+                            config.read_cycle_s)
     else:
         role = StressCollector(config, args.name, store, after_run=write_stats)
     write_stats()  # also tells the supervisor that this process is up
