@@ -42,7 +42,8 @@ from wal3_spark.stress.reader import StressReader
 from wal3_spark.stress.rundir import RunDir, read_json, write_json
 from wal3_spark.stress.streams import Message, MessageMismatch, StreamPicker, decode, encode
 from wal3_spark.stress.summary import LATE_LANDED, ORPHAN_RACE, STORE_FAULTS
-from wal3_spark.stress.supervisor import FragmentAudit, run_stress
+from wal3_spark.stress import supervisor
+from wal3_spark.stress.supervisor import READER_STALL_S, FragmentAudit, Supervisor, run_stress
 from wal3_spark.stress.writer import Regime, StressWriter, open_writer
 from wal3_spark.writer import LogWriter, to_batches, write_fragments
 
@@ -387,6 +388,52 @@ def test_17_the_audit_finds_a_referenced_fragment_deleted_after_every_reader_rea
     audit.audit()
     assert list(audit.missing) == [victim.path]
     assert "yet missing" in audit.missing[victim.path]
+
+
+class _ReaderClock:
+    """Stands in for the supervisor's `time`: each sleep advances the clock and lets a simulated
+    reader move its saved position by `step` until it reaches `finish_at` (where it finishes), or
+    stall at `stall_at` (never finishing)."""
+
+    def __init__(self, run: RunDir, step: int, finish_at: int, stall_at: int | None = None) -> None:
+        self.run, self.step, self.finish_at, self.stall_at = run, step, finish_at, stall_at
+        self.now = 0.0
+        self.position = 1
+        self.moved_at = 0.0
+        self._save()
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        if self.stall_at is None or self.position < self.stall_at:
+            self.position += self.step
+            self.moved_at = self.now
+        self._save()
+
+    def _save(self) -> None:
+        write_json(self.run.reader_state("r0"), {"ledger": {"position": self.position},
+                                                 "finished": self.position >= self.finish_at})
+
+
+def test_19_the_end_of_a_run_waits_for_readers_while_they_progress_and_gives_up_once_they_stall(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Readers far behind (S3 under load) may need longer than any fixed wait to catch up; one that
+    reads nothing new for READER_STALL_S is stuck."""
+    run = RunDir(tmp_path / "run").create()
+    config = StressConfig(url=file_url(str(tmp_path / "log")), writers=1, readers=1, collectors=0)
+    boss = Supervisor(config, run)
+    slow = _ReaderClock(run, step=1, finish_at=2 * int(READER_STALL_S))  # a few steps per stall time
+    monkeypatch.setattr(supervisor, "time", slow)
+    assert boss.await_readers() == []
+    assert slow.now > READER_STALL_S
+
+    stuck = _ReaderClock(run, step=1, finish_at=10**9, stall_at=50)
+    monkeypatch.setattr(supervisor, "time", stuck)
+    assert boss.await_readers() == [f"reader r0 did not finish: nothing new read for {READER_STALL_S:.0f} s"]
+    assert READER_STALL_S <= stuck.now - stuck.moved_at <= READER_STALL_S + supervisor.READER_POLL_S
 
 
 # ----------------------------------------------------------------------- bounded runs

@@ -57,7 +57,12 @@ log = logging.getLogger(__name__)
 
 TICK_S = 0.1
 WRITER_STOP_S = 120.0
-READER_FINISH_S = 600.0
+#: the end of a run gives up on readers that read nothing new for this long (readers far behind
+#: the writers, as on S3 under load, may take longer than that in all to catch up)
+READER_STALL_S = 600.0
+#: how often the end of a run looks at the readers' states (each several MB of JSON when they lag
+#: far behind: parsing them every tick took as much CPU as a reader)
+READER_POLL_S = 2.0
 COLLECTOR_STOP_S = 60.0
 STARTUP_S = 180.0
 #: a run stops early once this many processes have crashed (exited on their own)
@@ -345,16 +350,22 @@ class Supervisor:
             self.ended(p, killed=code != 0)
 
     def await_readers(self) -> list[str]:
-        """Wait for every reader to finish; returns notes about those that did not."""
-        deadline = time.monotonic() + READER_FINISH_S
+        """Wait for every reader to finish, for as long as one makes progress; returns notes
+        about those that did not finish."""
         slots = [slot for role, slot in self.slots() if role == "reader"]
+        progress: dict[str, int] = {}
+        deadline = time.monotonic() + READER_STALL_S
         while time.monotonic() < deadline:
             self.reap()
             states = {s: read_json(self.run_dir.reader_state(s)) or {} for s in slots}
             if all(state.get("finished") for state in states.values()):
                 return []
-            time.sleep(TICK_S)
-        return [f"reader {s} did not finish within {READER_FINISH_S:.0f} s" for s in slots
+            positions = {s: state["ledger"]["position"] for s, state in states.items() if state}
+            if positions != progress:
+                progress = positions
+                deadline = time.monotonic() + READER_STALL_S
+            time.sleep(READER_POLL_S)
+        return [f"reader {s} did not finish: nothing new read for {READER_STALL_S:.0f} s" for s in slots
                 if not (read_json(self.run_dir.reader_state(s)) or {}).get("finished")]
 
     # -- the log ----------------------------------------------------------------------
