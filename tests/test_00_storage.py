@@ -20,7 +20,15 @@ from typing import Any
 
 import pytest
 from botocore.awsrequest import AWSResponse
-from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
+from botocore.exceptions import (
+    ConnectionClosedError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    IncompleteReadError,
+    ProxyConnectionError,
+    ReadTimeoutError,
+    SSLError,
+)
 
 from tests.support.seaweed import SeaweedServer
 from tests.support.unprivileged import shared_tmp_dir, unprivileged
@@ -944,3 +952,48 @@ def test_46_store_fixtures(store_url: str, store_options: dict[str, str]) -> Non
     store.put_if_absent("k", b"v")
     assert [m.key for m in store.list()] == ["k"]
     assert store_url.startswith(("file:///", "s3://"))
+
+
+class _FailingPuts:
+    """A stand-in boto3 client whose every put_object raises `exc`; counts the calls."""
+
+    def __init__(self, exc: Exception) -> None:
+        self.exc = exc
+        self.calls = 0
+
+    def put_object(self, **_: Any) -> dict[str, str]:
+        self.calls += 1
+        raise self.exc
+
+
+_SENT_MAYBE = [
+    SSLError(endpoint_url="https://injected", error="EOF while reading the response"),
+    ReadTimeoutError(endpoint_url="https://injected"),
+    ConnectionClosedError(endpoint_url="https://injected"),
+    IncompleteReadError(actual_bytes=1, expected_bytes=2),
+]
+_NOT_SENT = [
+    EndpointConnectionError(endpoint_url="https://injected"),
+    ConnectTimeoutError(endpoint_url="https://injected"),
+    ProxyConnectionError(proxy_url="https://proxy.injected"),
+]
+
+
+@pytest.mark.parametrize("exc", _SENT_MAYBE + _NOT_SENT, ids=lambda e: type(e).__name__)
+@pytest.mark.parametrize("conditional", ["if-match", "if-absent"])
+def test_47_s3_a_put_that_may_have_been_sent_is_ambiguous_never_resent(exc: Exception, conditional: str) -> None:
+    """Only errors botocore raises before a request is sent (no connection made) are transient
+    and retried; any other (a TLS error, which can come while reading the answer, a timeout, a
+    dropped connection, a short answer) is an ambiguous write, sent once: a resent If-Match PUT
+    that had landed would be answered with a false 412. The same for creates. No server needed."""
+    store = S3Store("bucket")
+    store.retry_base_s = store.retry_cap_s = 0.0
+    client = _FailingPuts(exc)
+    store._client = client
+    expected = TransientError if exc in _NOT_SENT else AmbiguousWrite
+    with pytest.raises(expected):
+        if conditional == "if-match":
+            store.put_if_match("k", b"v", md5(b"u"))
+        else:
+            store.put_if_absent("k", b"v")
+    assert client.calls == (store.retry_attempts if expected is TransientError else 1)

@@ -13,12 +13,22 @@ import threading
 import pyarrow as pa
 import pytest
 
-from wal3_spark.errors import AccessDenied, AmbiguousWrite, CommitOutcomeUnknown, SchemaMismatch
+from wal3_spark.cas import CasPolicy
+from wal3_spark.errors import (
+    AccessDenied,
+    AmbiguousWrite,
+    CommitOutcomeUnknown,
+    PreconditionFailed,
+    SchemaMismatch,
+    TransientError,
+)
 from wal3_spark.format import MANIFEST_KEY
+from wal3_spark.manifest import SnapshotOptions
 from wal3_spark.reader import LogReader
 from wal3_spark.storage import FaultyStore, LateLandingStore, open_store
 from wal3_spark.storage.base import Blob
 from wal3_spark.storage.forwarding import ForwardingStore
+from wal3_spark.verify import verify
 from wal3_spark.writer import LogWriter
 
 _names = itertools.count()
@@ -365,13 +375,17 @@ def test_14_many_threads_under_faults_every_future_tells_the_truth(store):
 class HeldManifestWrites(ForwardingStore):
     """Manifest writes (numbered from 0 in the order they are sent) wait until the test releases
     them: `sent[i]` says write i is waiting; `before[i]` raises instead of writing, `after[i]`
-    raises after writing (the answer was lost). `uploads` counts fragment uploads."""
+    raises after writing (the answer was lost); `written[i]` is set once write i was applied,
+    and its answer then waits for `answer[i]` when the test put one there. `uploads` counts
+    fragment uploads."""
 
     def __init__(self, inner, writes=8):
         super().__init__(inner)
         self.sent = [threading.Event() for _ in range(writes)]
         self.release = [threading.Event() for _ in range(writes)]
         self.answered = [threading.Event() for _ in range(writes)]
+        self.written = [threading.Event() for _ in range(writes)]
+        self.answer: dict[int, threading.Event] = {}
         self.before: dict[int, BaseException] = {}
         self.after: dict[int, BaseException] = {}
         self.conditions: list[str] = []
@@ -403,6 +417,9 @@ class HeldManifestWrites(ForwardingStore):
             if i in self.before:
                 raise self.before[i]
             written = self.inner.put_if_match(key, data, etag)
+            self.written[i].set()
+            if i in self.answer:
+                self.answer[i].wait()
             if i in self.after:
                 raise self.after[i]
             return written
@@ -558,3 +575,132 @@ def test_20_etags_that_are_not_md5_end_pipelining_after_one_lost_write(store):
         assert (c.result(timeout=60).start, d.result(timeout=60).start) == (4, 5)
     assert bodies(store) == [b"r0", b"a", b"b", b"c", b"d"]
     assert [i for i, c in enumerate(held.conditions) if not c.startswith("x")] == [1]
+
+
+
+#: every link rolls the fragments before it into a snapshot: a landed link's fragment leaves the
+#: manifest's own list as soon as the link after it lands
+_ROLL_EVERY_LINK = SnapshotOptions(snapshot_rollover_threshold=2, fragment_rollover_threshold=3)
+
+
+def _false_answer(kind: str) -> BaseException:
+    """What a store may answer for a write that landed: a resent PUT's 412, an error it took
+    for one before sending, a refusal (or an error it could not classify)."""
+    return {
+        "412": PreconditionFailed(MANIFEST_KEY, "injected: landed, answered 412 (resent PUT)"),
+        "not-sent": TransientError("injected: landed, answered as never sent"),
+        "refused": AccessDenied("injected: landed, answered with a refusal"),
+    }[kind]
+
+
+def _exactly_once(store, expected):
+    assert bodies(store) == expected
+    assert verify(store).problems == []
+
+
+@pytest.mark.parametrize("kind", ["412", "not-sent", "refused"])
+def test_21_a_success_chained_on_a_write_proves_it_landed_whatever_it_answered(store, kind):
+    """Write b lands but is answered with a failure; c, chained on b's bytes, succeeds (which
+    it can only if b landed) and rolls b's fragment into a snapshot. Both answers are in before
+    the chain looks (the test holds the commit thread): b is acknowledged at the offset it
+    landed at, not committed a second time, and acknowledgements follow offsets."""
+    LogWriter(store).append(b"r0")
+    held = HeldManifestWrites(store)
+    held.after[1] = _false_answer(kind)
+    writer, futures, resolved = pipelined(store, held, [b"a", b"b", b"c"], snapshot_options=_ROLL_EVERY_LINK)
+    with writer:
+        with writer._commit_lock:  # the commit thread settles only once every answer is in
+            held.release_in_order(3)
+        writer.flush()
+    assert [(f.result().start, f.result().limit) for f in futures] == [(2, 3), (3, 4), (4, 5)]
+    assert resolved == [b"a", b"b", b"c"]
+    _exactly_once(store, [b"r0", b"a", b"b", b"c"])
+
+
+@pytest.mark.parametrize("kind", ["412", "not-sent"])
+def test_22_a_write_committed_again_after_a_wrong_failure_is_found_in_a_snapshot(store, kind):
+    """Write b lands but is answered 412 (or "not sent"); another writer's commit then rolls
+    b's fragment into a snapshot, so c (chained on b) loses. Nothing proves b landed, and b and
+    c are committed again: each is looked for from where the chain placed it, through the
+    snapshot tree, so b is found at its offset (not appended twice) and only c is appended."""
+    LogWriter(store).append(b"r0")
+    held = HeldManifestWrites(store)
+    held.after[1] = _false_answer(kind)
+    writer, futures, resolved = pipelined(store, held, [b"a", b"b", b"c"])
+    with writer:
+        with writer._commit_lock:
+            for i in range(2):
+                held.release[i].set()
+                assert held.answered[i].wait(timeout=60)
+            LogWriter(store, snapshot_options=_ROLL_EVERY_LINK).append(b"other")
+            held.release_all()
+            assert held.answered[2].wait(timeout=60)  # c: 412
+        writer.flush()
+    assert [f.result().start for f in futures] == [2, 3, 5]
+    assert resolved == [b"a", b"b", b"c"]
+    _exactly_once(store, [b"r0", b"a", b"b", b"other", b"c"])
+    assert LogReader(store).manifest().fragments[0].start > 3  # b (at 3) was rolled into a snapshot
+
+
+def test_23_a_refused_write_found_in_the_log_is_acknowledged(store):
+    """b lands but is answered with a refusal, then another writer commits, so c (chained on
+    b) loses: nothing proves b landed but the log itself, which is read once before failing
+    b's append."""
+    LogWriter(store).append(b"r0")
+    held = HeldManifestWrites(store)
+    held.after[1] = _false_answer("refused")
+    writer, futures, resolved = pipelined(store, held, [b"a", b"b", b"c"])
+    with writer:
+        with writer._commit_lock:
+            for i in range(2):
+                held.release[i].set()
+                assert held.answered[i].wait(timeout=60)
+            LogWriter(store).append(b"other")
+            held.release_all()
+            assert held.answered[2].wait(timeout=60)  # c: 412
+        writer.flush()
+    assert [f.result().start for f in futures] == [2, 3, 5]
+    assert resolved == [b"a", b"b", b"c"]
+    _exactly_once(store, [b"r0", b"a", b"b", b"other", b"c"])
+
+
+class _Unreachable(ForwardingStore):
+    """Once `failing` is set, manifest writes fail without being sent."""
+
+    def __init__(self, inner):
+        super().__init__(inner)
+        self.failing = threading.Event()
+
+    def put_if_match(self, key, data, etag):
+        if key == MANIFEST_KEY and self.failing.is_set():
+            raise TransientError("injected: store unreachable (request not sent)")
+        return self.inner.put_if_match(key, data, etag)
+
+
+def test_24_a_write_chained_on_one_whose_outcome_is_unknown_is_unknown_too(store):
+    """b and c are held by the store (timeouts), c conditioned on b's bytes; the store then
+    stays unreachable until the compare-and-swap gives up. b ends unknown (its condition
+    still holds), and so must c: b's base still being there does not make c's condition gone,
+    since b may still land and create it. Both land later: neither was reported failed."""
+    LogWriter(store).append(b"r0")
+    late = LateLandingStore(store, keys=[MANIFEST_KEY], writes=[2, 3], land="manual")
+    unreachable = _Unreachable(late)
+    held = HeldManifestWrites(unreachable, writes=64)
+    writer, futures, _ = pipelined(store, held, [b"a", b"b", b"c"])
+    writer.committer._manifest.policy = CasPolicy(max_attempts=3, deadline_s=60, backoff_base_s=0.001,
+                                                  backoff_cap_s=0.01)
+    with writer:
+        for i in range(3):  # a lands; b and c are held by the store, in this order
+            held.release[i].set()
+            assert held.answered[i].wait(timeout=60)
+        unreachable.failing.set()
+        held.release_all()
+        writer.flush()
+    assert futures[0].result().start == 2
+    for future in futures[1:]:
+        with pytest.raises(CommitOutcomeUnknown):
+            future.result()
+    assert bodies(store) == [b"r0", b"a"]
+    late.land_all()
+    assert late.counts["landed"] == 2, late.counts
+    _exactly_once(store, [b"r0", b"a", b"b", b"c"])

@@ -12,17 +12,23 @@ Why it is safe (docs/design.md section 20):
 - a link lands only on the exact bytes of its predecessor (If-Match on their MD5). Manifests
   never return to earlier bytes, and the predecessor names fragment paths only this writer
   made, so those bytes exist only if the predecessor landed: **a link that succeeded proves
-  every link before it landed**, at the offsets this chain placed them at;
+  every link before it landed**, at the offsets this chain placed them at, whatever those
+  links answered (a store may answer 412, "not sent" or a refusal for a write that landed);
 - appends are acknowledged in link order, and only once a link at or after theirs succeeded;
+- once the oldest link failed, every answer of the chain is awaited before anything is decided;
 - a link answered with 412 (or a transient error known not to have been sent) never landed and
-  never will (its condition is gone or never held): its fragments are committed again by the
-  ordinary compare-and-swap, which reloads the manifest; consecutive ones together, in order;
+  never will, nor can any link chained after it: their fragments are committed again by the
+  ordinary compare-and-swap, consecutive ones together, in order, each looked for first from
+  where the chain placed it, through the snapshot tree (should the answer have been wrong, a
+  later commit may have rolled it), so it is never appended twice;
 - a link answered ambiguously (timeout, 5xx) may have landed or may land later: its outcome is
   resolved by `wal3_spark.cas`'s ambiguity rules (`Committer.commit(in_flight=...)`), looking
-  for its fragment paths, and written again only on the version it was conditioned on;
-- a link refused outright (e.g. access denied) was not written: its appends fail with that error;
-- links are resolved one at a time, in order, after every answer of the chain is in, so a late
-  success is never mistaken for a failure.
+  for its fragment paths, and written again only on the version it was conditioned on. That
+  version is its predecessor's predicted ETag, a real version only once the predecessor is
+  resolved: after a link whose outcome stays unknown, every ambiguous link chained on it is
+  unknown too (it lands if that one does);
+- a link refused outright (e.g. access denied) fails with that error, unless a later success
+  proves it landed or its fragments are found in the log (one read).
 
 A mispredicted ETag (a store that does not hash as it claims) costs one 412 and ends chaining
 for this writer. Never more than one request per link is sent: manifest writes are never hedged.
@@ -41,7 +47,13 @@ import pyarrow as pa
 
 from wal3_spark.cas import InFlight, Versioned
 from wal3_spark.committer import Committer, CommitResult
-from wal3_spark.errors import AmbiguousWrite, PreconditionFailed, TransientError
+from wal3_spark.errors import (
+    AmbiguousWrite,
+    CommitOutcomeUnknown,
+    PartlyCommitted,
+    PreconditionFailed,
+    TransientError,
+)
 from wal3_spark.format import MANIFEST_KEY
 from wal3_spark.manifest import Manifest, NewFragment
 from wal3_spark.schema import same_schema
@@ -133,7 +145,7 @@ class ManifestChain(Generic[P]):
             if not isinstance(exc, _Ordinary):
                 log.debug("%s: deciding a pipelined commit failed (%s); committing in order", self.store.url, exc)
             self._drain()
-            self._resolve_in_order([(payload, files, schema, None)])
+            self._resolve_in_order([_Item(payload, files, schema, None, None)])
             return
         answer = self._pool.submit(self.store.put_if_match, MANIFEST_KEY, data, base.etag)
         self._links.append(_Link(payload, files, schema, base.value.next_offset, value, data,
@@ -143,7 +155,8 @@ class ManifestChain(Generic[P]):
     def settle(self) -> list[Resolved[P]]:
         """Outcomes now known, in the order the payloads were sent. Blocks only when the oldest
         link failed: then every answer of the chain is awaited (nothing is decided on a write
-        still in flight) and the rest is resolved in order."""
+        still in flight, and a later success proves the failed link landed whatever it
+        answered) and the rest is resolved in order."""
         self._acknowledge_landed()
         if self._links and self._links[0].answer.done():  # the head did not succeed
             self._drain()
@@ -173,15 +186,14 @@ class ManifestChain(Generic[P]):
         return self.committer.current()
 
     def _proven(self) -> int | None:
-        """The index of the last link that succeeded, which proves every link before it landed.
-        A success behind a link known not to have landed proves nothing (it cannot happen while
-        manifests never repeat their bytes); `_resolve_in_order` looks for it instead."""
+        """The index of the last link that succeeded, which proves every link before it landed,
+        whatever their own answers said (a 412 or "not sent" after a resent request, a refusal
+        given after writing, a timeout): its condition, the MD5 of its predecessor's bytes,
+        held only if the predecessor landed (docs/design.md section 20)."""
         last = None
         for i, link in enumerate(self._links):
             if _succeeded(link):
                 last = i
-            elif link.answer.done() and not isinstance(link.answer.exception(), AmbiguousWrite):
-                break
         return last
 
     def _acknowledge_landed(self) -> None:
@@ -191,6 +203,9 @@ class ManifestChain(Generic[P]):
             return
         for _ in range(last + 1):
             link = self._links.popleft()
+            if link.answer.done() and not _succeeded(link):
+                log.warning("%s: a pipelined manifest write was answered %r, but a write chained "
+                            "on it landed, so it landed too", self.store.url, link.answer.exception())
             self._resolved.append(Resolved(link.payload, link.start))
         etag = link.answer.result()
         if etag != link.predicted and self._depth > 1:
@@ -209,54 +224,122 @@ class ManifestChain(Generic[P]):
         self._links.clear()
         # The committer now conditions on the last link that landed: right after a reordering
         # (the usual 412), one PUT; after another writer's commit, a 412 and a reload.
-        self._resolve_in_order([(link.payload, link.files, link.schema, link) for link in rest])
+        self._resolve_in_order([_Item(link.payload, link.files, link.schema, link.start, link) for link in rest])
 
-    def _resolve_in_order(self, items: list[tuple[P, list[NewFragment], pa.Schema | None, _Link[P] | None]]) -> None:
-        """Commit (or resolve) each item in order. Items known never to have landed (no link,
-        a 412, a write known not to have been sent) are committed together while they share a
-        schema: one round trip for a run of 412s after a slow link."""
-        fresh: list[tuple[P, list[NewFragment]]] = []
-        fresh_schema: pa.Schema | None = None
+    def _resolve_in_order(self, items: list[_Item[P]]) -> None:
+        """Commit (or resolve) each item in order, no success among them (those were
+        acknowledged). Rules (docs/design.md section 20), walking the links in chain order:
+        - a link known never to land (never sent, a 412, not sent), and every link after it
+          (chained on bytes that never exist), is committed again by the ordinary
+          compare-and-swap, consecutive ones together while they share a schema (one round trip
+          for a run of 412s), looked for first from where the chain placed them (through the
+          snapshot tree: a wrong answer, and a later commit rolled them);
+        - an ambiguous link is resolved by the CAS primitive's ambiguity rules, conditioned on
+          its predecessor's ETag, which is a real version only once the predecessor is resolved;
+          so once a link's outcome stays unknown, every ambiguous link after it (up to a link
+          known never to land) is unknown too: it lands if the unknown one does;
+        - a refused link fails with its refusal, unless its fragments are found in the log."""
+        fresh: list[_Item[P]] = []
+        dead = False  # a link before this one never landed and never will: neither can this one
+        unknown: CommitOutcomeUnknown | None = None  # the outcome of an earlier link is unknown
 
-        def commit_fresh() -> None:
-            if not fresh:
+        for item in items:
+            error = None if item.link is None else item.link.answer.exception()
+            if dead or item.link is None or isinstance(error, (PreconditionFailed, TransientError)):
+                dead = True
+                if fresh and not same_schema(fresh[-1].schema, item.schema):
+                    self._commit_fresh(fresh)
+                fresh.append(item)
+                continue
+            self._commit_fresh(fresh)
+            if error is not None and not isinstance(error, AmbiguousWrite):
+                self._resolve_refused(item, error)
+            elif unknown is not None:
+                self._resolved.append(Resolved(item.payload, None, _unknown_after(self.store.url, unknown)))
+            else:
+                unknown = self._resolve_ambiguous(item, error)
+        self._commit_fresh(fresh)
+
+    def _commit_fresh(self, fresh: list[_Item[P]]) -> None:
+        """Commit the items (known never to have landed by their answers) in one commit; should
+        some of them be in the log after all (a wrong answer), one commit per item."""
+        if not fresh:
+            return
+        items = list(fresh)
+        fresh.clear()
+        files = [f for item in items for f in item.files]
+        try:
+            start = self._commit(files, items[0].schema, None, items[0].start).start
+        except PartlyCommitted as exc:
+            if len(items) == 1:
+                self._resolved.append(Resolved(items[0].payload, None, exc))
                 return
-            files = [f for _, fs in fresh for f in fs]
-            try:
-                start = self._commit(files, fresh_schema, None, None).start
-            except Exception as exc:  # noqa: BLE001 (fails exactly these payloads)
-                self._resolved.extend(Resolved(p, None, exc) for p, _ in fresh)
-            else:
-                for payload, fs in fresh:
-                    self._resolved.append(Resolved(payload, start))
-                    start += sum(f.records for f in fs)
-            fresh.clear()
+            log.warning("%s: some of these pipelined writes landed despite their answers (%s); "
+                        "committing them one at a time", self.store.url, exc)
+            for item in items:
+                self._commit_fresh([item])
+            return
+        except Exception as exc:  # noqa: BLE001 (fails exactly these payloads)
+            self._resolved.extend(Resolved(item.payload, None, exc) for item in items)
+            return
+        for item in items:
+            self._resolved.append(Resolved(item.payload, start))
+            start += sum(f.records for f in item.files)
 
-        for payload, files, schema, link in items:
-            error = None if link is None else link.answer.exception()
-            never_landed = link is None or isinstance(error, (PreconditionFailed, TransientError))
-            if never_landed:
-                if fresh and not same_schema(fresh_schema, schema):
-                    commit_fresh()
-                fresh.append((payload, files))
-                fresh_schema = schema
-                continue
-            commit_fresh()
-            assert link is not None
-            if error is not None and not isinstance(error, AmbiguousWrite):  # refused: not written
-                self._resolved.append(Resolved(payload, None, error))
-                continue
-            # Ambiguous (or a success no earlier success proved): find it, or write it again
-            # only on the version it was conditioned on.
-            log.warning("%s: a pipelined manifest write's outcome is unknown (%s); resolving it",
-                        self.store.url, error or "answered after a write known not to have landed")
-            try:
-                start = self._commit(files, schema, InFlight(link.data, link.on), link.start).start
-            except Exception as exc:  # noqa: BLE001 (fails exactly this payload)
-                self._resolved.append(Resolved(payload, None, exc))
-            else:
-                self._resolved.append(Resolved(payload, start))
-        commit_fresh()
+    def _resolve_refused(self, item: _Item[P], error: BaseException) -> None:
+        """A refusal (e.g. access denied) normally means nothing was written; one given after
+        writing (or an error the store could not classify) must not fail appends that are in
+        the log, so the log is read once to look for the link's fragments."""
+        assert item.start is not None
+        try:
+            found = self.committer.find(item.files, item.start)
+        except Exception as exc:  # noqa: BLE001 (the refusal stands; say why it was not checked)
+            log.warning("%s: could not check whether a refused manifest write landed: %s", self.store.url, exc)
+            found = None
+        if found is None:
+            self._resolved.append(Resolved(item.payload, None, error))
+        else:
+            log.warning("%s: a manifest write answered %r had landed at %d", self.store.url, error, found)
+            self._resolved.append(Resolved(item.payload, found))
+
+    def _resolve_ambiguous(self, item: _Item[P], error: BaseException | None) -> CommitOutcomeUnknown | None:
+        """Find the link, or write it again only on the version it was conditioned on; returns
+        the CommitOutcomeUnknown it ended with, if it did."""
+        assert item.link is not None and item.start is not None
+        log.warning("%s: a pipelined manifest write's outcome is unknown (%s); resolving it",
+                    self.store.url, error or "a success no later write proved")
+        try:
+            start = self._commit(item.files, item.schema, InFlight(item.link.data, item.link.on), item.start).start
+        except CommitOutcomeUnknown as exc:
+            self._resolved.append(Resolved(item.payload, None, exc))
+            return exc
+        except Exception as exc:  # noqa: BLE001 (fails exactly this payload)
+            self._resolved.append(Resolved(item.payload, None, exc))
+        else:
+            self._resolved.append(Resolved(item.payload, start))
+        return None
+
+
+@dataclass
+class _Item(Generic[P]):
+    """A link to resolve: `link` None when it is known never to land (the chain broke before
+    it); `start` is where the chain placed its files (None: never sent)."""
+
+    payload: P
+    files: list[NewFragment]
+    schema: pa.Schema | None
+    start: int | None
+    link: _Link[P] | None
+
+
+def _unknown_after(url: str, predecessor: CommitOutcomeUnknown) -> CommitOutcomeUnknown:
+    """The outcome of a link chained on one whose outcome is unknown: it lands if that one does."""
+    unknown = CommitOutcomeUnknown(
+        f"the append to {url} may or may not be in the log: its manifest write was sent "
+        "conditioned on an earlier one whose outcome is unknown, and lands if that one does. "
+        f"Nothing was deleted. To find out, run `wal3 verify {url}`")
+    unknown.__cause__ = predecessor
+    return unknown
 
 
 def _succeeded(link: _Link) -> bool:

@@ -40,6 +40,7 @@ from wal3_spark.errors import (
     LogNotFound,
     LogSealed,
     ObjectNotFound,
+    PartlyCommitted,
     PastOrphanHorizon,
     PreconditionFailed,
     SchemaMismatch,
@@ -218,15 +219,18 @@ class Committer:
         `version` or later, and the version is recorded in the same manifest write. See the
         module docstring for what each outcome allows the caller to do with the fragments.
 
-        `in_flight` (with `since`, the offset it placed the fragments at): a manifest write of
-        these fragments sent by a pipelined writer (`wal3_spark.chain`) whose outcome is not
-        known; this commit resolves it by the compare-and-swap's ambiguity rules instead of
-        appending the fragments a second time.
+        `since`: the offset a pipelined writer (`wal3_spark.chain`) placed these fragments at in
+        a manifest write it sent earlier. With `in_flight` (that write, whose outcome is not
+        known) this commit resolves it by the compare-and-swap's ambiguity rules instead of
+        appending the fragments a second time. Alone (a write answered as not landed): the
+        fragments are looked for from `since` on, through the snapshot tree, before they are
+        appended, so a write that landed despite its answer (and that a later write may have
+        rolled into a snapshot) is reported already committed, not appended twice.
         """
         if (app_id is None) != (version is None):
             raise ValueError("app_id and version go together")
-        if (in_flight is None) != (since is None):
-            raise ValueError("in_flight and since go together")
+        if in_flight is not None and since is None:
+            raise ValueError("in_flight needs since (where the write in flight placed the fragments)")
         paths = [f.path for f in fragments]
         if len(set(paths)) != len(paths):
             raise ValueError("a commit lists the same fragment twice")
@@ -245,7 +249,7 @@ class Committer:
                 current = Manifest.empty(self.writer, schema)
             if current.sealed:
                 raise LogSealed(self.url)
-            already = _committed_at(self.store, current, paths, search_snapshots)
+            already = _committed_at(self.store, current, paths, search_snapshots, since)
             if already is not None:
                 placed["already"] = already
                 return None
@@ -338,6 +342,17 @@ class Committer:
             current.with_fragments(fragments, self.writer, schema=new_schema if changed else None)
         )
         return new, self._manifest.encode(new)
+
+    def find(self, fragments: Sequence[NewFragment], since: int) -> int | None:
+        """Where `fragments` sit in the log (read now), looking from offset `since` on through
+        the snapshot tree; None when they are not there. For a pipelined write answered with a
+        refusal: a refusal the store gave after writing (or an error it could not classify) must
+        not fail appends that are in the log. The read is remembered (the next commit is
+        conditioned on it). Raises what reading raises, `PartlyCommitted` for a partial list."""
+        loaded = self._manifest.load()
+        if loaded is None:
+            return None
+        return _committed_at(self.store, loaded.value, [f.path for f in fragments], False, since)
 
     def forget(self) -> None:
         """Read the manifest before the next commit (what the store holds is not known)."""
@@ -436,15 +451,21 @@ def _may_be_rolled(fragments: Sequence[NewFragment], now: float, deadline_s: flo
     return any((uuid7_timestamp_us(f.uuid) or 0) < horizon_us for f in fragments)
 
 
-def _committed_at(store: ObjectStore, manifest: Manifest, paths: Sequence[str], deep: bool) -> int | None:
+def _committed_at(
+    store: ObjectStore, manifest: Manifest, paths: Sequence[str], deep: bool, since: int | None = None
+) -> int | None:
     """Where an earlier commit of these very fragments placed them (its first offset), or None
     when none of them is in the log; a commit that is in the log only in part is refused
-    (ValueError: such a list was never committed as one). Looks among the manifest's own
-    fragments, and with `deep` through its snapshot tree as well."""
+    (`PartlyCommitted`: such a list was never committed as one). Looks among the manifest's own
+    fragments; with `since` (where a pipelined write placed them), at and after that offset
+    through the snapshot tree (a later write may have rolled them); with `deep`, through the
+    whole snapshot tree."""
     if not paths:
         return None
     wanted = set(paths)
-    if deep:
+    if since is not None:
+        refs = iter_fragments(store, manifest, since)
+    elif deep:
         refs = iter_fragments(store, manifest, manifest.oldest_offset)
     else:
         refs = iter(manifest.fragments)
@@ -454,7 +475,7 @@ def _committed_at(store: ObjectStore, manifest: Manifest, paths: Sequence[str], 
     if [ref.path for ref in found] != list(paths) or any(
         a.limit != b.start for a, b in zip(found, found[1:])
     ):
-        raise ValueError(
+        raise PartlyCommitted(
             f"{len(found)} of this commit's {len(paths)} fragments (e.g. {found[0].path} at offset "
             f"{found[0].start}) are already in the log at {store.url}, not as this commit; "
             "nothing was committed and nothing is deleted: commit only the others"

@@ -134,6 +134,13 @@ class CommitFailed(Wal3Error):
     """A commit failed definitely: nothing it wrote is (or can later become) part of the log."""
 
 
+class PartlyCommitted(Wal3Error, ValueError):
+    """A commit's fragments are in the log only in part, so the list was never committed as one
+    (`Committer.commit` refuses it; nothing was written or deleted). A pipelined writer
+    (`wal3_spark.chain`) that committed several links' fragments together commits them one
+    link at a time instead: each link's fragments landed all together or not at all."""
+
+
 class PastOrphanHorizon(CommitFailed):
     """A commit refused because some of its fragments were written before the manifest's orphan
     horizon: garbage collection may have deleted them as orphans (docs/design.md section 14).

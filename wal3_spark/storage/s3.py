@@ -8,9 +8,13 @@ because only we know which failures are safe to retry:
 - reads, lists and deletes are idempotent: every connection error, timeout, 5xx and throttle
   is retried with jittered backoff (`retry_attempts` tries, a few seconds in all);
 - a conditional PUT is retried only when it provably changed nothing: the connection was never
-  established, or the server rejected it before acting (throttled, 409 conflict). A read
-  timeout, a connection dropped after sending, or a 5xx raise `AmbiguousWrite`: had botocore
-  retried a PUT that had in fact landed, the retry would report a false 412.
+  established (`_NOT_SENT`: the endpoint or proxy refused it, or the connect timed out), or the
+  server rejected it before acting (throttled, 409 conflict). Anything else that may come after
+  the request was sent raises `AmbiguousWrite`: a read timeout, a connection dropped, a TLS
+  error (botocore's `SSLError` is a `ConnectionError`, but TLS fails while reading the answer
+  too), a short response, a 5xx. Had a PUT that had in fact landed been retried, the retry
+  would report a false 412, and a pipelined writer (`wal3_spark.chain`) would commit its
+  records again.
 
 The store pickles small (bucket, prefix, settings): the boto3 client is created lazily in each
 process. Credentials given as options travel with the pickle (executors need them); credentials
@@ -33,9 +37,12 @@ from botocore.config import Config
 from botocore.exceptions import (
     BotoCoreError,
     ClientError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
     HTTPClientError,
     IncompleteReadError,
     NoCredentialsError,
+    ProxyConnectionError,
 )
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
@@ -163,6 +170,12 @@ class S3Settings:
             secret_access_key=secret,
             session_token=session_token,
         )
+
+
+#: connection errors botocore raises only before a request is sent (no connection was made);
+#: every other `ConnectionError` (e.g. `SSLError`, which the TLS layer raises while reading an
+#: answer as well as while connecting) may come after a PUT was sent
+_NOT_SENT = (EndpointConnectionError, ConnectTimeoutError, ProxyConnectionError)
 
 
 class _Conflict(TransientError):
@@ -340,10 +353,10 @@ class S3Store(ObjectStore):
             if status == 429 or code in _RETRYABLE_CODES:
                 return TransientError(f"put {where} was rejected: {code} (HTTP {status})")
             return StorageError(f"put {where} failed: {code} (HTTP {status}): {message}")
-        if isinstance(exc, BotoConnectionError):  # no connection, so the request was never sent
+        if isinstance(exc, _NOT_SENT):  # no connection, so the request was never sent
             return TransientError(f"put {where} failed: {exc}")
-        if isinstance(exc, HTTPClientError):  # timed out or dropped after sending
-            return AmbiguousWrite(key, exc)
+        if isinstance(exc, (BotoConnectionError, HTTPClientError, IncompleteReadError)):
+            return AmbiguousWrite(key, exc)  # may have been sent: timed out, dropped, TLS, short answer
         if isinstance(exc, BotoCoreError):
             return StorageError(f"put {where} failed: {exc}")
         return None
