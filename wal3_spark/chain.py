@@ -63,8 +63,9 @@ log = logging.getLogger(__name__)
 
 P = TypeVar("P")
 
-#: commits `files` (in `schema`) by the ordinary compare-and-swap; with an in-flight write (and
-#: the offset it placed them at) resolves that write instead of appending them a second time
+#: commits `files` (in `schema`) by the ordinary compare-and-swap, first looking for them from
+#: the offset a link placed them at (None: never sent); with that link's write (in flight)
+#: resolves it instead of appending them a second time (`Committer.commit(in_flight=, since=)`)
 CommitFn = Callable[[Sequence[NewFragment], pa.Schema | None, InFlight | None, int | None], CommitResult]
 
 
