@@ -16,7 +16,6 @@ startsWith) narrow the selection before any manifest is read, next to the `_offs
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -37,7 +36,7 @@ from wal3_spark.reader import ReadRange, output_schema, read_range
 from wal3_spark.schema import OFFSET_COLUMN, conform, reconcile
 from wal3_spark.spark.options import Wal3Options
 from wal3_spark.spark.planning import Bounds, narrow, pack, plan_range
-from wal3_spark.spark.read_tasks import READ_BATCH_ROWS
+from wal3_spark.spark.read_tasks import READ_BATCH_ROWS, prefetched
 from wal3_spark.spark.schemas import spark_to_arrow
 
 #: the column naming each row's log
@@ -200,15 +199,7 @@ def read_log_ranges(
                            item_hash=meta.item_hash, fail_on_data_loss=options.fail_on_data_loss)
         return conform_to(batch, target, r.log)
 
-    with ThreadPoolExecutor(1, thread_name_prefix="wal3-prefetch") as pool:
-        pending = [pool.submit(load, partition.ranges[0])] if partition.ranges else []
-        for i in range(len(partition.ranges)):
-            batch = pending.pop().result()
-            if i + 1 < len(partition.ranges):
-                pending.append(pool.submit(load, partition.ranges[i + 1]))
-            for lo in range(0, batch.num_rows, batch_rows):
-                yield batch.slice(lo, batch_rows)
-            del batch
+    return prefetched(partition.ranges, load, batch_rows)
 
 
 # ------------------------------------------------------------------------------ batch read

@@ -8,7 +8,8 @@ the current one. The partitions themselves are planned on the driver (`planning`
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from typing import TypeVar
 from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
@@ -17,6 +18,9 @@ from wal3_spark.reader import ReadRange, read_range
 from wal3_spark.schema import conform
 from wal3_spark.spark.planning import Part
 from wal3_spark.storage.base import ObjectStore
+
+#: one range to read: a log's `ReadRange`, or a log set's (log name, range)
+Range = TypeVar("Range")
 
 #: rows per Arrow batch handed back to Spark by read()
 READ_BATCH_ROWS = int(os.environ.get("WAL3_READ_BATCH_ROWS", 1 << 16))
@@ -42,13 +46,20 @@ def read_partition(
                            fail_on_data_loss=fail_on_data_loss)
         return conform(batch, target, against="query")
 
-    # Fetch, decode and verify the next fragment while Spark consumes this one (Parquet decoding
-    # and SHA3 release the GIL); at most two fragments are in memory.
+    return prefetched(part.ranges, load, batch_rows)
+
+
+def prefetched(
+    ranges: Sequence[Range], load: Callable[[Range], pa.RecordBatch], batch_rows: int
+) -> Iterator[pa.RecordBatch]:
+    """`load` of each range in order, in slices of at most `batch_rows`, the next range loaded
+    while Spark consumes this one: fetching, decoding and verifying overlap with Spark's work
+    (Parquet decoding and SHA3 release the GIL), and at most two fragments are in memory."""
     with ThreadPoolExecutor(1, thread_name_prefix="wal3-prefetch") as pool:
-        pending = pool.submit(load, part.ranges[0]) if part.ranges else None
-        for i in range(len(part.ranges)):
+        pending = pool.submit(load, ranges[0]) if ranges else None
+        for i in range(len(ranges)):
             batch = pending.result()
-            pending = pool.submit(load, part.ranges[i + 1]) if i + 1 < len(part.ranges) else None
+            pending = pool.submit(load, ranges[i + 1]) if i + 1 < len(ranges) else None
             for lo in range(0, batch.num_rows, batch_rows):
                 yield batch.slice(lo, batch_rows)
             del batch
