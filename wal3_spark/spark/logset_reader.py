@@ -15,13 +15,14 @@ startsWith) narrow the selection before any manifest is read, next to the `_offs
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSourceReader,
     EqualTo,
+    Filter,
     In,
     InputPartition,
     StringStartsWith,
@@ -30,6 +31,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
 from wal3_spark.errors import LogNotFound, SchemaMismatch, Wal3Error
+from wal3_spark.format import FragmentRef
 from wal3_spark.logset import LogSet
 from wal3_spark.manifest import Manifest
 from wal3_spark.reader import ReadRange, output_schema, read_range
@@ -135,7 +137,7 @@ class LogRange:
     range: ReadRange
 
     @property
-    def ref(self):
+    def ref(self) -> FragmentRef:
         return self.range.ref
 
     @property
@@ -254,7 +256,7 @@ class LogSetBatchReader(DataSourceReader):
         self.ending_logs = dict(options.ending_logs)
         self.log_set = options.log_set()
 
-    def partitions(self):
+    def partitions(self) -> Sequence[LogSetPartition]:
         names = [n for n in self.log_set.names() if passes(n, self.log_filters)]
         manifests = read_manifests(self.log_set, names, strict=True)
         if self.log_set.selection.is_explicit:
@@ -277,7 +279,7 @@ class LogSetBatchReader(DataSourceReader):
             self.offsets, self.times, o.fail_on_data_loss,
         )
 
-    def read(self, partition: LogSetPartition):
+    def read(self, partition: LogSetPartition) -> Iterator[pa.RecordBatch]:
         if not hasattr(partition, "ranges"):  # Spark's stand-in when partitions() found nothing
             return
         yield from read_log_ranges(self.options, partition, self.target)
@@ -287,7 +289,7 @@ class LogSetPushdownReader(LogSetBatchReader):
     """With filter pushdown: `_log` narrows the logs read, `_offset`/`_timestamp` each log's
     range (Spark re-checks every filter; this only skips what cannot match)."""
 
-    def pushFilters(self, filters):
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
         filters = list(filters)
         self.offsets, self.times = Bounds(), Bounds()
         narrow(filters, self.offsets, self.times)

@@ -32,8 +32,9 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 
+import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader
-from pyspark.sql.streaming.datasource import ReadAllAvailable, SupportsTriggerAvailableNow
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
 from wal3_spark.cursors import CursorStore
@@ -154,15 +155,15 @@ class LogSetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._look()
         self.available_now = dict(self.tails)
 
-    def getDefaultReadLimit(self):
+    def getDefaultReadLimit(self) -> ReadLimit:
         return default_read_limit(self.options)
 
-    def reportLatestOffset(self):
+    def reportLatestOffset(self) -> dict:
         if self.position is None:
             self._look()
         return encode(self.tails)
 
-    def latestOffset(self, start: dict, limit) -> dict:
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         begins = decode(start)
         self._look(begins)
         tails = {n: self.tails.get(n, b) for n, b in begins.items()}
@@ -272,13 +273,13 @@ class LogSetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- executors ------------------------------------------------------------------------
 
-    def read(self, partition: LogSetPartition):
+    def read(self, partition: LogSetPartition) -> Iterator[pa.RecordBatch]:
         yield from read_log_ranges(self.options, partition, self.target)
 
     def stop(self) -> None:
         self.log_set.store.close()
 
-    def __getstate__(self):
+    def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state["manifests"] = {}
         return state

@@ -14,8 +14,9 @@ import datetime as _dt
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 from wal3_spark.dirty import DEFAULT_FULL_SCAN_EVERY_S
 from wal3_spark.errors import InvalidOption
@@ -303,7 +304,7 @@ def parse(options: Mapping[str, str], role: str) -> Wal3Options:
         )
     kw: dict = {}
 
-    def take(name: str, conv) -> None:
+    def take(name: str, conv: Callable[[str], Any]) -> None:
         if name in values:
             raw = values[name]
             try:

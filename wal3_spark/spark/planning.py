@@ -53,7 +53,7 @@ class Bounds:
         self.hi = value if self.hi is None else min(self.hi, value)
 
 
-def to_us(value) -> int | None:
+def to_us(value: object) -> int | None:
     """A pushed-down `_timestamp` literal in microseconds since the epoch."""
     if isinstance(value, _dt.datetime):
         if value.tzinfo is None:  # PySpark hands TimestampType literals over in local time

@@ -20,9 +20,10 @@ streaming sink route.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -189,7 +190,7 @@ class RoutingSink:
     # -- driver -----------------------------------------------------------------------------
 
     @staticmethod
-    def by_log(messages) -> dict[str, list[LogFiles]]:
+    def by_log(messages: Sequence[RoutedCommitMessage | None]) -> dict[str, list[LogFiles]]:
         """Every successful task's fragments per log, in partition order."""
         found: dict[str, list[LogFiles]] = {}
         for message in messages:
@@ -198,7 +199,7 @@ class RoutingSink:
                     found.setdefault(part.log, []).append(part)
         return found
 
-    def commit_messages(self, messages, **txn) -> None:
+    def commit_messages(self, messages: Sequence[RoutedCommitMessage | None], **txn: Any) -> None:
         """One compare-and-swap per log, in parallel; raises RoutedCommitFailed naming the logs
         that failed (and saying how many committed) when any did."""
         logs = self.by_log(messages)
@@ -229,7 +230,7 @@ class RoutingSink:
                                      self.options.writer_id is not None)
         log.info("routed commit: %d logs under %s", len(logs), self.options.url)
 
-    def abort_messages(self, messages) -> None:
+    def abort_messages(self, messages: Sequence[RoutedCommitMessage | None]) -> None:
         """Delete the job's fragments when no commit ran (a task failed); after a commit
         attempt every log's commit already deleted what a definite failure left, and kept what
         an unknown outcome may still publish."""
@@ -314,14 +315,14 @@ class Router:
 class RoutingBatchWriter(RoutingSink, DataSourceArrowWriter):
     """`writerId` + `writerVersion` make the routed append idempotent per log."""
 
-    def commit(self, messages) -> None:
+    def commit(self, messages: Sequence[RoutedCommitMessage | None]) -> None:
         o = self.options
         if o.writer_id is not None:
             self.commit_messages(messages, app_id=o.writer_id, version=o.writer_version)
         else:
             self.commit_messages(messages)
 
-    def abort(self, messages) -> None:
+    def abort(self, messages: Sequence[RoutedCommitMessage | None]) -> None:
         self.abort_messages(messages)
 
 
@@ -329,8 +330,8 @@ class RoutingStreamWriter(RoutingSink, DataSourceStreamArrowWriter):
     """Exactly-once per log: each micro-batch commits with version = batchId in every log's
     `txns`, so a replayed batch commits only to the logs its first attempt did not reach."""
 
-    def commit(self, messages, batchId: int) -> None:
+    def commit(self, messages: Sequence[RoutedCommitMessage | None], batchId: int) -> None:
         self.commit_messages(messages, app_id=self.options.writer_id, version=int(batchId))
 
-    def abort(self, messages, batchId: int) -> None:
+    def abort(self, messages: Sequence[RoutedCommitMessage | None], batchId: int) -> None:
         self.abort_messages(messages)

@@ -22,6 +22,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
+    ReadLimit,
     ReadMaxBytes,
     ReadMaxFiles,
     ReadMaxRows,
@@ -44,7 +45,8 @@ from wal3_spark.storage.base import ObjectStore
 log = logging.getLogger(__name__)
 
 
-def admit(ranges: Iterable[ReadRange], start: int, tail: int, *, max_records=None, max_bytes=None, max_fragments=None) -> int:
+def admit(ranges: Iterable[ReadRange], start: int, tail: int, *, max_records: int | None = None,
+          max_bytes: int | None = None, max_fragments: int | None = None) -> int:
     """The end offset of a micro-batch starting at `start` under the given limits.
 
     Always admits at least one record when any is available, so a stream never stalls on a
@@ -65,7 +67,7 @@ def admit(ranges: Iterable[ReadRange], start: int, tail: int, *, max_records=Non
     return end
 
 
-def limits_for(options: Wal3Options, limit) -> Limits:
+def limits_for(options: Wal3Options, limit: ReadLimit) -> Limits:
     """The options' limits, tightened by the one Spark passes (ReadMaxRows/Bytes/Files)."""
 
     def tighter(mine: int | None, theirs: int) -> int:
@@ -81,7 +83,7 @@ def limits_for(options: Wal3Options, limit) -> Limits:
     return Limits(records, size, files)
 
 
-def default_read_limit(o: Wal3Options):
+def default_read_limit(o: Wal3Options) -> ReadLimit:
     """The read limit Spark passes to latestOffset: the first limit option set."""
     if o.max_records is not None:
         return ReadMaxRows(o.max_records)
