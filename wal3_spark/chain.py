@@ -158,20 +158,23 @@ class ManifestChain(Generic[P]):
         link failed: then every answer of the chain is awaited (nothing is decided on a write
         still in flight, and a later success proves the failed link landed whatever it
         answered) and the rest is resolved in order."""
-        self._acknowledge_landed()
-        if self._links and self._links[0].answer.done():  # the head did not succeed
-            self._drain()
+        while True:
+            self._acknowledge_landed()
+            if not (self._links and self._links[0].answer.done()):
+                break
+            if self._links[0].answer.exception() is None:
+                continue  # answered with success since the scan: acknowledge it, no need to wait
+            self._drain()  # the head did not succeed
+            break
         resolved, self._resolved = self._resolved, []
         return resolved
 
-    def abandon(self) -> list[P]:
-        """The payloads of links not yet resolved (after a bug in the caller: their outcome is
-        unknown); the chain starts afresh."""
-        payloads = [link.payload for link in self._links]
+    def abandon(self) -> None:
+        """Forget every link not yet resolved (after a bug in the caller, which fails their
+        appends as of unknown outcome); the chain starts afresh from a read."""
         self._links.clear()
         self._resolved.clear()
         self.committer.forget()
-        return payloads
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=True)
