@@ -4,6 +4,8 @@
     ./dev python benchmarks/latency.py --scenario tail      # 1% of requests take 10x, hedged or not
     ./dev python benchmarks/latency.py --scenario tail --tail-methods get,put_if_absent
     ./dev python benchmarks/latency.py --serial             # also one manifest write at a time
+    ./dev python benchmarks/latency.py --latency-ms 400 --batch-interval-ms 80 --rate 2500
+                                                            # every time constant 4x, rate / 4
 
 An open-loop generator calls `LogWriter.submit` with one 100-byte record at 10,000 appends/s
 (in 1 ms ticks), against an in-memory store behind `LatencyStore` (every request waits the
@@ -163,6 +165,8 @@ def main() -> None:
     parser.add_argument("--hedge-factor", type=float, default=HedgePolicy.factor,
                         help="tail scenario: hedge after this x the recent latency quantile")
     parser.add_argument("--hedge-quantile", type=float, default=HedgePolicy.quantile)
+    parser.add_argument("--batch-interval-ms", type=float, default=20.0,
+                        help="LogWriter batch_interval_s, in ms (Chroma's default: 20)")
     parser.add_argument("--serial", action="store_true",
                         help="also run with one manifest write at a time (max_manifest_writes=1), alternating")
     parser.add_argument("--seconds", type=float, default=20.0, help="length of one run")
@@ -175,6 +179,7 @@ def main() -> None:
           f"{args.rate:,.0f} appends/s of {args.record_bytes} B, {args.latency_ms:.0f} ms per "
           f"request, {args.seconds:.0f} s per run", flush=True)
     configs: list[tuple[str, float, dict]] = [("LogWriter.submit", 0.0, {})]
+    writer_options = {"batch_interval_s": args.batch_interval_ms / 1000}
     if args.scenario == "tail":
         hedge = HedgePolicy(hedges_per_s=args.hedges_per_s, factor=args.hedge_factor,
                             quantile=args.hedge_quantile)
@@ -186,7 +191,7 @@ def main() -> None:
     runs: dict[str, list[Run]] = {label: [] for label, _, _ in configs}
     for _ in range(args.repeat):
         for label, tail_share, options in configs:
-            run = run_once(label, args, tail_share, options)
+            run = run_once(label, args, tail_share, {**writer_options, **options})
             runs[label].append(run)
             print(run.line(), flush=True)
     print(f"load average at end: {os.getloadavg()[0]:.2f}; CPU probe {cpu_probe():.2f} s")
