@@ -208,7 +208,9 @@ def _denied(exc: Exception, what: str) -> AccessDenied | None:
 class S3Store(ObjectStore):
     """Objects under `s3://bucket/prefix`; keys are relative to the prefix."""
 
-    #: every write is one single-part PUT and this client sets no server-side encryption
+    #: every write is one single-part PUT and this client sets no server-side encryption. A
+    #: bucket whose *default* encryption is SSE-KMS answers other ETags all the same: a pipelined
+    #: writer sees its first prediction fail (one 412) and writes one manifest at a time after
     md5_etags = True
 
     # class attributes so tests can make retries fast on one instance
