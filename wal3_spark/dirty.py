@@ -111,8 +111,11 @@ class DirtyLog:
         self.prefix = prefix if isinstance(prefix, ObjectStore) else open_store(prefix, options)
         self.store = dirty_store(self.prefix)
         # Records of one process share fragments, and every record that lands while a manifest
-        # write is in flight shares the next one (the manifest is the contended object).
-        self._writer = LogWriter(self.store, writer=writer, batch_interval_s=batch_interval_s)
+        # write is in flight shares the next one (the manifest is the contended object): one
+        # manifest write at a time, not pipelined (docs/design.md section 20), since every
+        # appender of the prefix writes it, and latency matters less here than its writes.
+        self._writer = LogWriter(self.store, writer=writer, batch_interval_s=batch_interval_s,
+                                 max_manifest_writes=1)
 
     @property
     def url(self) -> str:
