@@ -262,3 +262,55 @@ def test_12_idempotent_write_options_go_together(options, match):
     assert largest.writer_version == (1 << 63) - 1
     with pytest.raises(InvalidOption, match="does not apply to streaming writes"):
         opts.parse({"path": "/x", "writerId": "w", "writerVersion": "1"}, opts.STREAM_WRITE)
+
+
+def test_13_a_stream_trigger_reads_the_manifest_once():
+    """latestOffset, reportLatestOffset and partitions of one trigger share one manifest GET; a
+    batch beyond that manifest (planned before a restart) reads a fresh one and plans it all."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from tests.support.fakes import CountingStore
+    from wal3_spark.format import MANIFEST_KEY
+    from wal3_spark.reader import LogReader
+    from wal3_spark.spark.source import payload_to_spark
+    from wal3_spark.spark.stream_reader import Wal3StreamReader
+    from wal3_spark.writer import LogWriter
+
+    url = "memory://units-manifest-once"
+    writer = LogWriter(open_store(url))
+    for _ in range(3):
+        writer.append(pa.table({"id": pa.array(range(4), pa.int64())}))  # [1,5) [5,9) [9,13)
+    schema = payload_to_spark(LogReader(open_store(url)).manifest().arrow_schema())
+    r = Wal3StreamReader(opts.parse({"path": url}, opts.STREAM_READ), schema)
+    store = r._store = CountingStore(open_store(url))
+    manifest_gets = lambda: store.counts[("get", MANIFEST_KEY.split("/")[0])]  # noqa: E731
+
+    end = r.latestOffset({"offset": 1}, ReadAllAvailable())
+    assert end == r.reportLatestOffset() == {"offset": 13}
+    parts = r.partitions({"offset": 1}, end)
+    assert [(x.start, x.limit) for p in parts for x in p.part.ranges] == [(1, 5), (5, 9), (9, 13)]
+    assert manifest_gets() == 1
+
+    writer.append(pa.table({"id": pa.array(range(4), pa.int64())}))  # [13,17)
+    parts = r.partitions({"offset": 9}, {"offset": 17})
+    assert [(x.start, x.limit) for p in parts for x in p.part.ranges] == [(9, 13), (13, 17)]
+    assert manifest_gets() == 2
+
+
+def test_14_the_source_imports_neither_pandas_nor_boto3():
+    """Spark starts a fresh Python process for each streaming query's source (and one per
+    planning worker): importing the connector there must not pay for pandas (~0.6 s of CPU) or
+    boto3 (~0.25 s), which planning a read on any store never needs."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "import wal3_spark.spark.source, wal3_spark.spark.stream_reader, wal3_spark.spark.batch_reader\n"
+        "import wal3_spark.spark.tasks, wal3_spark.reader, wal3_spark.writer\n"
+        "from wal3_spark.storage import open_store\n"
+        "open_store('s3://bucket/log')\n"
+        "print(sorted(m for m in ('pandas', 'boto3') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

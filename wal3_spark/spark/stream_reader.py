@@ -10,6 +10,11 @@ minOffsetsPerTrigger), `latestOffset` holds a micro-batch back until that many n
 in the log or maxTriggerDelay has passed since the last batch; Spark's ReadMinRows carries no
 delay, so the reader keeps that clock itself. `partitions` bin-packs the batch's fragment ranges;
 `read` only fetches, verifies and decodes. `commit(end)` moves the optional cursor.
+
+One manifest GET per trigger: `latestOffset` keeps the manifest it read, and the same trigger's
+`reportLatestOffset` and `partitions` reuse it (fragments are immutable, so a manifest that
+covers a batch's offsets plans it exactly as a newer one would; a fragment collected since is
+found missing at read time and reported as DataLost from a fresh manifest).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from pyspark.sql.types import StructType
 from wal3_spark.cursors import CursorStore
 from wal3_spark.errors import DataLost
 from wal3_spark.format import KnownRefs
+from wal3_spark.manifest import Manifest
 from wal3_spark.reader import LogReader, ReadRange, SnapshotCache, iter_fragments
 from wal3_spark.spark.fair_share import Limits
 from wal3_spark.spark.options import Wal3Options
@@ -136,6 +142,8 @@ class Wal3StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         #: what the driver loaded and parsed in earlier micro-batches (each re-reads the manifest)
         self._snapshots = SnapshotCache()
         self._known_refs = KnownRefs()
+        #: the manifest the last latestOffset read (see the module docstring)
+        self._manifest: Manifest | None = None
 
     @property
     def store(self) -> ObjectStore:
@@ -161,11 +169,13 @@ class Wal3StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return default_read_limit(self.options)
 
     def reportLatestOffset(self):
-        return {"offset": self._reader().manifest().next_offset}
+        # Spark calls this right after latestOffset, in the same trigger
+        manifest = self._manifest or self._reader().manifest()
+        return {"offset": manifest.next_offset}
 
     def latestOffset(self, start: dict, limit) -> dict:
         reader = self._reader()
-        manifest = reader.manifest()
+        manifest = self._manifest = reader.manifest()
         begin = int(start["offset"])
         tail = manifest.next_offset
         if self.available_now_limit is not None:
@@ -201,7 +211,9 @@ class Wal3StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if begin >= finish:
             return []
         reader = self._reader()
-        manifest = reader.manifest()
+        manifest = self._manifest
+        if manifest is None or not manifest.oldest_offset <= begin < finish <= manifest.next_offset:
+            manifest = reader.manifest()  # a batch planned before a restart, or GC moved on
         ranges = reader.plan(begin, finish, manifest=manifest,
                              fail_on_data_loss=self.options.fail_on_data_loss)
         return partitions_of(manifest, ranges, self.options.max_partition_bytes,
@@ -234,4 +246,5 @@ class Wal3StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __getstate__(self):
         state = dict(self.__dict__)
         state["_store"] = None
+        state["_manifest"] = None
         return state

@@ -32,8 +32,6 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import boto3
-from botocore.config import Config
 from botocore.exceptions import (
     BotoCoreError,
     ClientError,
@@ -256,6 +254,12 @@ class S3Store(ObjectStore):
         return client
 
     def _new_client(self) -> Any:
+        # imported here, not at the top: boto3 costs ~0.25 s of CPU to import, paid by every
+        # Python process Spark starts for a query (a streaming source's runner is a fresh one
+        # per query start) even when the log is not on S3
+        import boto3
+        from botocore.config import Config
+
         s = self.settings
         log.debug("creating S3 client for %s (endpoint %s)", self.url, s.endpoint or "AWS")
         config = Config(
