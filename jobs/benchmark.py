@@ -14,7 +14,8 @@ local mode, and its Python processes) spent, which a loaded machine disturbs far
 
 - write: `df.write.format("wal3")` vs `df.write.parquet`;
 - read: `spark.read.format("wal3")` into the `noop` sink (`verifyOnRead` on, the default, and
-  off), `sum(id), count(name)` and `count()`, each vs `spark.read.parquet`;
+  off), `sum(id), count(name)` and `count()`, each vs `spark.read.parquet`; and the transport
+  floor: a Python source yielding the same Arrow batches from memory (`transport_floor`);
 - stream: a `Trigger.AvailableNow` drain of twice `--rows` (two appends, two Parquet writes)
   into `noop` vs `spark.readStream.parquet` of the same rows, with the same number of
   micro-batches (printed; all at once, and 4 fragments vs 4 files per trigger);
@@ -42,6 +43,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common  # noqa: E402
+
+sys.path.insert(0, str(_common.ROOT))  # jobs.transport_floor, as Spark's workers import it
 
 
 def cpu_seconds(root: int) -> float:
@@ -119,7 +122,10 @@ def main(argv=None) -> int:
     })
     from pyspark.sql import functions as F
 
+    from jobs.transport_floor import MemoryFloorSource
     from wal3_spark.spark import Wal3Log, scan
+
+    spark.dataSource.register(MemoryFloorSource)
 
     if args.case_limit is not None:
         scan.CASE_LIMIT = args.case_limit
@@ -166,9 +172,12 @@ def main(argv=None) -> int:
     if "read" in args.only:
         t = alternate({"parquet": lambda _: noop(spark.read.parquet(parquet)),
                        "wal3": lambda _: noop(wal3()),
-                       "unverified": lambda _: noop(wal3(verify=False))}, args.repeat, jvm)
+                       "unverified": lambda _: noop(wal3(verify=False)),
+                       "floor": lambda _: noop(spark.read.format("wal3memory").load(url))},
+                      args.repeat, jvm)
         rows.append(("read   full rows into noop", t["wal3"], t["parquet"]))
         rows.append(("read   full rows, verifyOnRead=false", t["unverified"], t["parquet"]))
+        rows.append(("read   floor: batches from memory (transport)", t["floor"], t["parquet"]))
         for label, query in (("sum(id), count(name)", aggregate), ("count()", count)):
             t = alternate({"parquet": lambda _, q=query: q(spark.read.parquet(parquet)),
                            "wal3": lambda _, q=query: q(wal3())}, args.repeat, jvm)

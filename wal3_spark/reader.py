@@ -458,7 +458,9 @@ def read_range(
     offsets = pa.array(np.arange(part.start, part.limit, dtype=np.int64), pa.int64())
     ts = np.broadcast_to(np.asarray(decoded.timestamp_us, dtype=np.int64).reshape(-1), (n,))[lo:hi]
     timestamps = pa.array(ts, pa.int64()).cast(TIMESTAMP_FIELD.type)
-    columns = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in table.columns]
+    # a fragment decodes to one chunk per column: take it (a slice, no copy); combine_chunks
+    # would copy every byte of the fragment once more
+    columns = [c.chunk(0) if c.num_chunks == 1 else c.combine_chunks() for c in table.columns]
     return pa.RecordBatch.from_arrays(
         columns + [offsets, timestamps], schema=output_schema(None if raw else payload)
     )
