@@ -14,7 +14,8 @@ their path but not `jobs/`, can unpickle the classes by reference.
 from __future__ import annotations
 
 from wal3_spark.spark import options as opts
-from wal3_spark.spark.batch_reader import Wal3BatchReader, Wal3Partition
+from wal3_spark.spark.batch_reader import Wal3BatchReader
+from wal3_spark.spark.planning import Wal3Partition
 from wal3_spark.spark.source import Wal3DataSource
 
 #: (log URL, partition index) -> the Arrow batches `Wal3BatchReader.read` yielded, per worker

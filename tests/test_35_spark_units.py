@@ -307,7 +307,7 @@ def test_14_the_source_imports_neither_pandas_nor_boto3():
     code = (
         "import sys\n"
         "import wal3_spark.spark.source, wal3_spark.spark.stream_reader, wal3_spark.spark.batch_reader\n"
-        "import wal3_spark.spark.tasks, wal3_spark.reader, wal3_spark.writer\n"
+        "import wal3_spark.spark.read_tasks, wal3_spark.spark.write_tasks, wal3_spark.reader, wal3_spark.writer\n"
         "from wal3_spark.storage import open_store\n"
         "open_store('s3://bucket/log')\n"
         "print(sorted(m for m in ('pandas', 'boto3') if m in sys.modules))\n"
