@@ -62,6 +62,7 @@ def test_log_set_options_parse():
     ({"logs": "*", "startingOffsets": '{"logs": {"a": 0}}'}, "offsets start at 1"),
     ({"logs": "*", "startingOffsets": '{"offset": 3}'}, "per-log offsets"),
     ({"newLogOffsets": "latest"}, "applies only to a log set"),
+    ({"startingOffsets": '{"logs": {"a": 3}}'}, "per-log offsets read a log set: set logs too"),
     ({"logs": "*", "newLogOffsets": "soon"}, "expected earliest or latest"),
 ])
 def test_bad_log_set_options_name_the_problem(options, match):

@@ -261,7 +261,11 @@ def _parse_position(text: str, allowed: tuple[str, ...]) -> tuple[str, int]:
             doc = json.loads(text)
             offset = int(doc["offset"])
         except Exception:
-            raise ValueError(f"expected {' or '.join(allowed)} or an offset (an integer >= 1)") from None
+            per_log = '"logs"' in text  # a log set's form, given to a read of one log
+            raise ValueError(
+                f"expected {' or '.join(allowed)} or an offset (an integer >= 1)"
+                + ("; per-log offsets read a log set: set logs too (e.g. logs=*), with the "
+                   "prefix as the path" if per_log else "")) from None
     if offset < 1:
         raise ValueError("offsets start at 1")
     return ("offset", offset)
