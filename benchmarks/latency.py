@@ -4,6 +4,7 @@
     ./dev python benchmarks/latency.py --scenario tail      # 1% of requests take 10x, hedged or not
     ./dev python benchmarks/latency.py --scenario tail --tail-methods get,put_if_absent
     ./dev python benchmarks/latency.py --serial             # also one manifest write at a time
+    ./dev python benchmarks/latency.py --store local --rate 500 --serial   # a real store underneath
     ./dev python benchmarks/latency.py --latency-ms 400 --batch-interval-ms 80 --rate 2500
                                                             # every time constant 4x, rate / 4
 
@@ -30,6 +31,7 @@ import logging
 import os
 import resource
 import sys
+import tempfile
 import threading
 import time
 from concurrent.futures import Future
@@ -116,7 +118,10 @@ def check(store: ObjectStore, futures: list[Future], size: int) -> None:
 
 
 def run_once(label: str, args: argparse.Namespace, tail_share: float, writer_options: dict) -> Run:
-    memory = open_store(f"memory://latency-bench-{os.getpid()}-{next(_names)}")
+    if args.store == "local":  # a real store: a write takes time to apply, as on S3
+        memory = open_store(tempfile.mkdtemp(prefix="wal3-latency-bench-"))
+    else:
+        memory = open_store(f"memory://latency-bench-{os.getpid()}-{next(_names)}")
     tail_methods = args.tail_methods.split(",") if args.tail_methods else None
     store = LatencyStore(memory, args.latency_ms / 1000, tail_share=tail_share,
                          tail_factor=args.tail_factor, tail_methods=tail_methods, seed=next(_names))
@@ -165,10 +170,13 @@ def main() -> None:
     parser.add_argument("--hedge-factor", type=float, default=HedgePolicy.factor,
                         help="tail scenario: hedge after this x the recent latency quantile")
     parser.add_argument("--hedge-quantile", type=float, default=HedgePolicy.quantile)
+    parser.add_argument("--store", choices=["memory", "local"], default="memory",
+                        help="what LatencyStore wraps: the in-memory store, or a fresh local directory")
     parser.add_argument("--batch-interval-ms", type=float, default=20.0,
                         help="LogWriter batch_interval_s, in ms (Chroma's default: 20)")
     parser.add_argument("--serial", action="store_true",
-                        help="also run with one manifest write at a time (max_manifest_writes=1), alternating")
+                        help="also run with one manifest write at a time (max_manifest_writes=1, "
+                        "LogWriter's default), alternating with 8 in flight")
     parser.add_argument("--seconds", type=float, default=20.0, help="length of one run")
     parser.add_argument("--warmup-s", type=float, default=2.0, help="appends scheduled before this are not measured")
     parser.add_argument("--repeat", type=int, default=1, help="runs per configuration, alternating")
@@ -178,15 +186,16 @@ def main() -> None:
     print(f"load average at start: {os.getloadavg()[0]:.2f}; CPU probe {cpu_probe():.2f} s; "
           f"{args.rate:,.0f} appends/s of {args.record_bytes} B, {args.latency_ms:.0f} ms per "
           f"request, {args.seconds:.0f} s per run", flush=True)
-    configs: list[tuple[str, float, dict]] = [("LogWriter.submit", 0.0, {})]
-    writer_options = {"batch_interval_s": args.batch_interval_ms / 1000}
+    configs: list[tuple[str, float, dict]] = [("8 manifest writes in flight", 0.0, {})]
+    writer_options = {"batch_interval_s": args.batch_interval_ms / 1000, "max_manifest_writes": 8}
     if args.scenario == "tail":
         hedge = HedgePolicy(hedges_per_s=args.hedges_per_s, factor=args.hedge_factor,
                             quantile=args.hedge_quantile)
-        configs = [("no hedging", args.tail_share, {}),
-                   ("hedging", args.tail_share, {"hedge": hedge})]
+        configs = [("no hedging, 8 in flight", args.tail_share, {}),
+                   ("hedging, 8 in flight", args.tail_share, {"hedge": hedge})]
     if args.serial:
-        configs += [(f"{label}, 1 manifest write at a time", share, {**options, "max_manifest_writes": 1})
+        configs += [(label.replace("8 manifest writes in flight", "1 manifest write at a time")
+                     .replace("8 in flight", "1 at a time"), share, {**options, "max_manifest_writes": 1})
                     for label, share, options in configs]
     runs: dict[str, list[Run]] = {label: [] for label, _, _ in configs}
     for _ in range(args.repeat):

@@ -164,11 +164,11 @@ def test_04_flush_waits_for_a_batch_whose_upload_is_in_flight(store):
 
 
 def test_05_fragments_upload_while_a_commit_is_in_flight_and_land_in_one_cas(store):
-    """One manifest write at a time (a store whose ETags cannot be predicted): what lands
-    while it is in flight is committed together after it."""
+    """One manifest write at a time (the default): what lands while it is in flight is
+    committed together after it."""
     LogWriter(store).append(b"r0")
     gates = Gates(store)
-    with LogWriter(gates, batch_bytes=1, max_manifest_writes=1) as writer:
+    with LogWriter(gates, batch_bytes=1) as writer:
         gates.cas_gate.clear()
         a = submit_in_own_batch(writer, gates, 0, b"a")
         gates.gate[0].set()
@@ -348,7 +348,7 @@ def test_14_many_threads_under_faults_every_future_tells_the_truth(store):
     results: dict[bytes, object] = {}
 
     def produce(t):
-        with LogWriter(faulty, batch_interval_s=0.001) as writer:
+        with LogWriter(faulty, batch_interval_s=0.001, max_manifest_writes=8) as writer:
             futures = {f"t{t}-{i}".encode(): writer.submit(f"t{t}-{i}".encode()) for i in range(60)}
             writer.flush()
         for body, future in futures.items():
@@ -443,7 +443,7 @@ def pipelined(store, held, bodies_, **kw):
     """Submit each body in its own batch; return the futures once every one's manifest write
     was sent (all in flight together), and the order in which the futures resolved."""
     resolved: list[bytes] = []
-    writer = LogWriter(held, batch_bytes=1, **kw)
+    writer = LogWriter(held, batch_bytes=1, **{"max_manifest_writes": 8, **kw})
     futures = []
     for i, body in enumerate(bodies_):
         future = writer.submit(body)

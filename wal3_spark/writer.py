@@ -189,12 +189,16 @@ class LogWriter:
     `submit` pipelines its work (seed 000, "Reduced Tail Latency"): a batcher thread cuts the
     waiting appends into a batch every `batch_interval_s` (or once `batch_bytes` wait), an upload
     pool writes each batch's fragment while earlier ones are still uploading or committing, and a
-    commit thread places every batch that has landed, in cut order, in one manifest write. Up to
-    `max_manifest_writes` of those are in flight at once, each conditioned on the one before
-    (`wal3_spark.chain`; one at a time where the store's ETags are not predictable). An append
-    therefore waits for one fragment upload and one manifest write, not for the appends queued
-    before it nor for the manifest write in flight when it landed; offsets follow submit order,
-    and appends are acknowledged in offset order.
+    commit thread places every batch that has landed, in cut order, in one manifest write. By
+    default one manifest write is in flight at a time, and what lands meanwhile shares the next
+    one: an append waits for one fragment upload and about one and a half manifest writes. With
+    `max_manifest_writes` > 1, up to that many are in flight, each conditioned on the ETag the
+    one before will have (`wal3_spark.chain`; one at a time where the store's ETags are not
+    predictable): an append then waits for one fragment upload and one manifest write while the
+    writes arrive in order, but a chained write that reaches the store before its predecessor is
+    applied loses and costs a round trip (docs/benchmarks.md: on the local filesystem and
+    SeaweedFS it lost often enough to cost p99 on the loaded test machine, hence opt-in).
+    Offsets follow submit order, and appends are acknowledged in offset order.
     """
 
     def __init__(
@@ -208,7 +212,7 @@ class LogWriter:
         batch_bytes: int = 8 << 20,
         batch_interval_s: float = 0.02,
         max_uploads: int = 16,
-        max_manifest_writes: int = 8,
+        max_manifest_writes: int = 1,
         hedge: bool | HedgePolicy = False,
         snapshot_options: SnapshotOptions | None = None,
         dirty_log: DirtyRecorder | None = None,
