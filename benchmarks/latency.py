@@ -119,11 +119,17 @@ def check(store: ObjectStore, futures: list[Future], size: int) -> None:
 
 def run_once(label: str, args: argparse.Namespace, tail_share: float, writer_options: dict) -> Run:
     if args.store == "local":  # a real store: a write takes time to apply, as on S3
-        memory = open_store(tempfile.mkdtemp(prefix="wal3-latency-bench-"))
-    else:
-        memory = open_store(f"memory://latency-bench-{os.getpid()}-{next(_names)}")
+        with tempfile.TemporaryDirectory(prefix="wal3-latency-bench-") as root:
+            return measure(label, args, tail_share, writer_options, open_store(root))
+    return measure(label, args, tail_share, writer_options,
+                   open_store(f"memory://latency-bench-{os.getpid()}-{next(_names)}"))
+
+
+def measure(label: str, args: argparse.Namespace, tail_share: float, writer_options: dict,
+            inner: ObjectStore) -> Run:
+    """One run against `inner` behind `LatencyStore`."""
     tail_methods = args.tail_methods.split(",") if args.tail_methods else None
-    store = LatencyStore(memory, args.latency_ms / 1000, tail_share=tail_share,
+    store = LatencyStore(inner, args.latency_ms / 1000, tail_share=tail_share,
                          tail_factor=args.tail_factor, tail_methods=tail_methods, seed=next(_names))
     cpu = resource.getrusage(resource.RUSAGE_SELF)
     with LogWriter(store, **writer_options) as writer:
@@ -133,10 +139,10 @@ def run_once(label: str, args: argparse.Namespace, tail_share: float, writer_opt
     wall_s = time.monotonic() - started
     used = resource.getrusage(resource.RUSAGE_SELF)
     cpu_s = used.ru_utime + used.ru_stime - cpu.ru_utime - cpu.ru_stime
-    check(memory, futures, args.record_bytes)
+    check(inner, futures, args.record_bytes)
     keep = scheduled >= args.warmup_s
     latencies = (resolved - scheduled)[keep] * 1000
-    manifest = LogReader(memory).manifest()
+    manifest = LogReader(inner).manifest()
     hedges = budget = 0
     if isinstance(writer.store, HedgedStore):
         hedges = writer.store.stats.hedged
