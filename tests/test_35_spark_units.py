@@ -12,8 +12,8 @@ from wal3_spark.format import FragmentRef
 from wal3_spark.reader import ReadRange
 from wal3_spark.setsum import Setsum
 from wal3_spark.spark import options as opts
-from wal3_spark.spark.stream_reader import admit
 from wal3_spark.spark.planning import pack
+from wal3_spark.spark.stream_reader import admit
 from wal3_spark.spark.write_tasks import write_partition
 from wal3_spark.storage import open_store
 
@@ -314,3 +314,32 @@ def test_14_the_source_imports_neither_pandas_nor_boto3():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_15_a_query_column_the_log_lacks_reads_as_nulls_unless_not_null():
+    """Reads conform each batch to the query's schema with `schema.conform`, as appends and
+    the codec do: a nullable column the log lacks reads as nulls (as in a fragment written
+    before a mergeSchema append); a NOT NULL one fails naming both schemas."""
+    from wal3_spark.errors import SchemaMismatch
+    from wal3_spark.reader import LogReader, output_schema
+    from wal3_spark.spark.planning import Part
+    from wal3_spark.spark.read_tasks import read_partition
+    from wal3_spark.writer import LogWriter
+
+    store = open_store("memory://units-query-column-missing")
+    LogWriter(store).append(pa.table({"id": pa.array([1, 2], pa.int64())}))
+    reader = LogReader(store)
+    manifest = reader.manifest()
+    part = Part(tuple(reader.plan()))
+    base = output_schema(manifest.arrow_schema())
+
+    def read(query: pa.Schema) -> pa.Table:
+        batches = read_partition(store, part, manifest.arrow_schema(), query, verify=True,
+                                 item_hash=manifest.item_hash)
+        return pa.Table.from_batches(list(batches), schema=query)
+
+    nullable = base.insert(1, pa.field("note", pa.string()))
+    assert read(nullable).column("note").to_pylist() == [None, None]
+    with pytest.raises(SchemaMismatch, match="'note' is missing and NOT NULL") as info:
+        read(base.insert(1, pa.field("note", pa.string(), nullable=False)))
+    assert "data:" in str(info.value) and "query:" in str(info.value)
