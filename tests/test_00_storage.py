@@ -971,6 +971,7 @@ _SENT_MAYBE = [
     ReadTimeoutError(endpoint_url="https://injected"),
     ConnectionClosedError(endpoint_url="https://injected"),
     IncompleteReadError(actual_bytes=1, expected_bytes=2),
+    ValueError("an answer botocore could not make sense of"),  # not classified by botocore
 ]
 _NOT_SENT = [
     EndpointConnectionError(endpoint_url="https://injected"),
@@ -997,3 +998,29 @@ def test_47_s3_a_put_that_may_have_been_sent_is_ambiguous_never_resent(exc: Exce
         else:
             store.put_if_absent("k", b"v")
     assert client.calls == (store.retry_attempts if expected is TransientError else 1)
+
+
+class _PutsWithoutETag:
+    """A stand-in boto3 client that applies every put_object but answers without an ETag."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def put_object(self, **_: Any) -> dict[str, str]:
+        self.calls += 1
+        return {}
+
+
+@pytest.mark.parametrize("conditional", ["if-match", "if-absent"])
+def test_48_s3_a_put_answered_without_an_etag_is_ambiguous(conditional: str) -> None:
+    """The PUT was applied but its ETag is unknown: the caller must read the object back (an
+    ambiguous write), never get a KeyError that callers would take for a refusal. No server."""
+    store = S3Store("bucket")
+    client = _PutsWithoutETag()
+    store._client = client
+    with pytest.raises(AmbiguousWrite):
+        if conditional == "if-match":
+            store.put_if_match("k", b"v", md5(b"u"))
+        else:
+            store.put_if_absent("k", b"v")
+    assert client.calls == 1

@@ -12,7 +12,8 @@ because only we know which failures are safe to retry:
   server rejected it before acting (throttled, 409 conflict). Anything else that may come after
   the request was sent raises `AmbiguousWrite`: a read timeout, a connection dropped, a TLS
   error (botocore's `SSLError` is a `ConnectionError`, but TLS fails while reading the answer
-  too), a short response, a 5xx. Had a PUT that had in fact landed been retried, the retry
+  too), a short response, a 5xx, an error botocore does not classify, an answer without an
+  ETag. Had a PUT that had in fact landed been retried, the retry
   would report a false 412, and a pipelined writer (`wal3_spark.chain`) would commit its
   records again.
 
@@ -339,7 +340,7 @@ class S3Store(ObjectStore):
             return StorageError(f"{op} {where} failed: {exc}")
         return None
 
-    def _write_error(self, exc: Exception, key: str, condition: str) -> Exception | None:
+    def _write_error(self, exc: Exception, key: str, condition: str) -> Exception:
         where = self._where(key)
         denied = _denied(exc, f"put {where}")
         if denied is not None:
@@ -365,7 +366,9 @@ class S3Store(ObjectStore):
             return AmbiguousWrite(key, exc)  # may have been sent: timed out, dropped, TLS, short answer
         if isinstance(exc, BotoCoreError):
             return StorageError(f"put {where} failed: {exc}")
-        return None
+        # anything else (an answer botocore could not parse, an error it does not wrap) came
+        # from a request that may have been sent: only a look at the store can tell
+        return AmbiguousWrite(key, exc)
 
     def _conditional_put(self, key: str, data: bytes, condition: str, **kwargs: str) -> str:
         full, body = self._full(key), bytes(data)
@@ -374,11 +377,11 @@ class S3Store(ObjectStore):
             try:
                 response = self._s3().put_object(Bucket=self.bucket, Key=full, Body=body, **kwargs)
             except Exception as exc:
-                mapped = self._write_error(exc, key, condition)
-                if mapped is None:
-                    raise
-                raise mapped from exc
-            return _unquote(response["ETag"])
+                raise self._write_error(exc, key, condition) from exc
+            etag = response.get("ETag")
+            if not etag:  # it was written, but with which ETag? the caller must read it back
+                raise AmbiguousWrite(key, "the store's answer to the PUT had no ETag")
+            return _unquote(etag)
 
         try:
             return self._retry(attempt, f"put {self._where(key)} ({condition})")
