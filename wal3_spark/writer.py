@@ -48,6 +48,7 @@ from wal3_spark.format import FRAGMENT_PREFIX, SNAPSHOT_PREFIX, fragment_path
 from wal3_spark.fragment import EncodedFragment, FragmentBuilder
 from wal3_spark.manifest import NewFragment, SnapshotOptions
 from wal3_spark.schema import RAW_SCHEMA, conform, is_raw_schema, same_schema
+from wal3_spark.setsum import Setsum
 from wal3_spark.storage import open_store
 from wal3_spark.storage.base import ObjectStore
 from wal3_spark.storage.hedged import HedgedStore, HedgePolicy
@@ -544,10 +545,6 @@ def _fail(appends: list[_Append], exc: BaseException) -> None:
 
 def _same_format(a: _FragmentFormat | None, b: _FragmentFormat | None) -> bool:
     return a is not None and b is not None and a.item_hash == b.item_hash and same_schema(a.schema, b.schema)
-
-
-def _same_schema(a: pa.Schema | None, b: pa.Schema | None) -> bool:
-    return (a is None and b is None) or (a is not None and b is not None and a.equals(b))
 
 
 # ------------------------------------------------------------------------------ uploading
