@@ -15,6 +15,7 @@ from wal3_spark.errors import CorruptLog
 from wal3_spark.format import FragmentRef
 from wal3_spark.manifest import Manifest, Snapshot, SnapshotOptions, Txn
 from wal3_spark.setsum import Setsum
+from wal3_spark.uuid7 import new_uuid7, uuid7_timestamp_us
 
 def frag(i: int, records: int = 3) -> Frag:
     return Frag(f"log/Uuid={i:032x}.parquet", f"{i:032x}", records, 100 + i, Setsum.of(str(i).encode()))
@@ -203,3 +204,46 @@ def test_10_scrub_rejects_a_fragment_referenced_twice_even_when_the_setsum_balan
     with pytest.raises(CorruptLog, match="is referenced twice") as err:
         snapshot.scrub()
     assert err.value.invariant == "fragment paths are unique"
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    times=st.lists(st.integers(1, 10**6), min_size=1, max_size=60),
+    fthreshold=st.integers(2, 5),
+    sthreshold=st.integers(2, 3),
+)
+def test_11_property_rolled_written_us_bounds_every_rolled_fragment(times, fthreshold, sthreshold):
+    """Fragments committed in any order of write time: the manifest's `rolled_written_us` is the
+    newest write time of the fragments its snapshots hold (what lets a commit skip the snapshot
+    walk exactly: docs/design.md section 3), through rollups of pointers and a round trip."""
+    options = SnapshotOptions(snapshot_rollover_threshold=sthreshold, fragment_rollover_threshold=fthreshold)
+    store: dict[str, Snapshot] = {}
+    manifest = Manifest.empty("w")
+    for i, written in enumerate(times):
+        u = str(new_uuid7(written))
+        f = Frag(f"log/Uuid={u}.parquet", u, 1, 100, Setsum.of(str(i).encode()))
+        manifest = _compact(manifest.with_fragments([f], "w"), options, store)
+        rolled = [r for r in _flatten(manifest, store) if r not in manifest.fragments]
+        expected = max((uuid7_timestamp_us(r.seq_no) for r in rolled), default=None)
+        assert manifest.rolled_written_us == expected
+    assert Manifest.from_bytes(manifest.to_bytes()) == manifest
+
+
+def test_12_rolled_written_us_is_unknown_when_not_known_and_rejects_wrong_types():
+    """A manifest compacted before the field (or by another writer) says nothing about its
+    snapshots: rolling more keeps it unknown, and so does a fragment without a UUIDv7 time."""
+    options = SnapshotOptions(snapshot_rollover_threshold=4, fragment_rollover_threshold=2)
+    u = str(new_uuid7(5))
+    young = Frag(f"log/Uuid={u}.parquet", u, 1, 100, Setsum.of(b"y"))
+    legacy = _compact(Manifest.empty("w").with_fragments([frag(i) for i in range(4)], "w"), options, {})
+    assert legacy.snapshots and legacy.rolled_written_us is None
+    assert "rolled_written_us" not in json.loads(legacy.to_bytes())
+    grown = _compact(legacy.with_fragments([young, frag(9), frag(10)], "w"), options, {})
+    assert len(grown.snapshots) > len(legacy.snapshots) and grown.rolled_written_us is None
+    known = replace(legacy, rolled_written_us=7)
+    assert _compact(known.with_fragments([frag(9), frag(10)], "w"), options, {}).rolled_written_us is None
+    for wrong in ("7", -1, True, 1.5):
+        doc = json.loads(known.to_bytes())
+        doc["rolled_written_us"] = wrong
+        with pytest.raises(CorruptLog, match="rolled_written_us"):
+            Manifest.from_bytes(json.dumps(doc).encode())

@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import pytest
 
+from tests.support.fakes import CountingStore
 from wal3_spark.committer import Committer, roll_snapshots, write_snapshot
 from wal3_spark.cursors import CursorStore
 from wal3_spark.errors import CommitOutcomeUnknown, TransientError
@@ -281,3 +282,54 @@ def test_11_a_quick_retry_after_an_unknown_outcome_finds_fragments_rolled_meanwh
     assert again.duplicate and (again.start, again.limit) == (2, 3)
     assert bodies(store) == [b"r0", b"r1"] + [b"x%d" % i for i in range(6)] and verify(store).ok
 
+
+
+def test_12_another_committer_finds_young_fragments_rolled_into_a_snapshot(store):
+    """A commit ended unknown and its write landed; compaction rolled its fragments into a
+    snapshot; within the minute a second committer (another process: it knows nothing of the
+    first one's outcome) commits the same fragments: they are found there, not appended twice."""
+    LogWriter(store).append(b"r0")
+    late = late_manifest_writes(store, probability=1.0, land="manual")
+    files = raw_files(store, [b"r1"])
+    with pytest.raises(CommitOutcomeUnknown):
+        Committer(late, max_attempts=3).commit(files)
+    late.land_all()
+    writer = LogWriter(store, snapshot_options=SnapshotOptions(2, 2))
+    for i in range(6):
+        writer.append(b"x%d" % i)
+    assert files[0].path not in {f.path for f in LogReader(store).manifest().fragments}
+    again = Committer(store).commit(files)
+    assert again.duplicate and (again.start, again.limit) == (2, 3)
+    assert bodies(store) == [b"r0", b"r1"] + [b"x%d" % i for i in range(6)] and verify(store).ok
+
+
+def test_13_a_commit_reads_snapshots_only_when_its_fragments_may_be_in_them(store):
+    """Fragments written after the newest one the snapshots hold cannot be in them: their commit
+    reads no snapshot. A log compacted before `rolled_written_us` existed is walked once, by its
+    next commit, which records it; fragments written before a roll are looked for there."""
+    writer = LogWriter(store, snapshot_options=SnapshotOptions(2, 2))
+    early = raw_files(store, [b"early"])  # written now, committed after the roll below
+    for i in range(6):
+        writer.append(b"x%d" % i)
+    manifest = LogReader(store).manifest()
+    assert manifest.snapshots and manifest.rolled_written_us is not None
+
+    def snapshot_gets(counting: CountingStore) -> int:
+        return counting.counts[("get", "snapshot")]
+
+    counting = CountingStore(store)
+    assert not Committer(counting).commit(raw_files(store, [b"fresh"])).duplicate
+    assert snapshot_gets(counting) == 0
+    assert not Committer(counting).commit(early).duplicate  # it may have been rolled: look
+    assert snapshot_gets(counting) > 0
+
+    legacy = replace(LogReader(store).manifest(), rolled_written_us=None)
+    store.put_if_match(MANIFEST_KEY, legacy.to_bytes(), store.head(MANIFEST_KEY).etag)
+    counting = CountingStore(store)
+    Committer(counting).commit(raw_files(store, [b"first"]))
+    assert snapshot_gets(counting) > 0
+    assert LogReader(store).manifest().rolled_written_us == manifest.rolled_written_us
+    counting = CountingStore(store)
+    Committer(counting).commit(raw_files(store, [b"second"]))
+    assert snapshot_gets(counting) == 0
+    assert bodies(store)[-4:] == [b"fresh", b"early", b"first", b"second"] and verify(store).ok

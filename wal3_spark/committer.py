@@ -24,7 +24,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import pyarrow as pa
@@ -46,7 +46,7 @@ from wal3_spark.errors import (
     SchemaMismatch,
     TransientError,
 )
-from wal3_spark.format import MANIFEST_KEY, KnownRefs
+from wal3_spark.format import MANIFEST_KEY, FragmentRef, KnownRefs
 from wal3_spark.manifest import Manifest, NewFragment, Snapshot, SnapshotOptions, Txn
 from wal3_spark.reader import iter_fragments
 from wal3_spark.schema import reconcile
@@ -124,10 +124,6 @@ class Committer:
         if dirty_log is not None:
             dirty_log.name_of(store.url)
         self.snapshot_options = snapshot_options or SnapshotOptions()
-        self.deadline_s = deadline_s
-        #: the fragment paths of this committer's commits that ended in an unknown outcome: a
-        #: retry of any of them looks for them through the snapshot tree, however young
-        self._uncertain: set[str] = set()
         self._manifest = manifest_object(
             store, CasPolicy(max_attempts, deadline_s, backoff_base_s, backoff_cap_s)
         )
@@ -237,9 +233,6 @@ class Committer:
         #: where the fragments were placed: first ("since", the lowest) and last ("start");
         #: "already": where a previous commit of these very fragments put them
         placed: dict[str, int] = {} if since is None else {"since": since, "start": since}
-        search_snapshots = bool(self._uncertain.intersection(paths)) or _may_be_rolled(
-            fragments, self.clock(), self.deadline_s
-        )
 
         def decide(current: Manifest | None) -> Manifest | None:
             absent = current is None
@@ -249,7 +242,7 @@ class Committer:
                 current = Manifest.empty(self.writer, schema)
             if current.sealed:
                 raise LogSealed(self.url)
-            already = _committed_at(self.store, current, paths, search_snapshots, since)
+            already, rolled_written_us = _committed_at(self.store, current, fragments, since)
             if already is not None:
                 placed["already"] = already
                 return None
@@ -264,9 +257,10 @@ class Committer:
             changed = new_schema is not None and new_schema != current.arrow_schema()
             if not fragments and txn_entry is None and not changed and not absent:
                 return None  # nothing to record: rewriting the same state could repeat bytes (ABA)
-            return current.with_fragments(
+            appended = current.with_fragments(
                 fragments, self.writer, txn=txn_entry, schema=new_schema if changed else None
             )
+            return replace(appended, rolled_written_us=rolled_written_us)
 
         def landed(current: Manifest | None) -> bool | None:
             if current is None or "since" not in placed:
@@ -284,7 +278,6 @@ class Committer:
 
         result = self._manifest.apply(decide, landed=landed, prepare=self._roll_snapshots, in_flight=in_flight)
         if result.outcome is Outcome.UNKNOWN:
-            self._uncertain.update(paths)
             raise CommitOutcomeUnknown(_unknown_message(self.url, paths, app_id, version)) from result.cause
         assert result.current is not None
         if result.outcome is Outcome.NOTHING_TO_DO and "already" in placed:
@@ -344,15 +337,15 @@ class Committer:
         return new, self._manifest.encode(new)
 
     def find(self, fragments: Sequence[NewFragment], since: int) -> int | None:
-        """Where `fragments` sit in the log (read now), looking from offset `since` on through
-        the snapshot tree; None when they are not there. For a pipelined write answered with a
-        refusal: a refusal the store gave after writing (or an error it could not classify) must
-        not fail appends that are in the log. The read is remembered (the next commit is
+        """Where `fragments` sit in the log (read now), at or after offset `since`, through the
+        snapshot tree when they may have been rolled into it; None when they are not there. For
+        a pipelined write answered with a refusal: a refusal the store gave after writing (or an
+        error it could not classify) must not fail appends that are in the log. The read is remembered (the next commit is
         conditioned on it). Raises what reading raises, `PartlyCommitted` for a partial list."""
         loaded = self._manifest.load()
         if loaded is None:
             return None
-        return _committed_at(self.store, loaded.value, [f.path for f in fragments], False, since)
+        return _committed_at(self.store, loaded.value, fragments, since)[0]
 
     def forget(self) -> None:
         """Read the manifest before the next commit (what the store holds is not known)."""
@@ -439,40 +432,46 @@ def _check_orphan_horizon(manifest: Manifest, fragments: Sequence[NewFragment], 
         )
 
 
-def _may_be_rolled(fragments: Sequence[NewFragment], now: float, deadline_s: float) -> bool:
-    """Whether a commit of fragments no commit of this committer left unknown must also look
-    for them through the snapshot tree (snapshot reads), not only among the manifest's own
-    fragments. Compaction rolls only fragments a commit placed, and a retry after an unknown
-    outcome comes at least a commit deadline after the fragments were written (the first
-    attempt ran that long, with the same policy), so fragments younger than the deadline (at
-    most a minute) are a first commit: an ordinary append pays no snapshot reads. A fragment
-    whose age is unknown (not a UUIDv7) counts as old."""
-    horizon_us = (now - min(deadline_s, 60.0)) * 1e6
-    return any((uuid7_timestamp_us(f.uuid) or 0) < horizon_us for f in fragments)
+def _may_be_rolled(manifest: Manifest, fragments: Sequence[NewFragment]) -> bool:
+    """Whether an earlier commit of `fragments` may sit in `manifest`'s snapshots, so that
+    looking among its own fragments would not find it (docs/design.md section 3). A fragment
+    is committed after it is written and rolled after it is committed, so once rolled the
+    newest write time of the snapshots' fragments (`rolled_written_us`) is at least its own:
+    fragments written after that bound are in no snapshot, however young or old they are and
+    whoever committed them. A fragment whose age is unknown (not a UUIDv7) may be anywhere."""
+    if not manifest.snapshots:
+        return False
+    bound = manifest.rolled_written_us
+    return bound is None or any((uuid7_timestamp_us(f.uuid) or 0) <= bound for f in fragments)
 
 
 def _committed_at(
-    store: ObjectStore, manifest: Manifest, paths: Sequence[str], deep: bool, since: int | None = None
-) -> int | None:
+    store: ObjectStore, manifest: Manifest, fragments: Sequence[NewFragment], since: int | None = None
+) -> tuple[int | None, int | None]:
     """Where an earlier commit of these very fragments placed them (its first offset), or None
     when none of them is in the log; a commit that is in the log only in part is refused
     (`PartlyCommitted`: such a list was never committed as one). Looks among the manifest's own
-    fragments; with `since` (where a pipelined write placed them), at and after that offset
-    through the snapshot tree (a later write may have rolled them); with `deep`, through the
-    whole snapshot tree."""
-    if not paths:
-        return None
+    fragments, and through the snapshot tree when they may have been rolled into it
+    (`_may_be_rolled`): all of it, or from `since` on (where a pipelined write placed them).
+
+    Also returns the manifest's `rolled_written_us`, computed from that walk when the manifest
+    does not know it (a log compacted before the field): the manifest this commit writes
+    records it, so later commits no longer walk the tree."""
+    rolled_written_us = manifest.rolled_written_us
+    if not fragments:
+        return None, rolled_written_us
+    refs: Sequence[FragmentRef] = manifest.fragments
+    if _may_be_rolled(manifest, fragments):
+        start = manifest.oldest_offset if since is None else max(since, manifest.oldest_offset)
+        refs = list(iter_fragments(store, manifest, start))
+        if rolled_written_us is None and start == manifest.oldest_offset:
+            rolled_written_us = _newest_written(refs, manifest)
+    paths = [f.path for f in fragments]
     wanted = set(paths)
-    if since is not None:
-        refs = iter_fragments(store, manifest, since)
-    elif deep:
-        refs = iter_fragments(store, manifest, manifest.oldest_offset)
-    else:
-        refs = iter(manifest.fragments)
     found = [ref for ref in refs if ref.path in wanted]
     if not found:
-        return None
-    if [ref.path for ref in found] != list(paths) or any(
+        return None, rolled_written_us
+    if [ref.path for ref in found] != paths or any(
         a.limit != b.start for a, b in zip(found, found[1:])
     ):
         raise PartlyCommitted(
@@ -480,7 +479,15 @@ def _committed_at(
             f"{found[0].start}) are already in the log at {store.url}, not as this commit; "
             "nothing was committed and nothing is deleted: commit only the others"
         )
-    return found[0].start
+    return found[0].start, rolled_written_us
+
+
+def _newest_written(refs: Sequence[FragmentRef], manifest: Manifest) -> int | None:
+    """The newest write time of the fragments among `refs` (a walk of `manifest` from its oldest
+    offset) that its snapshots hold; None when one of them has no UUIDv7 time."""
+    rolled_limit = manifest.fragments[0].start if manifest.fragments else manifest.next_offset
+    written = [uuid7_timestamp_us(str(ref.seq_no)) for ref in refs if ref.start < rolled_limit]
+    return None if None in written else max(written, default=0)
 
 
 def _unknown_message(url: str, paths: Sequence[str], app_id: str | None, version: int | None) -> str:

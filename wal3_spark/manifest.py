@@ -33,6 +33,7 @@ from wal3_spark.format import (
     snapshot_key,
 )
 from wal3_spark.setsum import Setsum
+from wal3_spark.uuid7 import uuid7_timestamp_us
 
 #: Chroma's defaults: (1 << 18) / 142 snapshot pointers and (1 << 19) / 256 fragments.
 DEFAULT_SNAPSHOT_ROLLOVER = 1846
@@ -273,6 +274,11 @@ class Manifest:
     #: unreferenced fragments created before this time (µs since the epoch), so no commit may
     #: reference them any more
     orphan_horizon_us: int | None = None
+    #: wal3-spark extension (docs/design.md section 3): no fragment the snapshots hold (at or
+    #: after the oldest offset) was written (its UUIDv7 time, µs) after this; None with snapshots
+    #: present: not known (a log compacted before the field, or by another writer). A commit of
+    #: fragments written after it finds any earlier commit of them among `fragments` alone
+    rolled_written_us: int | None = None
 
     # -- construction -------------------------------------------------------------------
 
@@ -309,6 +315,9 @@ class Manifest:
         horizon = doc.get("orphan_horizon_us") if isinstance(doc, dict) else None
         if horizon is not None and (not isinstance(horizon, int) or isinstance(horizon, bool) or horizon < 0):
             raise CorruptLog("field type", obj, f"'orphan_horizon_us' has the wrong type: {horizon!r}")
+        rolled = doc.get("rolled_written_us") if isinstance(doc, dict) else None
+        if rolled is not None and (not isinstance(rolled, int) or isinstance(rolled, bool) or rolled < 0):
+            raise CorruptLog("field type", obj, f"'rolled_written_us' has the wrong type: {rolled!r}")
         item_hash = _parse_item_hash(doc, schema is None, obj)
         return cls(
             setsum=parse_setsum(require_field(doc, "setsum", obj, str), obj, "setsum"),
@@ -331,6 +340,7 @@ class Manifest:
                 for app, t in txns.items()
             },
             orphan_horizon_us=horizon,
+            rolled_written_us=rolled,
         )
 
     def to_bytes(self) -> bytes:
@@ -361,6 +371,8 @@ class Manifest:
             }
         if self.orphan_horizon_us is not None:
             extras["orphan_horizon_us"] = self.orphan_horizon_us
+        if self.rolled_written_us is not None:
+            extras["rolled_written_us"] = self.rolled_written_us
         parts.extend(f",{json_text(key)}:{json_text(value)}" for key, value in extras.items())
         parts.append("}")
         return "".join(parts).encode()
@@ -502,6 +514,12 @@ class Manifest:
                     "does not cover a prefix of the manifest's fragments"
                 )
             snapshots, fragments = self.snapshots + (pointer,), self.fragments[n:]
+            rolled = self.rolled_written_us if self.snapshots else 0
+            written = [uuid7_timestamp_us(str(f.seq_no)) for f in snapshot.fragments]
+            if rolled is not None and None not in written:
+                rolled = max([rolled, *written])
+            else:
+                rolled = None  # a fragment of unknown age: not known any more
         else:
             children = snapshot.snapshots
             idx = next(
@@ -514,8 +532,8 @@ class Manifest:
                     "does not cover contiguous snapshot pointers of the manifest"
                 )
             snapshots = self.snapshots[:idx] + (pointer,) + self.snapshots[idx + len(children) :]
-            fragments = self.fragments
-        return replace(self, snapshots=snapshots, fragments=fragments)
+            fragments, rolled = self.fragments, self.rolled_written_us
+        return replace(self, snapshots=snapshots, fragments=fragments, rolled_written_us=rolled)
 
     def with_txns(self, txns: Mapping[str, Txn]) -> Manifest:
         return replace(self, txns=dict(txns))
