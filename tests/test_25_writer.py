@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 
 import pyarrow as pa
 import pytest
@@ -704,3 +705,65 @@ def test_24_a_write_chained_on_one_whose_outcome_is_unknown_is_unknown_too(store
     late.land_all()
     assert late.counts["landed"] == 2, late.counts
     _exactly_once(store, [b"r0", b"a", b"b", b"c"])
+
+
+def test_25_submit_futures_are_futures_with_the_state_future_init_sets():
+    """`submit` returns a lighter Future (its condition binds no lock methods per instance):
+    it must hold exactly the state `Future.__init__` sets, so that every Future method works
+    on it, on every Python this runs on."""
+    from concurrent.futures import Future
+
+    from wal3_spark.writer import _AppendFuture
+
+    ours, theirs = _AppendFuture(), Future()
+    assert isinstance(ours, Future)
+    assert set(vars(ours)) == set(vars(theirs))
+    for name, value in vars(theirs).items():
+        if name != "_condition":
+            assert type(getattr(ours, name)) is type(value) and getattr(ours, name) == value, name
+    condition = ours._condition
+    assert isinstance(condition, threading.Condition) and not condition._is_owned()
+    with condition:
+        assert condition._is_owned()
+        with condition:  # reentrant, as Future's own condition is
+            assert not condition.wait(timeout=0)
+    assert not condition._is_owned()
+
+
+def _until_waiting(future, waiters):
+    """Spin (no sleep) until `waiters` threads wait on `future`'s condition."""
+    deadline = time.monotonic() + 60
+    while len(future._condition._waiters) < waiters:
+        assert time.monotonic() < deadline, "the waiting thread never waited"
+
+
+def test_26_threads_blocked_on_submit_futures_wake_with_their_outcome(store):
+    """result(), exception(), concurrent.futures.wait and as_completed, each blocked in another
+    thread before the append commits (or fails), return its outcome when it does."""
+    from concurrent.futures import ALL_COMPLETED, as_completed, wait
+
+    gates = Gates(store)
+    gates.fail[1] = AccessDenied("injected: upload refused")
+    got: dict[str, object] = {}
+    with LogWriter(gates, batch_bytes=1) as writer:
+        ok = submit_in_own_batch(writer, gates, 0, b"ok")
+        bad = submit_in_own_batch(writer, gates, 1, b"bad")
+        threads = [
+            threading.Thread(target=lambda: got.update(result=ok.result(timeout=60))),
+            threading.Thread(target=lambda: got.update(exception=bad.exception(timeout=60))),
+            threading.Thread(target=lambda: got.update(
+                wait=wait([ok, bad], timeout=60, return_when=ALL_COMPLETED).not_done)),
+            threading.Thread(target=lambda: got.update(
+                as_completed={f.exception() is None for f in as_completed([ok, bad], timeout=60)})),
+        ]
+        for thread in threads:
+            thread.start()
+        _until_waiting(ok, 1)  # result(); wait() and as_completed() use the futures' own waiter lists
+        _until_waiting(bad, 1)
+        gates.open_all()
+        for thread in threads:
+            thread.join(timeout=60)
+    assert got["result"].start == 1
+    assert isinstance(got["exception"], AccessDenied)
+    assert got["wait"] == set() and got["as_completed"] == {True, False}
+    assert bodies(store) == [b"ok"]

@@ -24,6 +24,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures._base import PENDING
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -141,15 +142,60 @@ class _FragmentFormat:
                                item_hash=self.item_hash)
 
 
+class _Condition(threading.Condition):
+    """A `threading.Condition` over its own `RLock` whose lock methods live on the class.
+
+    `Condition.__init__` binds five of the lock's methods on every instance. A future has one,
+    and at 10,000 appends/s with a few thousand appends in flight those bound methods were
+    almost half the objects the cyclic garbage collector traversed: its full collections
+    stalled the whole process for tens to hundreds of milliseconds (docs/benchmarks.md).
+    Behaviour is `Condition`'s own: only where its methods are found changes."""
+
+    def __init__(self) -> None:  # Condition.__init__'s state, without the bound methods
+        self._lock = threading.RLock()
+        self._waiters: deque = deque()
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        return self._lock.acquire(blocking, timeout)
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def _release_save(self):  # type: ignore[no-untyped-def]  (the RLock's own state)
+        return self._lock._release_save()  # type: ignore[attr-defined]
+
+    def _acquire_restore(self, state) -> None:  # type: ignore[no-untyped-def]
+        self._lock._acquire_restore(state)  # type: ignore[attr-defined]
+
+    def _is_owned(self) -> bool:
+        return self._lock._is_owned()  # type: ignore[attr-defined]
+
+
+class _AppendFuture(Future):
+    """What `submit` returns: a `concurrent.futures.Future` (every method is Future's) whose
+    condition is a `_Condition`, half the garbage-collected objects of a plain Future's. Sets
+    the attributes `Future.__init__` sets (tests/test_25_writer.py checks they are the same)."""
+
+    def __init__(self) -> None:  # Future.__init__ would build a plain Condition first
+        self._condition = _Condition()
+        self._state = PENDING
+        self._result = None
+        self._exception = None
+        self._waiters: list = []
+        self._done_callbacks: list = []
+
+
 @dataclass(slots=True)
 class _Append:
-    """One submitted append: raw bodies, or record batches of `schema`."""
+    """One submitted append: raw bodies, or record batches of `schema`. Raw bodies are a tuple:
+    the garbage collector stops tracking a tuple of bytes at its first collection, so an append
+    in flight is one object fewer for every later collection to traverse."""
 
-    payload: list[bytes] | list[pa.RecordBatch]
+    payload: tuple[bytes, ...] | list[pa.RecordBatch]
     schema: pa.Schema | None
     records: int
     nbytes: int
-    future: Future
+    future: _AppendFuture
 
 
 @dataclass
@@ -163,6 +209,24 @@ class _Run:
     format: _FragmentFormat | None = None
     files: list[FragmentFile] = field(default_factory=list)
     error: BaseException | None = None
+    #: every append's future was resolved (by the commit thread, which alone reads it)
+    resolved: bool = False
+
+    def acknowledge(self, start: int) -> int:
+        """Resolve the appends' futures in order from offset `start`; returns the offset after."""
+        for append in self.appends:
+            limit = start + append.records
+            append.future.set_result(Appended(start, limit))
+            start = limit
+        self.resolved = True
+        return start
+
+    def fail(self, exc: BaseException) -> None:
+        """Fail the appends' futures not yet resolved with `exc`."""
+        for append in self.appends:
+            if not append.future.done():
+                append.future.set_exception(exc)
+        self.resolved = True
 
     @property
     def schema(self) -> pa.Schema | None:
@@ -454,20 +518,18 @@ class LogWriter:
                 unknown.__cause__ = exc
                 for batch in self._committing:
                     for run in batch.runs:
-                        _fail([a for a in run.appends if not a.future.done()], unknown)
+                        run.fail(unknown)
                 with self._commit_lock:
                     chain.abandon()
                 resolved = []
             for outcome in resolved:
-                if outcome.error is not None:
-                    _fail([a for run in outcome.payload for a in run.appends], outcome.error)
-                    continue
                 start = outcome.start
-                assert start is not None
                 for run in outcome.payload:
-                    for append in run.appends:
-                        append.future.set_result(Appended(start, start + append.records))
-                        start += append.records
+                    if outcome.error is not None:
+                        run.fail(outcome.error)
+                        continue
+                    assert start is not None
+                    start = run.acknowledge(start)
             self._finish()
 
     def _send(self, chain: ManifestChain[list[_Run]], runs: list[_Run]) -> None:
@@ -476,7 +538,7 @@ class LogWriter:
         that share a fragment schema."""
         for run in runs:
             if run.error is not None:
-                _fail(run.appends, run.error)
+                run.fail(run.error)
         for group in _groups([run for run in runs if run.error is None]):
             assert group[0].format is not None
             chain.send(group, [f for run in group for f in run.files], group[0].format.schema)
@@ -484,9 +546,7 @@ class LogWriter:
     def _finish(self) -> None:
         """Report batches whose every append is resolved, in cut order (what `flush` waits for)."""
         finished = None
-        while self._committing and all(
-            a.future.done() for run in reversed(self._committing[0].runs) for a in reversed(run.appends)
-        ):
+        while self._committing and all(run.resolved for run in self._committing[0].runs):
             finished = self._committing.popleft().seq
         if finished is not None:
             with self._progress:
@@ -498,22 +558,22 @@ def _to_append(data: Appendable) -> _Append:
     """Raw bodies stay Python bytes until their batch is cut: building one Arrow array per batch
     instead of per append keeps `submit` cheap at thousands of appends per second."""
     if isinstance(data, bytes):
-        return _Append([data], None, 1, len(data), Future())
+        return _Append((data,), None, 1, len(data), _AppendFuture())
     if isinstance(data, (bytearray, memoryview)):
         body = bytes(data)
-        return _Append([body], None, 1, len(body), Future())
+        return _Append((body,), None, 1, len(body), _AppendFuture())
     if not isinstance(data, (pa.Table, pa.RecordBatch)):
         bodies = list(data)
         for body in bodies:
             if not isinstance(body, (bytes, bytearray, memoryview)):
                 raise ValueError(f"raw records must be bytes, got {type(body).__name__}")
-        bodies = [bytes(b) for b in bodies]
-        return _Append(bodies, None, len(bodies), sum(len(b) for b in bodies), Future())
+        raw = tuple(bytes(b) for b in bodies)
+        return _Append(raw, None, len(raw), sum(len(b) for b in raw), _AppendFuture())
     batches, schema = to_batches(data)
     if schema is None:  # a table with a single binary `body` column: raw records
-        bodies = [b for batch in batches for b in batch.column(0).to_pylist()]
-        return _Append(bodies, None, len(bodies), sum(len(b) for b in bodies), Future())
-    return _Append(batches, schema, sum(b.num_rows for b in batches), sum(b.nbytes for b in batches), Future())
+        bodies = tuple(b for batch in batches for b in batch.column(0).to_pylist())
+        return _Append(bodies, None, len(bodies), sum(len(b) for b in bodies), _AppendFuture())
+    return _Append(batches, schema, sum(b.num_rows for b in batches), sum(b.nbytes for b in batches), _AppendFuture())
 
 
 def _runs(appends: list[_Append]) -> list[_Run]:
@@ -536,11 +596,6 @@ def _groups(runs: list[_Run]) -> list[list[_Run]]:
         else:
             groups.append([run])
     return groups
-
-
-def _fail(appends: list[_Append], exc: BaseException) -> None:
-    for append in appends:
-        append.future.set_exception(exc)
 
 
 def _same_format(a: _FragmentFormat | None, b: _FragmentFormat | None) -> bool:
