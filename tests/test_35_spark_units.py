@@ -84,6 +84,11 @@ def test_04_pack_is_contiguous_balanced_and_bounded():
     assert [r for p in parts for r in p.ranges] == ranges
     parts = pack(ranges, 30 * mb, min_partitions=1)
     assert len(parts) == 6 and all(sum(r.ref.num_bytes for r in p.ranges) <= 40 * mb for p in parts)
+    # more partitions than cores: a multiple of the cores, so that no task runs alone at the end
+    parts = pack(_ranges([42 * mb] * 8), 128 * mb, min_partitions=2)
+    assert [len(p.ranges) for p in parts] == [2, 2, 2, 2]
+    assert len(pack(_ranges([42 * mb] * 5), 128 * mb, min_partitions=2)) == 2
+    assert len(pack(_ranges([42 * mb] * 3), 40 * mb, min_partitions=2)) == 3  # one per fragment
     tiny = _ranges([1000] * 50)
     assert len(pack(tiny, 128 * mb, min_partitions=8)) == 1  # below the open cost: one task
     assert pack([], 1, 1) == []
