@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import gc
 import itertools
 import logging
 import math
@@ -67,6 +68,14 @@ class Run:
     cpu_s: float
     #: of which the generator thread's (submitting, its callbacks' bookkeeping, its sleeps)
     generator_cpu_s: float
+    #: manifest writes resent after a reordering, and drains of the chain after a lost write
+    #: (each a wait for the writes in flight and an ordinary commit); None where not counted
+    resent: int | None
+    drained: int | None
+    #: garbage collections during the run: total wall time of full (generation 2) ones, the
+    #: longest (every thread of the process stops while one runs)
+    full_gc_s: float
+    longest_gc_ms: float
 
     def line(self) -> str:
         p50, p90, p99 = np.percentile(self.latencies_ms, [50, 90, 99])
@@ -75,8 +84,34 @@ class Run:
             f"max {self.latencies_ms.max():6.0f} ms  {self.appends:>7,} appends  "
             f"{self.fragments:>5} fragments  {self.slow_requests:>4} slow requests  "
             f"{self.hedges:>4} hedges{f' (budget {self.budget})' if self.budget else ''}  "
-            f"{self.cpu_s:5.1f} CPU s ({self.generator_cpu_s:.1f} generator)"
+            f"{self.cpu_s:5.1f} CPU s ({self.generator_cpu_s:.1f} generator)  "
+            f"{'-' if self.resent is None else self.resent} resent  "
+            f"{'-' if self.drained is None else self.drained} drained  "
+            f"full GC {self.full_gc_s:.2f} s, longest GC {self.longest_gc_ms:.0f} ms"
         )
+
+
+class GcPauses:
+    """Times the garbage collections made while it is entered (gc.callbacks)."""
+
+    def __init__(self) -> None:
+        self.full_s = self.longest_s = self._started = 0.0
+
+    def _callback(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+            return
+        took = time.perf_counter() - self._started
+        self.longest_s = max(self.longest_s, took)
+        if info["generation"] == 2:
+            self.full_s += took
+
+    def __enter__(self) -> GcPauses:
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._callback)
 
 
 def record(i: int, size: int) -> bytes:
@@ -141,8 +176,11 @@ def measure(label: str, args: argparse.Namespace, tail_share: float, writer_opti
     tail_methods = args.tail_methods.split(",") if args.tail_methods else None
     store = LatencyStore(inner, args.latency_ms / 1000, tail_share=tail_share,
                          tail_factor=args.tail_factor, tail_methods=tail_methods, seed=next(_names))
+    if args.gc_freeze:
+        gc.collect()
+        gc.freeze()
     cpu = resource.getrusage(resource.RUSAGE_SELF)
-    with LogWriter(store, **writer_options) as writer:
+    with LogWriter(store, **writer_options) as writer, GcPauses() as pauses:
         writer.append(record(-1, args.record_bytes))  # creates the log: not part of the run
         started, generator_cpu = time.monotonic(), time.thread_time()
         scheduled, resolved, offsets = generate(writer, args.rate, args.seconds, args.record_bytes)
@@ -161,7 +199,8 @@ def measure(label: str, args: argparse.Namespace, tail_share: float, writer_opti
         if hedges > budget:
             raise AssertionError(f"{hedges} hedges in {wall_s:.1f} s: over the budget of {budget}")
     return Run(label, latencies, len(offsets), len(manifest.fragments), store.slow_requests, hedges,
-               budget, cpu_s, generator_cpu)
+               budget, cpu_s, generator_cpu, getattr(writer._chain, "resent", None),
+               getattr(writer._chain, "drained", None), pauses.full_s, pauses.longest_s * 1000)
 
 
 def cpu_probe() -> float:
@@ -194,6 +233,10 @@ def main() -> None:
     parser.add_argument("--serial", action="store_true",
                         help="also run with one manifest write at a time (max_manifest_writes=1, "
                         "LogWriter's default), alternating with 8 in flight")
+    parser.add_argument("--gc-freeze", action="store_true",
+                        help="gc.freeze() before each run, as an application may after start-up: full "
+                        "garbage collections then traverse only objects made since (the appends in "
+                        "flight), not every module's")
     parser.add_argument("--seconds", type=float, default=20.0, help="length of one run")
     parser.add_argument("--warmup-s", type=float, default=2.0, help="appends scheduled before this are not measured")
     parser.add_argument("--repeat", type=int, default=1, help="runs per configuration, alternating")
