@@ -797,6 +797,7 @@ def test_27_links_that_reached_the_store_before_their_predecessor_are_resent_on_
             assert held.answered[i].wait(timeout=60)
         assert _release_resends(held, 3, 2) == [1, 2]
         writer.flush()
+        assert writer._chain.drained == 0
     assert [(f.result().start, f.result().limit) for f in futures] == [(2, 3), (3, 4), (4, 5)]
     assert resolved == [b"a", b"b", b"c"]
     assert not held.sent[5].is_set()  # nothing committed by the ordinary path
@@ -849,3 +850,32 @@ def test_29_a_resent_link_that_loses_again_drains_the_chain_as_before(store):
     assert resolved == [b"a", b"b", b"c"]
     assert held.data[3:5] in (held.data[1:3], held.data[2:0:-1])  # resent once, then committed
     _exactly_once(store, [b"r0", b"a", b"other", b"b", b"c"])
+
+
+def test_30_a_resend_that_lost_to_a_reordering_among_the_resends_is_resent_again(store):
+    """b and c lose to a reordering; a lands; of their resends, c's reaches the store before
+    b's and loses again. It was sent before b was known to have landed, so it is resent once
+    more when b lands, and lands: the chain never drains. A link whose write was sent after
+    its predecessor landed is not resent again (test 29)."""
+    LogWriter(store).append(b"r0")
+    held = HeldManifestWrites(store)
+    writer, futures, resolved = pipelined(store, held, [b"a", b"b", b"c"])
+    with writer:
+        for i in (1, 2, 0):
+            held.release[i].set()
+            assert held.answered[i].wait(timeout=60)
+        for i in (3, 4):
+            assert held.sent[i].wait(timeout=60)
+        b_again, c_again = (3, 4) if held.data[3] == held.data[1] else (4, 3)
+        for i in (c_again, b_again):  # c's resend first: 412 again
+            held.release[i].set()
+            assert held.answered[i].wait(timeout=60)
+        assert held.sent[5].wait(timeout=60)
+        assert held.data[5] == held.data[2] and held.conditions[5] == held.conditions[2]
+        held.release[5].set()
+        writer.flush()
+        assert writer._chain.drained == 0
+    assert [f.result().start for f in futures] == [2, 3, 4]
+    assert resolved == [b"a", b"b", b"c"]
+    assert not held.sent[6].is_set()
+    _exactly_once(store, [b"r0", b"a", b"b", b"c"])

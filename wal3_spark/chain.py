@@ -73,8 +73,10 @@ CommitFn = Callable[[Sequence[NewFragment], pa.Schema | None, InFlight | None, i
 class _Link(Generic[P]):
     """One manifest write of the chain: `files` placed at `start` in `value` (bytes `data`),
     sent conditioned on `on`; `payload` is the caller's (what to acknowledge). `attempts` are
-    the requests sent for it: the first, and at most one resend after a reordering, with the
-    same bytes and the same condition (`ManifestChain._resend`), so at most one of them lands."""
+    the requests sent for it: the first, and resends after reorderings (`ManifestChain._resend`),
+    all with the same bytes on the same condition, so at most one of them lands. `final`: one
+    was sent once its predecessor was known to have landed, so it reached the store after the
+    predecessor was applied, and no reordering can make it lose: it is not resent again."""
 
     payload: P
     files: list[NewFragment]
@@ -85,6 +87,7 @@ class _Link(Generic[P]):
     on: str
     predicted: str
     attempts: list[Future]
+    final: bool = False
 
 
 @dataclass(frozen=True)
@@ -208,6 +211,7 @@ class ManifestChain(Generic[P]):
         """Send `link`'s write (again): its bytes, conditioned on its predecessor's ETag."""
         answer = self._pool.submit(self.store.put_if_match, MANIFEST_KEY, link.data, link.on)
         link.attempts.append(answer)
+        link.final = link.final or link.on == self._landed
         answer.add_done_callback(lambda _: self._notify())
 
     def _resend(self) -> bool:
@@ -217,24 +221,26 @@ class ManifestChain(Generic[P]):
         have landed (the newest version known to have been in the store has the ETag the
         head was conditioned on): it reached the store before its predecessor was applied, or another
         writer committed since, or the store answered 412 for a write that landed. Sending the
-        same bytes on the same condition is right in each case: two writes conditioned on one
-        version land at most once, and a manifest never returns to earlier bytes, so the resend
-        lands only if the first attempt did not; if another writer committed (or the first
-        attempt landed after all), it loses too and the chain drains as before, the ordinary
-        commit looking for the fragments first. Every later link not yet succeeded whose first
-        attempt lost or is still in flight is resent with it, in chain order: each is
-        conditioned on its predecessor's exact bytes, which the resends recreate. One resend
-        per link: a head that loses again drains the chain (docs/design.md section 20)."""
+        same bytes on the same condition is right in each case: writes conditioned on one
+        version land at most once, and a manifest never returns to earlier bytes, so a resend
+        lands only if no earlier attempt did. Only a head none of whose writes was sent after
+        its predecessor was known to have landed is resent (not `final`): once one was, a 412
+        is another writer's commit or a false answer, not a reordering, and the chain drains
+        as before, the ordinary commit looking for the fragments first. Every later link not
+        yet succeeded, not `final`, with no ambiguous or refused answer, is resent with it, in
+        chain order, each conditioned on its predecessor's exact bytes, which the resends
+        recreate (a resent link may lose to a reordering among the resends: it is resent again
+        when it becomes the head, at most once after its predecessor landed). docs/design.md
+        section 20."""
         head = self._links[0]
-        if (len(head.attempts) > 1 or head.on != self._landed
-                or not isinstance(head.attempts[0].exception(), PreconditionFailed)):
+        if head.final or head.on != self._landed or not isinstance(_error(head), PreconditionFailed):
             return False
         log.debug("%s: a pipelined manifest write lost while its predecessor landed; resending "
                   "it and the %d after it", self.store.url, len(self._links) - 1)
         for link in self._links:
-            first = link.attempts[0]
-            if len(link.attempts) == 1 and not (first.done() and not isinstance(
-                    first.exception(), (PreconditionFailed, TransientError))):
+            if not (link.final or _succeeded(link) or any(
+                    a.done() and not isinstance(a.exception(), (PreconditionFailed, TransientError))
+                    for a in link.attempts)):
                 self._attempt(link)
                 self.resent += 1
         return True
