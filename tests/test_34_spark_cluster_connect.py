@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from tests.support.spark import ROOT, run_spark_script, spark_env
+from tests.support.spark import ROOT, connect_env, run_spark_script
 
 pytestmark = [pytest.mark.timeout(400), pytest.mark.cluster]
 
@@ -111,7 +111,7 @@ def test_01_batch_append_and_read_over_spark_connect(tmp_path):
     script = tmp_path / "connect_job.py"
     script.write_text(CONNECT_SCRIPT.format(root=str(ROOT)))
     url = (tmp_path / "log").as_uri()
-    result = subprocess.run([sys.executable, str(script), url], cwd=ROOT, env=spark_env(),
+    result = subprocess.run([sys.executable, str(script), url], cwd=ROOT, env=connect_env(),
                             capture_output=True, text=True, timeout=360)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-6000:]
     out = last_json(result.stdout)

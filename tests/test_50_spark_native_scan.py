@@ -16,7 +16,7 @@ from decimal import Decimal
 import pyarrow as pa
 import pytest
 
-from tests.support.spark import ROOT, spark_env
+from tests.support.spark import ROOT, connect_env
 from tests.support.fakes import write_chroma_s3_log
 from wal3_spark.errors import InvalidOption, InvalidUrl, LogNotFound, ObjectNotFound
 from wal3_spark.format import MANIFEST_KEY
@@ -259,7 +259,7 @@ CONNECT_SCRIPT = textwrap.dedent(
 def test_10_over_spark_connect(tmp_path, log_url):
     script = tmp_path / "connect_scan.py"
     script.write_text(CONNECT_SCRIPT.format(root=str(ROOT)))
-    result = subprocess.run([sys.executable, str(script), log_url], cwd=ROOT, env=spark_env(),
+    result = subprocess.run([sys.executable, str(script), log_url], cwd=ROOT, env=connect_env(),
                             capture_output=True, text=True, timeout=280)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-6000:]
     out = json.loads(result.stdout.strip().splitlines()[-1])

@@ -3,6 +3,10 @@
 A second SparkContext cannot live in the same process, so the tests that need executors in
 separate processes (`local-cluster[2,1,1024]`) and Spark Connect run small scripts through
 `spark-submit` / a subprocess instead (`run_spark_script`).
+
+Every JVM of the run (the session's, spark-submit jobs and their launcher, local-cluster workers
+and executors, Spark Connect servers) gets `JVM_OPTIONS` through the `java` launcher's
+`JDK_JAVA_OPTIONS`, set once when the plugin loads.
 """
 
 from __future__ import annotations
@@ -17,6 +21,20 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 CONF = ROOT / "conf"
+
+#: Test JVMs live seconds to minutes over little data, on two cores: C2's compilations (a
+#: thread that takes a core while the test waits) and G1's parallel threads never pay off there.
+#: C1 only and the serial collector: the quickstart job took 23 s of CPU instead of 40 s
+#: (README, "Test suite"). Tests only: jobs keep Spark's defaults.
+JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Every JVM the run starts, in this process or a subprocess, takes `JVM_OPTIONS` (the java
+    launcher reads `JDK_JAVA_OPTIONS`; it notes so on stderr)."""
+    current = os.environ.get("JDK_JAVA_OPTIONS", "")
+    if JVM_OPTIONS not in current:
+        os.environ["JDK_JAVA_OPTIONS"] = f"{current} {JVM_OPTIONS}".strip()
 
 
 def _worker_env() -> None:
@@ -35,6 +53,14 @@ def spark_env() -> dict[str, str]:
     env["PYSPARK_PYTHON"] = sys.executable
     env["PYSPARK_DRIVER_PYTHON"] = sys.executable
     return env
+
+
+def connect_env() -> dict[str, str]:
+    """`spark_env` for a script whose `SparkSession.builder.remote("local[2]")` starts a Spark
+    Connect server: `SPARK_TESTING` makes PySpark bind it to an ephemeral port and connect to
+    that one (SPARK-42272), so the run cannot collide on the default 15002 with another test
+    run on the machine (it did: "Failed to bind to address 0.0.0.0/0.0.0.0:15002")."""
+    return {**spark_env(), "SPARK_TESTING": "1"}
 
 
 def spark_submit() -> str:
