@@ -68,9 +68,8 @@ class Run:
     cpu_s: float
     #: of which the generator thread's (submitting, its callbacks' bookkeeping, its sleeps)
     generator_cpu_s: float
-    #: manifest writes resent after a reordering, and drains of the chain after a lost write
-    #: (each a wait for the writes in flight and an ordinary commit); None where not counted
-    resent: int | None
+    #: drains of the manifest-write chain after a lost write (each a wait for the writes in
+    #: flight and an ordinary commit); None where not counted
     drained: int | None
     #: garbage collections during the run: total wall time of full (generation 2) ones, the
     #: longest (every thread of the process stops while one runs)
@@ -85,7 +84,6 @@ class Run:
             f"{self.fragments:>5} fragments  {self.slow_requests:>4} slow requests  "
             f"{self.hedges:>4} hedges{f' (budget {self.budget})' if self.budget else ''}  "
             f"{self.cpu_s:5.1f} CPU s ({self.generator_cpu_s:.1f} generator)  "
-            f"{'-' if self.resent is None else self.resent} resent  "
             f"{'-' if self.drained is None else self.drained} drained  "
             f"full GC {self.full_gc_s:.2f} s, longest GC {self.longest_gc_ms:.0f} ms"
         )
@@ -199,8 +197,7 @@ def measure(label: str, args: argparse.Namespace, tail_share: float, writer_opti
         if hedges > budget:
             raise AssertionError(f"{hedges} hedges in {wall_s:.1f} s: over the budget of {budget}")
     return Run(label, latencies, len(offsets), len(manifest.fragments), store.slow_requests, hedges,
-               budget, cpu_s, generator_cpu, getattr(writer._chain, "resent", None),
-               getattr(writer._chain, "drained", None), pauses.full_s, pauses.longest_s * 1000)
+               budget, cpu_s, generator_cpu, getattr(writer._chain, "drained", None), pauses.full_s, pauses.longest_s * 1000)
 
 
 def cpu_probe() -> float:

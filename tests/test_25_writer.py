@@ -390,7 +390,6 @@ class HeldManifestWrites(ForwardingStore):
         self.before: dict[int, BaseException] = {}
         self.after: dict[int, BaseException] = {}
         self.conditions: list[str] = []
-        self.data: list[bytes] = []
         self._numbers = itertools.count()
         self._lock = threading.Lock()
         self._uploaded = threading.Condition()
@@ -413,7 +412,6 @@ class HeldManifestWrites(ForwardingStore):
         with self._lock:
             i = next(self._numbers)
             self.conditions.append(etag)
-            self.data.append(data)
         self.sent[i].set()
         self.release[i].wait()
         try:
@@ -769,113 +767,3 @@ def test_26_threads_blocked_on_submit_futures_wake_with_their_outcome(store):
     assert isinstance(got["exception"], AccessDenied)
     assert got["wait"] == set() and got["as_completed"] == {True, False}
     assert bodies(store) == [b"ok"]
-
-
-def _release_resends(held, first, n):
-    """Writes first..first+n-1 are resends of earlier writes: release each once it was sent,
-    in the order of the writes they resend. Returns the earlier write each one resent."""
-    for i in range(first, first + n):
-        assert held.sent[i].wait(timeout=60), f"write {i} (a resend) was never sent"
-    resent = {i: held.data.index(held.data[i]) for i in range(first, first + n)}
-    for i in sorted(resent, key=resent.get):
-        assert held.conditions[i] == held.conditions[resent[i]]  # same bytes, same condition
-        held.release[i].set()
-        assert held.answered[i].wait(timeout=60)
-    return sorted(resent.values())
-
-
-def test_27_links_that_reached_the_store_before_their_predecessor_are_resent_on_it(store):
-    """b and c reach the store before a (a reordering) and lose (412); a then lands. b and c
-    are sent again, same bytes on the same conditions, and land: no wait for the chain to
-    drain, no ordinary commit. Each append is in the log once, acknowledged in order."""
-    LogWriter(store).append(b"r0")
-    held = HeldManifestWrites(store)
-    writer, futures, resolved = pipelined(store, held, [b"a", b"b", b"c"])
-    with writer:
-        for i in (1, 2, 0):  # b and c are answered 412 before a is applied
-            held.release[i].set()
-            assert held.answered[i].wait(timeout=60)
-        assert _release_resends(held, 3, 2) == [1, 2]
-        writer.flush()
-        assert writer._chain.drained == 0
-    assert [(f.result().start, f.result().limit) for f in futures] == [(2, 3), (3, 4), (4, 5)]
-    assert resolved == [b"a", b"b", b"c"]
-    assert not held.sent[5].is_set()  # nothing committed by the ordinary path
-    _exactly_once(store, [b"r0", b"a", b"b", b"c"])
-
-
-@pytest.mark.parametrize("lands", ["first", "resend"])
-def test_28_a_link_resent_while_its_first_write_is_in_flight_lands_once(store, lands):
-    """b loses to a reordering while c's first write is still held by the store; a lands, so b
-    and c are resent. Whichever of c's two writes (same bytes, same condition) reaches the
-    store after b's resend lands, the other loses: c is in the log once, at its offset."""
-    LogWriter(store).append(b"r0")
-    held = HeldManifestWrites(store)
-    writer, futures, resolved = pipelined(store, held, [b"a", b"b", b"c"])
-    with writer:
-        for i in (1, 0):
-            held.release[i].set()
-            assert held.answered[i].wait(timeout=60)
-        for i in (3, 4):
-            assert held.sent[i].wait(timeout=60)
-        b_again, c_again = (3, 4) if held.data[3] == held.data[1] else (4, 3)
-        assert held.data[c_again] == held.data[2] and held.conditions[c_again] == held.conditions[2]
-        order = [b_again, 2, c_again] if lands == "first" else [b_again, c_again, 2]
-        for i in order:
-            held.release[i].set()
-            assert held.answered[i].wait(timeout=60)
-        writer.flush()
-    assert [f.result().start for f in futures] == [2, 3, 4]
-    assert resolved == [b"a", b"b", b"c"]
-    assert not held.sent[5].is_set()
-    _exactly_once(store, [b"r0", b"a", b"b", b"c"])
-
-
-def test_29_a_resent_link_that_loses_again_drains_the_chain_as_before(store):
-    """b loses to a reordering and a lands, but another writer commits before b's resend
-    arrives: the resend loses too, and b and c are committed by the ordinary path after a
-    reload, once each, in order, after the other writer's record."""
-    LogWriter(store).append(b"r0")
-    held = HeldManifestWrites(store, writes=16)
-    writer, futures, resolved = pipelined(store, held, [b"a", b"b", b"c"])
-    with writer:
-        with writer._commit_lock:  # hold the commit thread until the other writer committed
-            for i in (1, 2, 0):
-                held.release[i].set()
-                assert held.answered[i].wait(timeout=60)
-            LogWriter(store).append(b"other")
-        held.release_all()
-        writer.flush()
-    assert [f.result().start for f in futures] == [2, 4, 5]
-    assert resolved == [b"a", b"b", b"c"]
-    assert held.data[3:5] in (held.data[1:3], held.data[2:0:-1])  # resent once, then committed
-    _exactly_once(store, [b"r0", b"a", b"other", b"b", b"c"])
-
-
-def test_30_a_resend_that_lost_to_a_reordering_among_the_resends_is_resent_again(store):
-    """b and c lose to a reordering; a lands; of their resends, c's reaches the store before
-    b's and loses again. It was sent before b was known to have landed, so it is resent once
-    more when b lands, and lands: the chain never drains. A link whose write was sent after
-    its predecessor landed is not resent again (test 29)."""
-    LogWriter(store).append(b"r0")
-    held = HeldManifestWrites(store)
-    writer, futures, resolved = pipelined(store, held, [b"a", b"b", b"c"])
-    with writer:
-        for i in (1, 2, 0):
-            held.release[i].set()
-            assert held.answered[i].wait(timeout=60)
-        for i in (3, 4):
-            assert held.sent[i].wait(timeout=60)
-        b_again, c_again = (3, 4) if held.data[3] == held.data[1] else (4, 3)
-        for i in (c_again, b_again):  # c's resend first: 412 again
-            held.release[i].set()
-            assert held.answered[i].wait(timeout=60)
-        assert held.sent[5].wait(timeout=60)
-        assert held.data[5] == held.data[2] and held.conditions[5] == held.conditions[2]
-        held.release[5].set()
-        writer.flush()
-        assert writer._chain.drained == 0
-    assert [f.result().start for f in futures] == [2, 3, 4]
-    assert resolved == [b"a", b"b", b"c"]
-    assert not held.sent[6].is_set()
-    _exactly_once(store, [b"r0", b"a", b"b", b"c"])

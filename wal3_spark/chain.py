@@ -72,11 +72,7 @@ CommitFn = Callable[[Sequence[NewFragment], pa.Schema | None, InFlight | None, i
 @dataclass
 class _Link(Generic[P]):
     """One manifest write of the chain: `files` placed at `start` in `value` (bytes `data`),
-    sent conditioned on `on`; `payload` is the caller's (what to acknowledge). `attempts` are
-    the requests sent for it: the first, and resends after reorderings (`ManifestChain._resend`),
-    all with the same bytes on the same condition, so at most one of them lands. `final`: one
-    was sent once its predecessor was known to have landed, so it reached the store after the
-    predecessor was applied, and no reordering can make it lose: it is not resent again."""
+    sent conditioned on `on`; `payload` is the caller's (what to acknowledge)."""
 
     payload: P
     files: list[NewFragment]
@@ -86,8 +82,7 @@ class _Link(Generic[P]):
     data: bytes
     on: str
     predicted: str
-    attempts: list[Future]
-    final: bool = False
+    answer: Future
 
 
 @dataclass(frozen=True)
@@ -121,15 +116,10 @@ class ManifestChain(Generic[P]):
         self._depth = depth if self.store.md5_etags else 1
         self._links: deque[_Link[P]] = deque()
         self._resolved: list[Resolved[P]] = []
-        #: the ETag of the newest manifest known to have been in the store (read, written, or a
-        #: link that succeeded): a link lost on it lost to a reordering or another writer
-        self._landed: str | None = None
-        #: links sent again after a reordering, and times the chain drained after a failed link
-        #: (what a benchmark reports: each drain costs a wait and an ordinary commit)
-        self.resent = 0
+        #: times the chain drained after a failed link: each a wait for the writes in flight and
+        #: an ordinary commit, during which no new link is sent (what a benchmark reports)
         self.drained = 0
-        # a thread for every link's first attempt and one for its resend
-        self._pool = ThreadPoolExecutor(2 * max(1, depth), thread_name_prefix="wal3-manifest")
+        self._pool = ThreadPoolExecutor(max(1, depth), thread_name_prefix="wal3-manifest")
 
     def room(self) -> bool:
         return len(self._links) < self._depth
@@ -140,7 +130,7 @@ class ManifestChain(Generic[P]):
     def ready(self) -> bool:
         """Whether `settle` has something to do: the oldest link was answered, or a later one
         succeeded (which proves the ones before it landed)."""
-        return bool(self._links) and (_answered(self._links[0]) or self._proven() is not None)
+        return bool(self._links) and (self._links[0].answer.done() or self._proven() is not None)
 
     def send(self, payload: P, files: list[NewFragment], schema: pa.Schema | None) -> None:
         """Place `files` after everything sent so far and send the manifest write. When the
@@ -154,8 +144,6 @@ class ManifestChain(Generic[P]):
             base = self._tip()
             if base is None:
                 raise _Ordinary()
-            if not self._links:  # the committer's version: one it read or wrote
-                self._landed = base.etag
             value, data = self.committer.appended(base.value, files, schema=schema, merge_schema=self._merge_schema)
         except Exception as exc:  # noqa: BLE001 (the ordinary commit below raises it again, if real)
             if not isinstance(exc, _Ordinary):
@@ -163,10 +151,10 @@ class ManifestChain(Generic[P]):
             self._drain()
             self._resolve_in_order([_Item(payload, files, schema, None, None)])
             return
-        link = _Link(payload, files, schema, base.value.next_offset, value, data, base.etag,
-                     md5_etag(data), [])
-        self._attempt(link)
-        self._links.append(link)
+        answer = self._pool.submit(self.store.put_if_match, MANIFEST_KEY, data, base.etag)
+        self._links.append(_Link(payload, files, schema, base.value.next_offset, value, data,
+                                 base.etag, md5_etag(data), answer))
+        answer.add_done_callback(lambda _: self._notify())
 
     def settle(self) -> list[Resolved[P]]:
         """Outcomes now known, in the order the payloads were sent. Blocks only when the oldest
@@ -175,12 +163,10 @@ class ManifestChain(Generic[P]):
         answered) and the rest is resolved in order."""
         while True:
             self._acknowledge_landed()
-            if not (self._links and _answered(self._links[0])):
+            if not (self._links and self._links[0].answer.done()):
                 break
-            if _succeeded(self._links[0]):
+            if self._links[0].answer.exception() is None:
                 continue  # answered with success since the scan: acknowledge it, no need to wait
-            if self._resend():
-                continue
             self._drain()  # the head did not succeed
             break
         resolved, self._resolved = self._resolved, []
@@ -191,7 +177,6 @@ class ManifestChain(Generic[P]):
         appends as of unknown outcome); the chain starts afresh from a read."""
         self._links.clear()
         self._resolved.clear()
-        self._landed = None
         self.committer.forget()
 
     def shutdown(self) -> None:
@@ -206,44 +191,6 @@ class ManifestChain(Generic[P]):
             last = self._links[-1]
             return Versioned(last.value, last.predicted, last.data)
         return self.committer.current()
-
-    def _attempt(self, link: _Link[P]) -> None:
-        """Send `link`'s write (again): its bytes, conditioned on its predecessor's ETag."""
-        answer = self._pool.submit(self.store.put_if_match, MANIFEST_KEY, link.data, link.on)
-        link.attempts.append(answer)
-        link.final = link.final or link.on == self._landed
-        answer.add_done_callback(lambda _: self._notify())
-
-    def _resend(self) -> bool:
-        """After a reordering, send the lost links again instead of draining the chain.
-
-        The head link (the oldest unresolved) lost (412) although its predecessor is known to
-        have landed (the newest version known to have been in the store has the ETag the
-        head was conditioned on): it reached the store before its predecessor was applied, or another
-        writer committed since, or the store answered 412 for a write that landed. Sending the
-        same bytes on the same condition is right in each case: writes conditioned on one
-        version land at most once, and a manifest never returns to earlier bytes, so a resend
-        lands only if no earlier attempt did. Only a head none of whose writes was sent after
-        its predecessor was known to have landed is resent (not `final`): once one was, a 412
-        is another writer's commit or a false answer, not a reordering, and the chain drains
-        as before, the ordinary commit looking for the fragments first. Every later link not
-        yet succeeded, not `final`, with no ambiguous or refused answer, is resent with it, in
-        chain order, each conditioned on its predecessor's exact bytes, which the resends
-        recreate (a resent link may lose to a reordering among the resends: it is resent again
-        when it becomes the head, at most once after its predecessor landed). docs/design.md
-        section 20."""
-        head = self._links[0]
-        if head.final or head.on != self._landed or not isinstance(_error(head), PreconditionFailed):
-            return False
-        log.debug("%s: a pipelined manifest write lost while its predecessor landed; resending "
-                  "it and the %d after it", self.store.url, len(self._links) - 1)
-        for link in self._links:
-            if not (link.final or _succeeded(link) or any(
-                    a.done() and not isinstance(a.exception(), (PreconditionFailed, TransientError))
-                    for a in link.attempts)):
-                self._attempt(link)
-                self.resent += 1
-        return True
 
     def _proven(self) -> int | None:
         """The index of the last link that succeeded, which proves every link before it landed,
@@ -263,24 +210,23 @@ class ManifestChain(Generic[P]):
             return
         for _ in range(last + 1):
             link = self._links.popleft()
-            if not _succeeded(link) and _answered(link):
+            if link.answer.done() and not _succeeded(link):
                 log.warning("%s: a pipelined manifest write was answered %r, but a write chained "
-                            "on it landed, so it landed too", self.store.url, _error(link))
+                            "on it landed, so it landed too", self.store.url, link.answer.exception())
             self._resolved.append(Resolved(link.payload, link.start))
-        etag = _etag(link)
+        etag = link.answer.result()
         if etag != link.predicted and self._depth > 1:
             log.warning("%s: the store's ETag for a manifest write is not the MD5 of its bytes "
                         "(%s, expected %s): pipelined manifest writes are off for this writer",
                         self.store.url, etag, link.predicted)
             self._depth = 1
-        self._landed = etag
         self.committer.landed(Versioned(link.value, etag, link.data))
         self.committer.record_dirty(link.value.next_offset)
 
     def _drain(self) -> None:
         """Wait for every answer, acknowledge what a success proves, resolve the rest in order."""
         self.drained += 1
-        wait([answer for link in self._links for answer in link.attempts])
+        wait([link.answer for link in self._links])
         self._acknowledge_landed()
         rest = list(self._links)
         self._links.clear()
@@ -306,7 +252,7 @@ class ManifestChain(Generic[P]):
         unknown: CommitOutcomeUnknown | None = None  # the outcome of an earlier link is unknown
 
         for item in items:
-            error = None if item.link is None else _error(item.link)
+            error = None if item.link is None else item.link.answer.exception()
             if dead or item.link is None or isinstance(error, (PreconditionFailed, TransientError)):
                 dead = True
                 if fresh and not same_schema(fresh[-1].schema, item.schema):
@@ -405,30 +351,7 @@ def _unknown_after(url: str, predecessor: CommitOutcomeUnknown) -> CommitOutcome
 
 
 def _succeeded(link: _Link) -> bool:
-    """Whether an attempt of `link` succeeded (it landed)."""
-    return any(a.done() and a.exception() is None for a in link.attempts)
-
-
-def _answered(link: _Link) -> bool:
-    """Whether `link`'s outcome is in: an attempt succeeded, or every attempt was answered."""
-    return _succeeded(link) or all(a.done() for a in link.attempts)
-
-
-def _etag(link: _Link) -> str:
-    """The ETag the store answered for the attempt of `link` that succeeded."""
-    return next(a.result() for a in link.attempts if a.done() and a.exception() is None)
-
-
-def _error(link: _Link) -> BaseException | None:
-    """What `link`'s answered attempts say together, none having succeeded: ambiguous if one
-    was (it may land: both were sent on one condition, so at most one does), else a refusal
-    if one was refused, else the 412 or "not sent" every attempt got."""
-    errors = [a.exception() for a in link.attempts]
-    for kind in (AmbiguousWrite, Exception):
-        for error in errors:
-            if isinstance(error, kind) and not isinstance(error, (PreconditionFailed, TransientError)):
-                return error
-    return errors[0]
+    return link.answer.done() and link.answer.exception() is None
 
 
 class _Ordinary(Exception):
