@@ -247,3 +247,33 @@ def test_12_rolled_written_us_is_unknown_when_not_known_and_rejects_wrong_types(
         doc["rolled_written_us"] = wrong
         with pytest.raises(CorruptLog, match="rolled_written_us"):
             Manifest.from_bytes(json.dumps(doc).encode())
+
+
+def test_13_collected_written_us_survives_every_rewrite_and_apply_garbage_raises_it():
+    """The newest write time GC ever collected is kept by appends, rolls, sealing and the orphan
+    horizon, survives a round trip, only grows with each collection (0 for a fragment of unknown
+    age), and a log collected before the field gets GC's clock as its bound."""
+    from wal3_spark.garbage import apply_garbage, compute_garbage
+
+    options = SnapshotOptions(snapshot_rollover_threshold=4, fragment_rollover_threshold=2)
+    uuids = [str(new_uuid7(t)) for t in (30, 10, 20, 40)]
+    frags = [Frag(f"log/Uuid={u}.parquet", u, 1, 100, Setsum.of(u.encode())) for u in uuids]
+    manifest = Manifest.empty("w").with_fragments(frags, "w")
+    collected = apply_garbage(manifest, compute_garbage(manifest, 3, lambda p: None))
+    assert collected.collected_written_us == uuid7_timestamp_us(uuids[0])  # the newer of 30, 10
+    rewritten = _compact(collected.with_fragments([frag(9), frag(10), frag(11)], "w"), options, {})
+    rewritten = rewritten.sealed_by("w").with_orphan_horizon(5, "w")
+    assert rewritten.collected_written_us == collected.collected_written_us
+    assert Manifest.from_bytes(rewritten.to_bytes()) == rewritten
+    again = apply_garbage(collected, compute_garbage(collected, 4, lambda p: None))
+    assert again.collected_written_us == collected.collected_written_us  # 20 is older: kept
+    unknown = Manifest.empty("w").with_fragments([frag(1), frag(2)], "w")
+    assert apply_garbage(unknown, compute_garbage(unknown, 4, lambda p: None)).collected_written_us == 0
+    legacy = replace(collected, collected_written_us=None)
+    later = apply_garbage(legacy, compute_garbage(legacy, 4, lambda p: None), now_us=10**15)
+    assert later.collected_written_us == 10**15
+    for wrong in ("7", -1, True, 1.5):
+        doc = json.loads(collected.to_bytes())
+        doc["collected_written_us"] = wrong
+        with pytest.raises(CorruptLog, match="collected_written_us"):
+            Manifest.from_bytes(json.dumps(doc).encode())

@@ -14,7 +14,7 @@ import pytest
 from tests.support.fakes import CountingStore
 from wal3_spark.committer import Committer, roll_snapshots, write_snapshot
 from wal3_spark.cursors import CursorStore
-from wal3_spark.errors import CommitOutcomeUnknown, TransientError
+from wal3_spark.errors import AlreadyCollected, CommitOutcomeUnknown, PastOrphanHorizon, TransientError
 from wal3_spark.format import MANIFEST_KEY
 from wal3_spark.gc import GarbageCollector
 from wal3_spark.manifest import Manifest, Snapshot, SnapshotOptions
@@ -333,3 +333,116 @@ def test_13_a_commit_reads_snapshots_only_when_its_fragments_may_be_in_them(stor
     Committer(counting).commit(raw_files(store, [b"second"]))
     assert snapshot_gets(counting) == 0
     assert bodies(store)[-4:] == [b"fresh", b"early", b"first", b"second"] and verify(store).ok
+
+
+def collect_below(store, offset: int, *, grace_s: float = 0.0, clock=time.time):
+    """Move a cursor to `offset` and run garbage collection (forced: tests drop most records)."""
+    CursorStore(store).move("c", offset)
+    return GarbageCollector(store, grace_s=grace_s, max_drop_share=1.0, force=True, clock=clock).run()
+
+
+def test_14_recommitting_fragments_gc_collected_and_deleted_adds_nothing(store):
+    """An earlier commit placed the fragments, a cursor moved past them and garbage collection
+    collected and deleted them; another process commits the same fragments again (a retry after
+    an unknown outcome): it is refused as already committed and since collected, nothing is
+    appended, and no manifest references the deleted file."""
+    LogWriter(store).append(b"r0")
+    files = raw_files(store, [b"F"])
+    assert Committer(store).commit(files).start == 2
+    writer = LogWriter(store)
+    for i in range(5):
+        writer.append(b"x%d" % i)
+    assert files[0].path in collect_below(store, 5).deleted
+    before = LogReader(store).manifest()
+    with pytest.raises(AlreadyCollected, match="already committed .* since collected"):
+        Committer(store).commit(files)
+    after = LogReader(store).manifest()
+    assert (after.setsum, after.next_offset) == (before.setsum, before.next_offset)
+    assert bodies(store) == [b"x2", b"x3", b"x4"] and verify(store).ok
+
+
+def test_15_recommitting_fragments_gc_applied_but_has_not_deleted_adds_nothing(store):
+    """The same, between garbage collection's apply step and its delete step: the file still
+    exists (readers of older manifests may read it), the pending garbage lists it. Appending it
+    again would deliver its records twice; it is refused, and the delete step then deletes it."""
+    LogWriter(store).append(b"r0")
+    files = raw_files(store, [b"F"])
+    Committer(store).commit(files)
+    writer = LogWriter(store)
+    for i in range(5):
+        writer.append(b"x%d" % i)
+    report = collect_below(store, 5, grace_s=3600)
+    assert report.pending is not None and not report.deleted
+    assert store.exists(files[0].path)
+    with pytest.raises(AlreadyCollected, match="pending garbage"):
+        Committer(store).commit(files)
+    assert bodies(store) == [b"x2", b"x3", b"x4"]
+    later = collect_below(store, 5, grace_s=3600, clock=lambda: time.time() + 7200)
+    assert files[0].path in later.deleted and verify(store).ok
+
+
+def test_16_fresh_and_slow_first_commits_after_gc_are_not_refused(store):
+    """Fragments written before garbage collection collected newer ones (a slow Spark job, or a
+    writer whose clock is behind) are committed: their commit reads `gc/GARBAGE` and looks for
+    the files (they are there, unlisted). Fragments written after the newest collected one
+    commit with no extra request, as before garbage collection ran."""
+    LogWriter(store).append(b"r0")
+    slow = raw_files(store, [b"slow"])  # written now, committed after the collection below
+    writer = LogWriter(store)
+    for i in range(5):
+        writer.append(b"x%d" % i)
+    collect_below(store, 5)
+    assert LogReader(store).manifest().collected_written_us is not None
+    counting = CountingStore(store)
+    assert Committer(counting).commit(slow).start == 7
+    assert counting.counts[("get", "gc")] == 1 and counting.by_operation()["head"] == 1
+    counting = CountingStore(store)
+    fresh = Committer(counting)
+    fresh.commit(raw_files(store, [b"fresh"]))
+    fresh.commit(raw_files(store, [b"fresh2"]))
+    assert counting.counts[("get", "gc")] == 0 and counting.by_operation()["head"] == 0
+    assert counting.by_operation()["put"] == 2
+    assert bodies(store)[-3:] == [b"slow", b"fresh", b"fresh2"] and verify(store).ok
+
+
+def test_17_a_first_commit_of_fragments_swept_as_orphans_is_still_an_orphan_horizon_refusal(store):
+    """Fragments written long before their first commit, swept as orphans, on a log where GC
+    also collected newer fragments: gone, and older than the orphan horizon, they may have been
+    either; the commit fails definitely as before (`PastOrphanHorizon`), saying both."""
+    LogWriter(store).append(b"r0")
+    stale = raw_files(store, [b"stale"])
+    writer = LogWriter(store)
+    for i in range(5):
+        writer.append(b"x%d" % i)
+    report = collect_below(store, 5, clock=lambda: time.time() + 7 * 86400)
+    assert stale[0].path in report.orphans_deleted
+    with pytest.raises(PastOrphanHorizon, match="as orphans .* rerun the append.* already committed"):
+        Committer(store).commit(stale)
+    assert bodies(store) == [b"x3", b"x4"] and verify(store).ok
+
+
+def test_18_a_log_collected_before_the_bound_checks_until_its_next_collection(store):
+    """A log collected before `collected_written_us` existed does not know what was collected:
+    every commit looks (and a re-commit of collected fragments is refused); its next collection
+    records a bound (GC's clock), after which fresh commits make no extra request."""
+    LogWriter(store).append(b"r0")
+    files = raw_files(store, [b"F"])
+    Committer(store).commit(files)
+    writer = LogWriter(store)
+    for i in range(5):
+        writer.append(b"x%d" % i)
+    collect_below(store, 5)
+    legacy = replace(LogReader(store).manifest(), collected_written_us=None)
+    store.put_if_match(MANIFEST_KEY, legacy.to_bytes(), store.head(MANIFEST_KEY).etag)
+    with pytest.raises(AlreadyCollected):
+        Committer(store).commit(files)
+    counting = CountingStore(store)
+    Committer(counting).commit(raw_files(store, [b"y"]))
+    assert counting.counts[("get", "gc")] == 1
+    writer.append(b"z")
+    collect_below(store, 8)
+    assert LogReader(store).manifest().collected_written_us is not None
+    counting = CountingStore(store)
+    Committer(counting).commit(raw_files(store, [b"fresh"]))
+    assert counting.counts[("get", "gc")] == 0 and counting.by_operation()["head"] == 0
+    assert verify(store).ok

@@ -12,6 +12,8 @@ Outcomes of `commit` (docs/design.md section 3):
 - a `CommitResult`: the fragments are in the log, once, at [start, limit);
 - `CommitFailed`, `LogSealed`, `SchemaMismatch`: definitely not committed, and no write that may
   still land is outstanding: the caller may delete the fragments;
+- `AlreadyCollected`: an earlier commit placed these fragments and garbage collection has since
+  collected them: nothing was written; the caller must neither rerun the append nor delete them;
 - `CommitOutcomeUnknown`: a manifest write may still land. The caller must delete nothing (the
   fragments may be data; if they are not, garbage collection removes them as orphans) and must
   not blindly retry with new fragments (the records could appear twice).
@@ -32,6 +34,7 @@ import pyarrow as pa
 from wal3_spark.cas import CasObject, CasPolicy, CasResult, InFlight, Outcome, Versioned
 from wal3_spark.clock import Clock, micros
 from wal3_spark.errors import (
+    AlreadyCollected,
     AmbiguousWrite,
     AppendsUnsupported,
     CommitFailed,
@@ -46,10 +49,12 @@ from wal3_spark.errors import (
     SchemaMismatch,
     TransientError,
 )
-from wal3_spark.format import MANIFEST_KEY, FragmentRef, KnownRefs
+from wal3_spark.format import GARBAGE_KEY, MANIFEST_KEY, FragmentRef, KnownRefs
+from wal3_spark.garbage import Garbage
 from wal3_spark.manifest import Manifest, NewFragment, Snapshot, SnapshotOptions, Txn
 from wal3_spark.reader import iter_fragments
 from wal3_spark.schema import reconcile
+from wal3_spark.setsum import Setsum
 from wal3_spark.storage.base import ObjectStore
 from wal3_spark.storage.retry import retry
 from wal3_spark.uuid7 import uuid7_timestamp_us
@@ -250,6 +255,7 @@ class Committer:
                 txn = current.txns.get(app_id)
                 if txn is not None and txn.version >= version:
                     return None
+            _check_not_collected(self.store, current, fragments)
             new_schema = self._check_append(current, fragments, schema, merge_schema)
             placed.setdefault("since", current.next_offset)
             placed["start"] = current.next_offset
@@ -430,6 +436,79 @@ def _check_orphan_horizon(manifest: Manifest, fragments: Sequence[NewFragment], 
             "Nothing was committed; rerun the append. If appends take longer than that, give "
             "`wal3 gc --grace` more time than your longest append job"
         )
+
+
+def _may_be_collected(manifest: Manifest, fragments: Sequence[NewFragment]) -> list[NewFragment]:
+    """The fragments an earlier commit may have placed and garbage collection since collected
+    (docs/design.md section 3): those written (UUIDv7 time; 0 when unknown) at or before the
+    newest write time of any fragment GC ever collected (`collected_written_us`); a fragment is
+    committed after it is written and collected after it is committed, so the fragments written
+    after the bound cannot be among them. All of them when the bound is not known: a log
+    collected before the field (`collected` non-empty) until its next collection records one."""
+    bound = manifest.collected_written_us
+    if bound is None:
+        return list(fragments) if manifest.collected != Setsum() else []
+    return [f for f in fragments if (uuid7_timestamp_us(f.uuid) or 0) <= bound]
+
+
+def _check_not_collected(store: ObjectStore, manifest: Manifest, fragments: Sequence[NewFragment]) -> None:
+    """Refuse fragments that an earlier commit placed and garbage collection has since collected
+    (`AlreadyCollected`), given that `manifest`, which this commit compare-and-swaps against,
+    does not hold them: the pending garbage lists them, or their files are gone.
+
+    Sound because of the order of GC's steps (docs/design.md section 3): the garbage listing a
+    fragment is written before the apply step removes it from the manifest, and reset only after
+    the delete step deleted it. A fragment that `manifest` no longer holds because of an apply
+    was listed before `manifest` was read (or, with a remembered manifest, before this commit's
+    write, conditioned on it, can land); the garbage is read here, after that, and the file
+    looked for after the garbage: not listed means the garbage was reset, so the file is gone.
+    Only fragments at or below the collected bound are looked for (`_may_be_collected`): the
+    common commit, of fragments written after the newest one GC collected, makes no request."""
+    suspects = _may_be_collected(manifest, fragments)
+    if not suspects:
+        return
+    try:
+        pending = set(Garbage.from_bytes(store.get(GARBAGE_KEY).data).fragment_paths())
+    except ObjectNotFound:
+        pending = set()
+    listed = [f.path for f in suspects if f.path in pending]
+    if listed:
+        raise AlreadyCollected(
+            f"{len(listed)} of this commit's fragments (e.g. {listed[0]}) were already committed to "
+            f"{store.url} and since collected: the pending garbage ({GARBAGE_KEY}) lists them, so "
+            "a cursor had moved past their records (their offsets are no longer known). Nothing "
+            "was written; do not rerun the append (the records would be delivered twice) and do "
+            "not delete the fragments (garbage collection deletes them after its grace interval)",
+            pending=True,
+        )
+    missing = [f for f in suspects if not store.exists(f.path)]
+    if not missing:
+        return
+    # Gone: deleted by a collection's delete step, or by the orphan sweep (never committed),
+    # which raises the orphan horizon past a fragment before it deletes it. A manifest read now,
+    # after the file was found gone, tells them apart unless the fragment is older than its
+    # horizon: then either may have happened.
+    horizon = Manifest.from_bytes(store.get(MANIFEST_KEY).data).orphan_horizon_us
+    swept = [f.path for f in missing if horizon is not None and (uuid7_timestamp_us(f.uuid) or 0) < horizon]
+    if swept:
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(horizon / 1e6))
+        raise PastOrphanHorizon(
+            f"{len(swept)} of this commit's fragments (e.g. {swept[0]}) are no longer in "
+            f"{store.url}, and were written before {when}, its orphan horizon: garbage collection "
+            "deleted them, as orphans (then nothing was committed: rerun the append) or after an "
+            "earlier commit of them that a cursor had moved past (then they were already committed "
+            "and since collected, their offsets no longer known: do not rerun it). Nothing was "
+            "committed now. If this commit retries one whose outcome was unknown, check the "
+            "records with `wal3 cat` before rerunning"
+        )
+    raise AlreadyCollected(
+        f"{len(missing)} of this commit's fragments (e.g. {missing[0].path}) were already "
+        f"committed to {store.url} and since collected: their files were deleted by garbage "
+        "collection's delete step after a cursor had moved past their records (not as orphans: "
+        "they are younger than the orphan horizon), and their offsets are no longer known. "
+        "Nothing was written; do not rerun the append (the records would be delivered twice)",
+        pending=False,
+    )
 
 
 def _may_be_rolled(manifest: Manifest, fragments: Sequence[NewFragment]) -> bool:

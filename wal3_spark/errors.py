@@ -148,6 +148,19 @@ class PastOrphanHorizon(CommitFailed):
     append that lost the race with GC's orphan sweep from one that ran out of attempts."""
 
 
+class AlreadyCollected(Wal3Error):
+    """A commit refused because its fragments were (most likely) placed by an earlier commit and
+    garbage collection has since collected them (docs/design.md section 3): the pending garbage
+    lists them (`pending`), or their files are gone. Nothing was written; appending them again
+    would deliver their records twice or reference a deleted file. Not a `CommitFailed`: the
+    caller must not delete them (readers of older manifests may still read pending garbage) and
+    must not rerun the append."""
+
+    def __init__(self, message: str, *, pending: bool) -> None:
+        super().__init__(message)
+        self.pending = pending
+
+
 class CommitOutcomeUnknown(Wal3Error):
     """A write was sent and may still land, and whether it did could not be established before
     the deadline (the store kept timing out). Callers delete nothing: the fragments may be data.

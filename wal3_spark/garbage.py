@@ -37,6 +37,7 @@ from wal3_spark.format import (
     dumps,
     loads,
     parse_offset,
+    parse_fragment_uuid,
     parse_setsum,
     position,
     seq_no_fragment_path,
@@ -44,6 +45,7 @@ from wal3_spark.format import (
 )
 from wal3_spark.manifest import Manifest, Snapshot
 from wal3_spark.setsum import Setsum
+from wal3_spark.uuid7 import uuid7_timestamp_us
 
 GC_WRITER = "garbage collection"
 
@@ -366,11 +368,30 @@ def garbage_applied(manifest: Manifest, garbage: Garbage) -> bool:
     return manifest.oldest_offset >= garbage.first_to_keep
 
 
-def apply_garbage(manifest: Manifest, garbage: Garbage, writer: str = GC_WRITER) -> Manifest | None:
+def collected_bound(manifest: Manifest, garbage: Garbage, now_us: int | None = None) -> int:
+    """The manifest's `collected_written_us` once `garbage` is applied: no fragment collected so
+    far, these included, was written after it (docs/design.md section 3). A fragment of unknown
+    age counts as written at 0, so the bound exists (a committer looks for such fragments
+    whenever it does). A log collected before the field (`collected` non-empty, no bound) does
+    not know when the fragments collected then were written: they were written before now, so
+    `now_us` bounds them, up to the skew between GC's clock and their writers'."""
+    uuids = [parse_fragment_uuid(path) for path in garbage.fragment_paths_to_drop]
+    written = [(uuid7_timestamp_us(u) if u is not None else None) or 0 for u in uuids]
+    bound = manifest.collected_written_us
+    if bound is None and manifest.collected != Setsum():
+        bound = now_us
+    return max([bound or 0, *written])
+
+
+def apply_garbage(
+    manifest: Manifest, garbage: Garbage, writer: str = GC_WRITER, *, now_us: int | None = None
+) -> Manifest | None:
     """The manifest without the garbage (phase 2), or None when it is already applied.
 
-    The setsum is unchanged and `collected` grows by exactly `setsum_to_discard`. Raises
-    GarbageStale when the manifest changed so that the garbage no longer applies exactly.
+    The setsum is unchanged and `collected` grows by exactly `setsum_to_discard`; the manifest's
+    `collected_written_us` is raised to the newest write time of the fragments dropped
+    (`collected_bound`; `now_us` is GC's clock, used only for a log collected before the field).
+    Raises GarbageStale when the manifest changed so that the garbage no longer applies exactly.
     """
     if garbage.is_empty():
         raise GarbageError("cannot apply empty garbage")
@@ -413,6 +434,7 @@ def apply_garbage(manifest: Manifest, garbage: Garbage, writer: str = GC_WRITER)
         initial_seq_no=(
             garbage.fragments_to_drop_limit if seq_nos else manifest.initial_seq_no
         ),
+        collected_written_us=collected_bound(manifest, garbage, now_us),
     )
     try:
         new.scrub()

@@ -277,7 +277,7 @@ class GarbageCollector:
                     fresh = False
                 if not fresh:
                     raise GarbageStale(f"its rebuilt snapshot {snapshot.path} predates the orphan horizon")
-        return apply_garbage(manifest, garbage, self.writer)
+        return apply_garbage(manifest, garbage, self.writer, now_us=int(self.clock() * 1e6))
 
     def _step(self, report: GCReport, name: str) -> None:
         report.steps.append(name)

@@ -279,6 +279,11 @@ class Manifest:
     #: present: not known (a log compacted before the field, or by another writer). A commit of
     #: fragments written after it finds any earlier commit of them among `fragments` alone
     rolled_written_us: int | None = None
+    #: wal3-spark extension (docs/design.md section 3): garbage collection never collected a
+    #: fragment written (its UUIDv7 time, µs; 0 for one of unknown age) after this; None: it
+    #: collected none (or, with `collected` non-empty, not known: a log collected before the
+    #: field). A commit of fragments written after it cannot be a re-commit of collected ones
+    collected_written_us: int | None = None
 
     # -- construction -------------------------------------------------------------------
 
@@ -318,6 +323,9 @@ class Manifest:
         rolled = doc.get("rolled_written_us") if isinstance(doc, dict) else None
         if rolled is not None and (not isinstance(rolled, int) or isinstance(rolled, bool) or rolled < 0):
             raise CorruptLog("field type", obj, f"'rolled_written_us' has the wrong type: {rolled!r}")
+        gone = doc.get("collected_written_us") if isinstance(doc, dict) else None
+        if gone is not None and (not isinstance(gone, int) or isinstance(gone, bool) or gone < 0):
+            raise CorruptLog("field type", obj, f"'collected_written_us' has the wrong type: {gone!r}")
         item_hash = _parse_item_hash(doc, schema is None, obj)
         return cls(
             setsum=parse_setsum(require_field(doc, "setsum", obj, str), obj, "setsum"),
@@ -341,6 +349,7 @@ class Manifest:
             },
             orphan_horizon_us=horizon,
             rolled_written_us=rolled,
+            collected_written_us=gone,
         )
 
     def to_bytes(self) -> bytes:
@@ -373,6 +382,8 @@ class Manifest:
             extras["orphan_horizon_us"] = self.orphan_horizon_us
         if self.rolled_written_us is not None:
             extras["rolled_written_us"] = self.rolled_written_us
+        if self.collected_written_us is not None:
+            extras["collected_written_us"] = self.collected_written_us
         parts.extend(f",{json_text(key)}:{json_text(value)}" for key, value in extras.items())
         parts.append("}")
         return "".join(parts).encode()
