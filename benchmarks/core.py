@@ -121,17 +121,18 @@ def structured_table(rows: int) -> pa.Table:
     )
 
 
-def _alternating(sides: dict, repeat: int) -> dict[str, list[float]]:
-    """Seconds per run of each side, the sides taking turns after one warm-up each, so that
-    both sides of a ratio see the same load on a shared machine."""
-    times: dict[str, list[float]] = {name: [] for name in sides}
+def _alternating(sides: dict, repeat: int) -> dict[str, list[tuple[float, float]]]:
+    """(wall, CPU) seconds per run of each side, the sides taking turns after one warm-up each,
+    so that both sides of a ratio see the same load on a shared machine. CPU seconds are the
+    whole process's (every thread), which a loaded machine disturbs far less than wall time."""
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in sides}
     for fn in sides.values():
         fn()
     for _ in range(repeat):
         for name, fn in sides.items():
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             fn()
-            times[name].append(time.perf_counter() - start)
+            times[name].append((time.perf_counter() - start, time.process_time() - cpu))
     return times
 
 
@@ -168,12 +169,16 @@ def bench_append(base_url: str, quick: bool, repeat: int) -> None:
                 store.put_if_absent(f"data/part-{i}.parquet", buf.getvalue())
 
         times = _alternating({"pyarrow": baseline, "wal3": ours}, repeat)
-        t_base, t_ours = statistics.median(times["pyarrow"]), statistics.median(times["wal3"])
-        ratios = [b / o for b, o in zip(times["pyarrow"], times["wal3"])]
-        row(f"append {label}: pyarrow write_table + PUT", f"{mb / t_base:,.0f} MB/s", _spread(times["pyarrow"]))
-        row(f"append {label}: wal3 LogWriter.append", f"{mb / t_ours:,.0f} MB/s", _spread(times["wal3"]))
+        walls = {name: [wall for wall, _ in runs] for name, runs in times.items()}
+        cpus = {name: [cpu for _, cpu in runs] for name, runs in times.items()}
+        t_base, t_ours = statistics.median(walls["pyarrow"]), statistics.median(walls["wal3"])
+        ratios = [b / o for b, o in zip(walls["pyarrow"], walls["wal3"])]
+        cpu_ratio = statistics.median(cpus["pyarrow"]) / statistics.median(cpus["wal3"])
+        for side, name in (("pyarrow", "pyarrow write_table + PUT"), ("wal3", "wal3 LogWriter.append")):
+            row(f"append {label}: {name}", f"{mb / statistics.median(walls[side]):,.0f} MB/s",
+                f"{_spread(walls[side])}, CPU median {statistics.median(cpus[side]):.3f} s")
         row(f"append {label}: ratio wal3 / pyarrow (target >= {target})", f"{t_base / t_ours:.2f}",
-            f"per-round ratios {min(ratios):.2f}-{max(ratios):.2f}, {repeat} rounds")
+            f"per-round ratios {min(ratios):.2f}-{max(ratios):.2f}, {repeat} rounds; CPU ratio {cpu_ratio:.2f}")
 
 
 def bench_requests(base_url: str) -> None:
