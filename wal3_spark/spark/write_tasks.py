@@ -29,6 +29,7 @@ from wal3_spark.errors import (
     SchemaMismatch,
     Wal3Error,
 )
+from wal3_spark.gc import load_garbage
 from wal3_spark.reader import LogReader, iter_fragments
 from wal3_spark.schema import RAW_SCHEMA, conform
 from wal3_spark.storage.base import ObjectStore
@@ -84,13 +85,32 @@ def published(store: ObjectStore, paths: set[str], since: int) -> set[str]:
         return set(paths)
 
 
+def collected(store: ObjectStore, paths: set[str]) -> set[str]:
+    """Which of `paths` the pending garbage lists: fragments a commit published and garbage
+    collection has since dropped from the manifest, which readers of a manifest from before its
+    apply step may read until its delete step (docs/design.md section 14). Read after the
+    manifest (`published`): garbage applied before that read is still listed here, or its grace
+    has passed (the order `gc._held` relies on too)."""
+    if not paths:
+        return set()
+    try:
+        return set(load_garbage(store)[0].fragment_paths()) & paths
+    except Wal3Error as exc:
+        log.warning("cannot read the pending garbage to check fragments before deleting them: %s", exc)
+        return set(paths)
+
+
 def delete_files(store: ObjectStore, files: Sequence[FragmentFile], since: int) -> None:
     """Delete an aborted job's fragments, except any that a manifest references (a commit whose
-    outcome was ambiguous may have landed: then they are data, not garbage)."""
+    outcome was ambiguous may have landed: then they are data, not garbage) or that the pending
+    garbage lists (they were data: a commit reported already in the log, whose records garbage
+    collection applied meanwhile, leaves them to its delete step and its grace interval)."""
     paths = {f.path for f in files}
     keep = published(store, paths, since)
+    keep |= collected(store, paths - keep)
     if keep:
-        log.warning("%d fragment(s) of an aborted job are referenced by the log; kept", len(keep))
+        log.warning("%d fragment(s) of an aborted job are referenced by the log or its pending "
+                    "garbage; kept", len(keep))
     _delete_quietly(store, sorted(paths - keep))
 
 
