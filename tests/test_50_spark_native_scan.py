@@ -163,7 +163,6 @@ def test_05_many_fragments_take_their_values_from_a_join_spark_drops_when_unused
     assert "BroadcastHashJoin" in plan_of(df)
     assert "Join" not in plan_of(df.groupBy().count())
     assert "Join" not in plan_of(df.selectExpr("sum(id)", "count(name)"))
-    assert "row_index" not in plan_of(df.groupBy().count())
 
 
 def test_06_spark_prunes_columns_pushes_filters_and_counts_without_payload(spark, log_url):
@@ -171,12 +170,6 @@ def test_06_spark_prunes_columns_pushes_filters_and_counts_without_payload(spark
     assert read_columns(df.groupBy().count()) == set()
     assert read_columns(df.selectExpr("sum(id)", "count(name)")) == {"id", "name"}
     assert read_columns(df) == {"id", "name", "score", "flag", "maybe", "at", "tags", "point", "day", "price"}
-    # a query using neither _offset nor _timestamp generates no row index, names no file
-    for payload_only in (df.groupBy().count(), df.selectExpr("sum(id)", "count(name)"), df.select("point.x")):
-        plan = plan_of(payload_only)
-        assert "row_index" not in plan and "file_name" not in plan, plan
-    assert "_tmp_metadata_row_index" in plan_of(df.select("_offset"))
-    assert "_tmp_metadata_row_index" in plan_of(Wal3Log.forPath(spark, log_url).toDF(startingOffsets=5).groupBy().count())
     filtered = df.where("id > 20").select("id", "_offset")
     assert "GreaterThan(id,20)" in plan_of(filtered)
     assert [(r.id, r._offset) for r in filtered.orderBy("id").collect()] == [(i, i + 1) for i in range(21, 29)]
@@ -288,3 +281,16 @@ def test_11_a_fragment_gc_deleted_after_to_df_fails_the_query_or_is_skipped(spar
         strict.collect()
     assert first.rsplit("/", 1)[-1] in str(info.value)
     assert sorted(r._offset for r in lenient.collect()) == list(range(11, 30))
+
+
+@pytest.mark.parametrize("escaped", ["false", "true"])
+def test_12_file_names_are_sql_literals_whatever_the_parser_settings(spark, escaped):
+    """The per-file CASEs name files in SQL text: a name with a quote or a backslash reads back
+    as itself with either setting of escapedStringLiterals."""
+    names = ["Uuid=01a21823-112f-715f-a661-37fa67ca8762.parquet", "it's.parquet", "a\\b'.parquet"]
+    spark.conf.set("spark.sql.parser.escapedStringLiterals", escaped)
+    try:
+        row = spark.range(1).selectExpr(*[f"{scan._sql_string(n)} AS n{i}" for i, n in enumerate(names)]).first()
+    finally:
+        spark.conf.unset("spark.sql.parser.escapedStringLiterals")
+    assert list(row) == names

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import DecimalType, StructField, StructType
 
@@ -58,14 +58,6 @@ RANGE_OPTIONS = ("startingOffsets", "endingOffsets", "startingTimestamp", "endin
 CASE_LIMIT = 64
 
 _FILE, _ROW, _START, _TIME = "__wal3_file", "__wal3_row", "__wal3_start", "__wal3_time_us"
-
-
-def _file_name() -> Column:
-    return F.col("_metadata.file_name")
-
-
-def _row_index() -> Column:
-    return F.col("_metadata.row_index")
 
 
 @dataclass(frozen=True)
@@ -120,7 +112,13 @@ def _scan_file(root: str, part: ReadRange) -> ScanFile:
 
 
 def scan_dataframe(spark: Any, plan: ScanPlan, reader_options: Mapping[str, str]) -> DataFrame:
-    """The DataFrame of `plan`: payload columns, `_offset`, `_timestamp`, as the data source."""
+    """The DataFrame of `plan`: payload columns, `_offset`, `_timestamp`, as the data source.
+
+    Its expressions are SQL text (one `selectExpr`, and a `where` for a range that starts or
+    ends inside a fragment) rather than Column objects: in a classic session every Column
+    operation is a round trip to the JVM, and building the per-file CASEs that way took ~350 of
+    them for 4 fragments, inside the time of every query that calls `toDF`.
+    """
     schema = payload_to_spark(plan.payload)
     payload = list(schema.fields[:-2])
     if not plan.files:
@@ -129,81 +127,69 @@ def scan_dataframe(spark: Any, plan: ScanPlan, reader_options: Mapping[str, str]
     read_schema = StructType(payload + ([StructField(TIMESTAMP, DecimalType(20, 0))] if in_files else []))
     df = spark.read.options(**reader_options).schema(read_schema).parquet(*[f.url for f in plan.files])
     keep = _kept_rows(plan.files)
-    df = df.where(_only_used_metadata() if keep is None else keep & _only_used_metadata())
+    if keep:
+        df = df.where(" AND ".join(keep))
     df, offset, time_us = _per_file_values(spark, df, plan.files)
     if in_files:  # uint64 in Parquet; Spark reads it as decimal(20, 0)
-        time_us = F.col(TIMESTAMP).cast("long")
-    return df.select(
-        *[_column(field.name) for field in payload],
-        offset.alias(OFFSET_COLUMN),
-        F.timestamp_micros(time_us).alias(TIMESTAMP_COLUMN),
+        time_us = f"CAST({_quoted(TIMESTAMP)} AS BIGINT)"
+    return df.selectExpr(
+        *[_quoted(field.name) for field in payload],
+        f"{offset} AS {_quoted(OFFSET_COLUMN)}",
+        f"timestamp_micros({time_us}) AS {_quoted(TIMESTAMP_COLUMN)}",
     )
 
 
-def _only_used_metadata() -> Column:
-    """A filter that keeps every row and makes Spark read only the `_metadata` fields that a
-    query uses.
-
-    Referencing `_metadata` at all (the per-file values below do) puts the whole struct into
-    the scan's output, and Spark's schema pruning narrows it only when the query's projections
-    or filters name some nested field. Without one, a query that needs neither `_offset` nor
-    `_timestamp` (`count()`, an aggregate of payload columns) still generates `row_index` for
-    every row and builds the struct row by row (measured: +0.5x on `sum(id), count(name)`, see
-    docs/benchmarks.md). This filter names `file_block_start`, a per-file constant (nothing is
-    decoded for it), never negative, and not a condition Spark can fold away: every query names
-    a nested field, so the scan reads `row_index` and `file_name` only for the queries that use
-    them (test_50 05 and 06 check the plans).
-    """
-    return F.col("_metadata.file_block_start") >= 0
-
-
-def _kept_rows(files: Sequence[ScanFile]) -> Column | None:
-    """A filter dropping the rows of the first and last fragment outside the range (None when
-    the range starts and ends on fragment boundaries, so a count reads no row index)."""
+def _kept_rows(files: Sequence[ScanFile]) -> list[str]:
+    """Conditions dropping the rows of the first and last fragment outside the range (none
+    when the range starts and ends on fragment boundaries)."""
     conditions = []
     first, last = files[0], files[-1]
     if first.lo > 0:
-        conditions.append(~((_file_name() == first.name) & (_row_index() < first.lo)))
+        conditions.append(f"NOT (_metadata.file_name = {_sql_string(first.name)} "
+                          f"AND _metadata.row_index < {first.lo})")
     if last.hi < last.records:
-        conditions.append(~((_file_name() == last.name) & (_row_index() >= last.hi)))
-    if not conditions:
-        return None
-    keep = conditions[0]
-    for condition in conditions[1:]:
-        keep = keep & condition
-    return keep
+        conditions.append(f"NOT (_metadata.file_name = {_sql_string(last.name)} "
+                          f"AND _metadata.row_index >= {last.hi})")
+    return conditions
 
 
-def _per_file_values(
-    spark: Any, df: DataFrame, files: Sequence[ScanFile]
-) -> tuple[DataFrame, Column, Column]:
-    """Each row's offset (its fragment's start + its row index) and write time, as columns of
-    `df` (or of what it becomes).
+def _per_file_values(spark: Any, df: DataFrame, files: Sequence[ScanFile]) -> tuple[DataFrame, str, str]:
+    """Each row's offset (its fragment's start + its row index) and write time, as SQL
+    expressions over `df` (or over what it becomes).
 
     Few files: one CASE on the file name per value. Many: a left join with a broadcast table
     that is unique on the file name, which Spark removes from queries that use neither value
     (counts and aggregates of payload columns keep reading no more than they need).
     """
     if len(files) <= CASE_LIMIT:
-        start = time_us = None
-        for f in files:
-            is_file = _file_name() == f.name
-            start = F.when(is_file, f.start) if start is None else start.when(is_file, f.start)
-            time_us = F.when(is_file, f.timestamp_us or 0) if time_us is None \
-                else time_us.when(is_file, f.timestamp_us or 0)
-        return df, start + _row_index(), time_us
+        names = [_sql_string(f.name) for f in files]
+        start = " ".join(f"WHEN {name} THEN {f.start}" for name, f in zip(names, files))
+        time_us = " ".join(f"WHEN {name} THEN {f.timestamp_us or 0}" for name, f in zip(names, files))
+        return (
+            df,
+            f"CASE _metadata.file_name {start} END + _metadata.row_index",
+            f"CASE _metadata.file_name {time_us} END",
+        )
     values = spark.createDataFrame(
         [(f.name, f.start, f.timestamp_us or 0) for f in files],
         f"{_FILE} string, {_START} long, {_TIME} long",
     ).groupBy(_FILE).agg(F.max(_START).alias(_START), F.max(_TIME).alias(_TIME))
-    located = df.select("*", _file_name().alias(_FILE), _row_index().alias(_ROW))
+    located = df.selectExpr("*", f"_metadata.file_name AS {_FILE}", f"_metadata.row_index AS {_ROW}")
     joined = located.join(F.broadcast(values), _FILE, "left")
-    return joined, F.col(_START) + F.col(_ROW), F.col(_TIME)
+    return joined, f"{_START} + {_ROW}", _TIME
 
 
-def _column(name: str) -> Column:
-    """A top-level column by its exact name (dots and backticks included)."""
-    return F.col("`" + name.replace("`", "``") + "`")
+def _quoted(name: str) -> str:
+    """A top-level column's exact name (dots and backticks included) as a SQL identifier."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _sql_string(value: str) -> str:
+    """`value` as a SQL string literal, read the same whatever `escapedStringLiterals` says
+    (a name with a quote or a backslash becomes a cast of its UTF-8 bytes)."""
+    if "'" in value or "\\" in value:
+        return f"CAST(X'{value.encode().hex()}' AS STRING)"
+    return f"'{value}'"
 
 
 class Wal3Log:
