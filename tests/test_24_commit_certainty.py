@@ -467,3 +467,22 @@ def test_19_deleting_a_jobs_fragments_keeps_what_the_pending_garbage_lists(store
     assert store.exists(files[0].path) and not store.exists(unrelated[0].path)
     batches = old_reader.read(2, 3, manifest=old_manifest)
     assert [b for batch in batches for b in batch.column("body").to_pylist()] == [b"F"]
+
+
+@pytest.mark.parametrize("grace_s", [3600.0, 0.0], ids=["pending", "deleted"])
+def test_20_a_commit_gc_collected_in_part_is_reported_at_its_offsets(store, grace_s):
+    """A cursor stopped inside a commit of two fragments: GC collected the first one and kept
+    the second at the oldest offset. A re-commit of both (another process) is that commit,
+    already in the log: reported at its offsets, nothing appended, not "partly committed"."""
+    LogWriter(store).append(b"r0")
+    files = raw_files(store, [b"F"]) + raw_files(store, [b"G"])
+    assert (Committer(store).commit(files).start) == 2
+    LogWriter(store).append(b"x")
+    collect_below(store, 3, grace_s=grace_s)
+    assert LogReader(store).manifest().oldest_offset == 3
+    again = Committer(store).commit(files)
+    assert again.duplicate and (again.start, again.limit) == (2, 4)
+    assert bodies(store) == [b"G", b"x"] and verify(store).ok
+    lone = Committer(store)
+    with pytest.raises(ValueError, match="1 of this commit's 2 fragments"):
+        lone.commit(files[1:] + raw_files(store, [b"H"]))  # G was committed, but not with H

@@ -467,11 +467,7 @@ def _check_not_collected(store: ObjectStore, manifest: Manifest, fragments: Sequ
     suspects = _may_be_collected(manifest, fragments)
     if not suspects:
         return
-    try:
-        pending = set(Garbage.from_bytes(store.get(GARBAGE_KEY).data).fragment_paths())
-    except ObjectNotFound:
-        pending = set()
-    listed = [f.path for f in suspects if f.path in pending]
+    listed, missing = _pending_or_gone(store, suspects)
     if listed:
         raise AlreadyCollected(
             f"{len(listed)} of this commit's fragments (e.g. {listed[0]}) were already committed to "
@@ -481,19 +477,13 @@ def _check_not_collected(store: ObjectStore, manifest: Manifest, fragments: Sequ
             "not delete the fragments (garbage collection deletes them after its grace interval)",
             pending=True,
         )
-    missing = [f for f in suspects if not store.exists(f.path)]
     if not missing:
         return
-    # Gone: deleted by a collection's delete step, or by the orphan sweep (never committed),
-    # which raises the orphan horizon past a fragment before it deletes it. A manifest read now,
-    # after the file was found gone, tells them apart unless the fragment is older than its
-    # horizon: then either may have happened.
-    horizon = Manifest.from_bytes(store.get(MANIFEST_KEY).data).orphan_horizon_us
-    swept = [f.path for f in missing if horizon is not None and (uuid7_timestamp_us(f.uuid) or 0) < horizon]
+    swept = _maybe_swept(store, missing)
     if swept:
-        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(horizon / 1e6))
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(swept[1] / 1e6))
         raise PastOrphanHorizon(
-            f"{len(swept)} of this commit's fragments (e.g. {swept[0]}) are no longer in "
+            f"{len(swept[0])} of this commit's fragments (e.g. {swept[0][0]}) are no longer in "
             f"{store.url}, and were written before {when}, its orphan horizon: garbage collection "
             "deleted them, as orphans (then nothing was committed: rerun the append) or after an "
             "earlier commit of them that a cursor had moved past (then they were already committed "
@@ -509,6 +499,57 @@ def _check_not_collected(store: ObjectStore, manifest: Manifest, fragments: Sequ
         "Nothing was written; do not rerun the append (the records would be delivered twice)",
         pending=False,
     )
+
+
+def _pending_or_gone(store: ObjectStore, fragments: Sequence[NewFragment]) -> tuple[list[str], list[NewFragment]]:
+    """The paths of `fragments` the pending garbage lists, and the others whose files are gone:
+    the garbage is read first, then the files looked for (`_check_not_collected` says why)."""
+    try:
+        pending = set(Garbage.from_bytes(store.get(GARBAGE_KEY).data).fragment_paths())
+    except ObjectNotFound:
+        pending = set()
+    listed = [f.path for f in fragments if f.path in pending]
+    return listed, [f for f in fragments if f.path not in pending and not store.exists(f.path)]
+
+
+def _maybe_swept(store: ObjectStore, gone: Sequence[NewFragment]) -> tuple[list[str], int] | None:
+    """Of fragments found gone, those the orphan sweep may have deleted (never committed), with
+    the orphan horizon; None when none. A gone fragment was deleted by a collection's delete
+    step, or by the sweep, which raises the horizon past a fragment before it deletes it: a
+    manifest read now, after it was found gone, tells them apart unless the fragment is older
+    than that horizon; then either may have happened."""
+    if not gone:
+        return None
+    horizon = Manifest.from_bytes(store.get(MANIFEST_KEY).data).orphan_horizon_us
+    if horizon is None:
+        return None
+    swept = [f.path for f in gone if (uuid7_timestamp_us(f.uuid) or 0) < horizon]
+    return (swept, horizon) if swept else None
+
+
+def _collected_prefix(
+    store: ObjectStore, manifest: Manifest, fragments: Sequence[NewFragment], found: Sequence[FragmentRef]
+) -> int | None:
+    """Where an earlier commit of `fragments` placed them when garbage collection has since
+    collected its first ones and kept the rest (a cursor stopped inside that commit), else None:
+    the fragments found are the last ones of the list, in order and contiguous, from the log's
+    oldest offset on, and every one before them is collected (at or below the collected bound,
+    and listed by the pending garbage, or gone and younger than the orphan horizon). GC collects whole fragments from the oldest on,
+    so the missing ones sat right below: their offsets are known exactly."""
+    head = len(fragments) - len(found)
+    paths = [f.path for f in fragments]
+    if (
+        head <= 0
+        or [ref.path for ref in found] != paths[head:]
+        or any(a.limit != b.start for a, b in zip(found, found[1:]))
+        or found[0].start != manifest.oldest_offset
+        or len(_may_be_collected(manifest, fragments[:head])) != head
+    ):
+        return None
+    listed, missing = _pending_or_gone(store, fragments[:head])
+    if len(listed) + len(missing) != head or _maybe_swept(store, missing):
+        return None
+    return found[0].start - sum(f.records for f in fragments[:head])
 
 
 def _may_be_rolled(manifest: Manifest, fragments: Sequence[NewFragment]) -> bool:
@@ -529,9 +570,10 @@ def _committed_at(
 ) -> tuple[int | None, int | None]:
     """Where an earlier commit of these very fragments placed them (its first offset), or None
     when none of them is in the log; a commit that is in the log only in part is refused
-    (`PartlyCommitted`: such a list was never committed as one). Looks among the manifest's own
-    fragments, and through the snapshot tree when they may have been rolled into it
-    (`_may_be_rolled`): all of it, or from `since` on (where a pipelined write placed them).
+    (`PartlyCommitted`: such a list was never committed as one), unless garbage collection
+    collected its first fragments and kept the others (`_collected_prefix`). Looks among the
+    manifest's own fragments, and through the snapshot tree when they may have been rolled into
+    it (`_may_be_rolled`): all of it, or from `since` on (where a pipelined write placed them).
 
     Also returns the manifest's `rolled_written_us`, computed from that walk when the manifest
     does not know it (a log compacted before the field): the manifest this commit writes
@@ -553,6 +595,9 @@ def _committed_at(
     if [ref.path for ref in found] != paths or any(
         a.limit != b.start for a, b in zip(found, found[1:])
     ):
+        start = _collected_prefix(store, manifest, fragments, found)
+        if start is not None:
+            return start, rolled_written_us
         raise PartlyCommitted(
             f"{len(found)} of this commit's {len(paths)} fragments (e.g. {found[0].path} at offset "
             f"{found[0].start}) are already in the log at {store.url}, not as this commit; "
