@@ -501,7 +501,9 @@ def _check_not_collected(store: ObjectStore, manifest: Manifest, fragments: Sequ
     )
 
 
-def _pending_or_gone(store: ObjectStore, fragments: Sequence[NewFragment]) -> tuple[list[str], list[NewFragment]]:
+def _pending_or_gone(
+    store: ObjectStore, fragments: Sequence[NewFragment]
+) -> tuple[list[str], list[NewFragment]]:
     """The paths of `fragments` the pending garbage lists, and the others whose files are gone:
     the garbage is read first, then the files looked for (`_check_not_collected` says why)."""
     try:
@@ -534,8 +536,9 @@ def _collected_prefix(
     collected its first ones and kept the rest (a cursor stopped inside that commit), else None:
     the fragments found are the last ones of the list, in order and contiguous, from the log's
     oldest offset on, and every one before them is collected (at or below the collected bound,
-    and listed by the pending garbage, or gone and younger than the orphan horizon). GC collects whole fragments from the oldest on,
-    so the missing ones sat right below: their offsets are known exactly."""
+    and listed by the pending garbage, or gone and younger than the orphan horizon). GC collects
+    whole fragments from the oldest on, so the missing ones sat right below: their offsets are
+    known exactly."""
     head = len(fragments) - len(found)
     paths = [f.path for f in fragments]
     if (
