@@ -67,8 +67,11 @@ COLLECTOR_STOP_S = 60.0
 STARTUP_S = 180.0
 #: a run stops early once this many processes have crashed (exited on their own)
 MAX_CRASHES = 10
-#: with require_every_fault, the load goes on for at most this many times the duration more
+#: with require_every_fault, the load goes on for at most this many times the duration more,
+#: and at least `MIN_EXTENSION_S` (a bounded run of seconds on a loaded machine may not yet have
+#: seen its rarer faults, e.g. a late landing, when its duration ends)
 EXTENSION = 3
+MIN_EXTENSION_S = 120.0
 #: seconds between audits of the referenced fragments
 AUDIT_EVERY_S = 10.0
 
@@ -250,10 +253,12 @@ class Supervisor:
 
     def keep_going(self, now: float, end: float) -> bool:
         """Until the end; with `require_every_fault`, then on (for at most `EXTENSION` times the
-        duration) until every fault kind was injected and GC collected, checked every second."""
+        duration, and at least `MIN_EXTENSION_S`) until every fault kind was injected and GC
+        collected, checked every second."""
         if now < end:
             return True
-        if not self.config.require_every_fault or now > end + EXTENSION * self.config.duration_s:
+        extension = max(EXTENSION * self.config.duration_s, MIN_EXTENSION_S)
+        if not self.config.require_every_fault or now > end + extension:
             return False
         if now < self._next_fault_check:
             return True
