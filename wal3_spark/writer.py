@@ -628,7 +628,8 @@ class FragmentFile:
 def write_fragment(
     store: ObjectStore, encoded: EncodedFragment, *, attempts: int = 6
 ) -> FragmentFile:
-    """Upload `encoded` with create-if-absent at a fresh UUIDv7 path made from its timestamp.
+    """Upload `encoded` with create-if-absent (`create`: its ETag is never read) at a fresh
+    UUIDv7 path made from its timestamp.
 
     The path is unique to this call, so every failure is safe to retry: a transient error
     changed nothing, and an ambiguous write is resolved by reading the object back (the same
@@ -639,7 +640,7 @@ def write_fragment(
     delays = backoff_delays(attempts, _BACKOFF_BASE_S, _BACKOFF_CAP_S)
     for attempt in range(1, attempts + 1):
         try:
-            store.put_if_absent(path, encoded.data)
+            store.create(path, encoded.data)
             break
         except PreconditionFailed:
             # Only an earlier ambiguous attempt of ours can have created this fresh path.

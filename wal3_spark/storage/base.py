@@ -89,6 +89,12 @@ class ObjectStore(abc.ABC):
     def put_if_absent(self, key: str, data: bytes) -> str:
         """Create the object only if it does not exist; return its ETag."""
 
+    def create(self, key: str, data: bytes) -> None:
+        """`put_if_absent` for a caller that never reads the ETag (a fragment: nothing is ever
+        written conditionally on it). Stores that compute ETags themselves skip that work;
+        the others, and every wrapper, are their own `put_if_absent`."""
+        self.put_if_absent(key, data)
+
     @abc.abstractmethod
     def put_if_match(self, key: str, data: bytes, etag: str) -> str:
         """Replace the object only if its current ETag is `etag`; return the new ETag."""

@@ -250,7 +250,15 @@ class LocalStore(ObjectStore):
                 os.close(fd)  # releases the lock
 
     def put_if_absent(self, key: str, data: bytes) -> str:
-        with self._os_errors("put_if_absent", key):
+        self._create("put_if_absent", key, data)
+        return md5_etag(data)
+
+    def create(self, key: str, data: bytes) -> None:
+        """Without the MD5 ETag: ~80 ms of CPU on a 42 MB fragment (docs/benchmarks.md)."""
+        self._create("create", key, data)
+
+    def _create(self, operation: str, key: str, data: bytes) -> None:
+        with self._os_errors(operation, key):
             path = self._path(key)
             directory, name = os.path.split(path)
             os.makedirs(directory, exist_ok=True)
@@ -262,7 +270,6 @@ class LocalStore(ObjectStore):
             finally:
                 os.unlink(tmp)
             _fsync_dir(directory)
-            return md5_etag(data)
 
     def put_if_match(self, key: str, data: bytes, etag: str) -> str:
         with self._os_errors("put_if_match", key):
