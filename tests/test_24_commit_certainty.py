@@ -341,17 +341,25 @@ def collect_below(store, offset: int, *, grace_s: float = 0.0, clock=time.time):
     return GarbageCollector(store, grace_s=grace_s, max_drop_share=1.0, force=True, clock=clock).run()
 
 
+def committed_then_five_more(store):
+    """Record r0, fragment F committed at 2 (returned with its result), then x0-x4 appended by the
+    returned writer: a cursor at 5 lets garbage collection collect F's commit."""
+    LogWriter(store).append(b"r0")
+    files = raw_files(store, [b"F"])
+    first = Committer(store).commit(files)
+    writer = LogWriter(store)
+    for i in range(5):
+        writer.append(b"x%d" % i)
+    return files, first, writer
+
+
 def test_14_recommitting_fragments_gc_collected_and_deleted_adds_nothing(store):
     """An earlier commit placed the fragments, a cursor moved past them and garbage collection
     collected and deleted them; another process commits the same fragments again (a retry after
     an unknown outcome): it is refused as already committed and since collected, nothing is
     appended, and no manifest references the deleted file."""
-    LogWriter(store).append(b"r0")
-    files = raw_files(store, [b"F"])
-    assert Committer(store).commit(files).start == 2
-    writer = LogWriter(store)
-    for i in range(5):
-        writer.append(b"x%d" % i)
+    files, first, _ = committed_then_five_more(store)
+    assert first.start == 2
     assert files[0].path in collect_below(store, 5).deleted
     before = LogReader(store).manifest()
     with pytest.raises(AlreadyCollected, match="already committed .* since collected"):
@@ -365,12 +373,7 @@ def test_15_recommitting_fragments_gc_applied_but_has_not_deleted_adds_nothing(s
     """The same, between garbage collection's apply step and its delete step: the file still
     exists (readers of older manifests may read it), the pending garbage lists it. Appending it
     again would deliver its records twice; it is refused, and the delete step then deletes it."""
-    LogWriter(store).append(b"r0")
-    files = raw_files(store, [b"F"])
-    Committer(store).commit(files)
-    writer = LogWriter(store)
-    for i in range(5):
-        writer.append(b"x%d" % i)
+    files, _, _ = committed_then_five_more(store)
     report = collect_below(store, 5, grace_s=3600)
     assert report.pending is not None and not report.deleted
     assert store.exists(files[0].path)
@@ -425,12 +428,7 @@ def test_18_a_log_collected_before_the_bound_checks_until_its_next_collection(st
     """A log collected before `collected_written_us` existed does not know what was collected:
     every commit looks (and a re-commit of collected fragments is refused); its next collection
     records a bound (GC's clock), after which fresh commits make no extra request."""
-    LogWriter(store).append(b"r0")
-    files = raw_files(store, [b"F"])
-    Committer(store).commit(files)
-    writer = LogWriter(store)
-    for i in range(5):
-        writer.append(b"x%d" % i)
+    files, _, writer = committed_then_five_more(store)
     collect_below(store, 5)
     legacy = replace(LogReader(store).manifest(), collected_written_us=None)
     store.put_if_match(MANIFEST_KEY, legacy.to_bytes(), store.head(MANIFEST_KEY).etag)

@@ -51,7 +51,7 @@ from wal3_spark.errors import (
 )
 from wal3_spark.format import GARBAGE_KEY, MANIFEST_KEY, FragmentRef, KnownRefs
 from wal3_spark.garbage import Garbage
-from wal3_spark.manifest import Manifest, NewFragment, Snapshot, SnapshotOptions, Txn
+from wal3_spark.manifest import Manifest, NewFragment, Snapshot, SnapshotOptions, Txn, newest_written_us
 from wal3_spark.reader import iter_fragments
 from wal3_spark.schema import reconcile
 from wal3_spark.setsum import Setsum
@@ -613,8 +613,7 @@ def _newest_written(refs: Sequence[FragmentRef], manifest: Manifest) -> int | No
     """The newest write time of the fragments among `refs` (a walk of `manifest` from its oldest
     offset) that its snapshots hold; None when one of them has no UUIDv7 time."""
     rolled_limit = manifest.fragments[0].start if manifest.fragments else manifest.next_offset
-    written = [uuid7_timestamp_us(str(ref.seq_no)) for ref in refs if ref.start < rolled_limit]
-    return None if None in written else max(written, default=0)
+    return newest_written_us(ref for ref in refs if ref.start < rolled_limit)
 
 
 def _unknown_message(url: str, paths: Sequence[str], app_id: str | None, version: int | None) -> str:

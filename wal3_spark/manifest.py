@@ -85,6 +85,21 @@ def decode_schema(text: str) -> pa.Schema:
         raise CorruptLog("schema is base64 Arrow IPC", MANIFEST_KEY, problem) from None
 
 
+def _optional_micros(doc: Any, key: str, obj: str) -> int | None:
+    """An optional wal3-spark extension field of µs since the epoch (a non-negative integer)."""
+    value = doc.get(key) if isinstance(doc, dict) else None
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+        raise CorruptLog("field type", obj, f"'{key}' has the wrong type: {value!r}")
+    return value
+
+
+def newest_written_us(refs: Iterable[FragmentRef]) -> int | None:
+    """The newest write time (UUIDv7, µs) of `refs`; 0 for none, None when one of them has no
+    UUIDv7 time (what `rolled_written_us` records)."""
+    written = [uuid7_timestamp_us(str(ref.seq_no)) for ref in refs]
+    return None if None in written else max(written, default=0)
+
+
 def _parse_item_hash(doc: Any, raw: bool, obj: str) -> str | None:
     item_hash = doc.get("item_hash") if isinstance(doc, dict) else None
     if item_hash not in ITEM_HASHES:
@@ -317,15 +332,9 @@ class Manifest:
         schema = doc.get("schema") if isinstance(doc, dict) else None
         if schema is not None and not isinstance(schema, str):
             raise CorruptLog("field type", obj, f"'schema' has the wrong type: {schema!r}")
-        horizon = doc.get("orphan_horizon_us") if isinstance(doc, dict) else None
-        if horizon is not None and (not isinstance(horizon, int) or isinstance(horizon, bool) or horizon < 0):
-            raise CorruptLog("field type", obj, f"'orphan_horizon_us' has the wrong type: {horizon!r}")
-        rolled = doc.get("rolled_written_us") if isinstance(doc, dict) else None
-        if rolled is not None and (not isinstance(rolled, int) or isinstance(rolled, bool) or rolled < 0):
-            raise CorruptLog("field type", obj, f"'rolled_written_us' has the wrong type: {rolled!r}")
-        gone = doc.get("collected_written_us") if isinstance(doc, dict) else None
-        if gone is not None and (not isinstance(gone, int) or isinstance(gone, bool) or gone < 0):
-            raise CorruptLog("field type", obj, f"'collected_written_us' has the wrong type: {gone!r}")
+        horizon = _optional_micros(doc, "orphan_horizon_us", obj)
+        rolled = _optional_micros(doc, "rolled_written_us", obj)
+        gone = _optional_micros(doc, "collected_written_us", obj)
         item_hash = _parse_item_hash(doc, schema is None, obj)
         return cls(
             setsum=parse_setsum(require_field(doc, "setsum", obj, str), obj, "setsum"),
@@ -526,11 +535,9 @@ class Manifest:
                 )
             snapshots, fragments = self.snapshots + (pointer,), self.fragments[n:]
             rolled = self.rolled_written_us if self.snapshots else 0
-            written = [uuid7_timestamp_us(str(f.seq_no)) for f in snapshot.fragments]
-            if rolled is not None and None not in written:
-                rolled = max([rolled, *written])
-            else:
-                rolled = None  # a fragment of unknown age: not known any more
+            written = newest_written_us(snapshot.fragments)
+            # a fragment of unknown age: not known any more
+            rolled = None if rolled is None or written is None else max(rolled, written)
         else:
             children = snapshot.snapshots
             idx = next(
