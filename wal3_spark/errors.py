@@ -8,9 +8,24 @@ failure means "someone else won, rebase", an ambiguous write means "find out whe
 
 from __future__ import annotations
 
+from typing import Any
+
+
+def _unpickle(cls: type[Wal3Error], args: tuple[Any, ...]) -> Wal3Error:
+    """The error with its message (`args`) as pickled, without calling `__init__` again: many
+    constructors build the message from their arguments, so `cls(*args)` would not rebuild it
+    (and fails where they take more than the message). `pickle` sets the attributes after."""
+    return cls.__new__(cls, *args)
+
 
 class Wal3Error(Exception):
-    """Base class of every error raised on purpose by wal3-spark."""
+    """Base class of every error raised on purpose by wal3-spark.
+
+    Picklable with its message and attributes, whatever its constructor takes: Spark ships an
+    executor's exception to the driver by pickling it."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _unpickle, (type(self), self.args), self.__dict__
 
 
 # ----------------------------------------------------------------------------------- storage
