@@ -15,8 +15,8 @@ from wal3_spark.cursors import CursorStore
 from wal3_spark.format import FRAGMENT_PREFIX, GARBAGE_KEY, SNAPSHOT_PREFIX
 from wal3_spark.errors import GCRefused
 from wal3_spark.fragment import encode_raw
-from wal3_spark.garbage import Garbage, compute_garbage
-from wal3_spark.gc import PHASES, GarbageCollector, load_garbage, referenced
+from wal3_spark.garbage import Garbage, compute_garbage, load_garbage
+from wal3_spark.gc import PHASES, GarbageCollector, referenced
 from wal3_spark.manifest import Manifest, Snapshot, SnapshotOptions
 from wal3_spark.reader import LogReader, iter_fragments, load_snapshot
 from wal3_spark.setsum import Setsum

@@ -57,7 +57,8 @@ from wal3_spark.errors import (
     Wal3Error,
 )
 from wal3_spark.format import FIRST_OFFSET, MANIFEST_KEY
-from wal3_spark.gc import DEFAULT_GRACE_S, GarbageCollector, load_garbage, referenced
+from wal3_spark.garbage import load_garbage
+from wal3_spark.gc import DEFAULT_GRACE_S, GarbageCollector, referenced
 from wal3_spark.lag import CursorLag, cursor_lags
 from wal3_spark.logset import LogSelection, LogSet
 from wal3_spark.logset_info import set_info, summarise

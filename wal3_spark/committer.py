@@ -50,7 +50,7 @@ from wal3_spark.errors import (
     TransientError,
 )
 from wal3_spark.format import GARBAGE_KEY, MANIFEST_KEY, FragmentRef, KnownRefs
-from wal3_spark.garbage import Garbage
+from wal3_spark.garbage import load_garbage
 from wal3_spark.manifest import Manifest, NewFragment, Snapshot, SnapshotOptions, Txn, newest_written_us
 from wal3_spark.reader import iter_fragments
 from wal3_spark.schema import reconcile
@@ -506,10 +506,7 @@ def _pending_or_gone(
 ) -> tuple[list[str], list[NewFragment]]:
     """The paths of `fragments` the pending garbage lists, and the others whose files are gone:
     the garbage is read first, then the files looked for (`_check_not_collected` says why)."""
-    try:
-        pending = set(Garbage.from_bytes(store.get(GARBAGE_KEY).data).fragment_paths())
-    except ObjectNotFound:
-        pending = set()
+    pending = set(load_garbage(store)[0].fragment_paths())
     listed = [f.path for f in fragments if f.path in pending]
     return listed, [f for f in fragments if f.path not in pending and not store.exists(f.path)]
 

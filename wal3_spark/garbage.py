@@ -3,7 +3,8 @@
 `compute_garbage` decides, from a manifest value and a cutoff, what garbage collection removes;
 `apply_garbage` turns a manifest into the one without that garbage. Neither does I/O except
 through the snapshot loader it is given, so both are tested on plain values (FORMAT.md section 8,
-seed 001 "Garbage Collection Dance"). `wal3_spark.gc` holds the I/O.
+seed 001 "Garbage Collection Dance"). `wal3_spark.gc` holds the I/O, except `load_garbage`, the
+one reader of the record: it lives here so that the committer, which `gc` imports, uses it too.
 
 The JSON is Chroma's `Garbage` (field names, order and meaning), with two wal3-spark extensions
 that Chroma's serde ignores: `fragment_paths_to_drop` (the UUID fragments dropped, which phase 3
@@ -26,9 +27,9 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from wal3_spark.errors import CorruptLog, GarbageError, GarbageStale
+from wal3_spark.errors import CorruptLog, GarbageError, GarbageStale, ObjectNotFound
 from wal3_spark.format import (
     FIRST_OFFSET,
     GARBAGE_KEY,
@@ -46,6 +47,9 @@ from wal3_spark.format import (
 from wal3_spark.manifest import Manifest, Snapshot
 from wal3_spark.setsum import Setsum
 from wal3_spark.uuid7 import uuid7_timestamp_us
+
+if TYPE_CHECKING:
+    from wal3_spark.storage.base import ObjectStore
 
 GC_WRITER = "garbage collection"
 
@@ -163,6 +167,15 @@ class Garbage:
             "fragments_to_drop": len(self.seq_nos) + len(self.fragment_paths_to_drop),
             "applied_epoch_us": self.applied_epoch_us,
         }
+
+
+def load_garbage(store: ObjectStore) -> tuple[Garbage, str | None]:
+    """The current garbage and its ETag (None when `gc/GARBAGE` does not exist)."""
+    try:
+        blob = store.get(GARBAGE_KEY)
+    except ObjectNotFound:
+        return Garbage.empty(), None
+    return Garbage.from_bytes(blob.data), blob.etag
 
 
 def _snapshot_doc(snapshot: Snapshot) -> dict[str, Any]:

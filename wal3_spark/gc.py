@@ -100,15 +100,6 @@ def garbage_object(store: ObjectStore) -> CasObject[Garbage]:
     return CasObject(store, GARBAGE_KEY, parse=Garbage.from_bytes, serialise=Garbage.to_bytes)
 
 
-def load_garbage(store: ObjectStore) -> tuple[Garbage, str | None]:
-    """The current garbage and its ETag (None when `gc/GARBAGE` does not exist)."""
-    try:
-        blob = store.get(GARBAGE_KEY)
-    except ObjectNotFound:
-        return Garbage.empty(), None
-    return Garbage.from_bytes(blob.data), blob.etag
-
-
 def referenced(
     store: ObjectStore, manifest: Manifest, cache: SnapshotCache | None = None
 ) -> _Referenced:
@@ -473,6 +464,5 @@ __all__ = [
     "GCReport",
     "GarbageCollector",
     "collect_garbage",
-    "load_garbage",
     "referenced",
 ]

@@ -29,7 +29,7 @@ from wal3_spark.errors import (
     SchemaMismatch,
     Wal3Error,
 )
-from wal3_spark.gc import load_garbage
+from wal3_spark.garbage import load_garbage
 from wal3_spark.reader import LogReader, iter_fragments
 from wal3_spark.schema import RAW_SCHEMA, conform
 from wal3_spark.storage.base import ObjectStore
