@@ -11,6 +11,8 @@ import re
 import subprocess
 import sys
 import textwrap
+import time
+import uuid
 from decimal import Decimal
 
 import pyarrow as pa
@@ -18,15 +20,17 @@ import pytest
 
 from tests.support.spark import ROOT, connect_env
 from tests.support.fakes import write_chroma_s3_log
+from wal3_spark.committer import Committer
 from wal3_spark.errors import InvalidOption, InvalidUrl, LogNotFound, ObjectNotFound
-from wal3_spark.format import MANIFEST_KEY
+from wal3_spark.format import MANIFEST_KEY, TIMESTAMP, fragment_path
+from wal3_spark.fragment import encode_raw
 from wal3_spark.reader import LogReader
 from wal3_spark.spark import Wal3Log, scan
 from wal3_spark.spark.hadoop import HadoopFileStore, hadoop_options, hadoop_url
 from wal3_spark.spark.options import READ, parse
 from wal3_spark.storage import open_store
 from wal3_spark.uuid7 import uuid7_timestamp_us
-from wal3_spark.writer import LogWriter
+from wal3_spark.writer import FragmentFile, LogWriter
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -242,7 +246,11 @@ CONNECT_SCRIPT = textwrap.dedent(
     source = spark.read.format("wal3").option("startingOffsets", 5).option("endingOffsets", 25).load(url)
     same = native.orderBy("_offset").collect() == source.orderBy("_offset").collect()
     r = native.selectExpr("count(*) n", "sum(id) s", "min(_offset) lo").first()
-    print(json.dumps(dict(same=same, n=r.n, s=r.s, lo=r.lo, connect=type(spark).__module__)))
+    shadowed = Wal3Log.forPath(spark, sys.argv[2]).toDF(startingOffsets=2)
+    shadowed_same = (shadowed.orderBy("_offset").collect()
+                     == spark.read.format("wal3").option("startingOffsets", 2).load(sys.argv[2]).orderBy("_offset").collect())
+    print(json.dumps(dict(same=same, n=r.n, s=r.s, lo=r.lo, connect=type(spark).__module__,
+                          shadowed=shadowed_same, shadowed_n=shadowed.count())))
     spark.stop()
     """
 )
@@ -252,12 +260,15 @@ CONNECT_SCRIPT = textwrap.dedent(
 def test_10_over_spark_connect(tmp_path, log_url):
     script = tmp_path / "connect_scan.py"
     script.write_text(CONNECT_SCRIPT.format(root=str(ROOT)))
-    result = subprocess.run([sys.executable, str(script), log_url], cwd=ROOT, env=connect_env(),
+    shadowed = (tmp_path / "shadowed").as_uri()  # a payload column hides Spark's _metadata
+    LogWriter(shadowed).append(pa.table({"id": [1, 2, 3], "_metadata": ["a", "b", "c"]}))
+    result = subprocess.run([sys.executable, str(script), log_url, shadowed], cwd=ROOT, env=connect_env(),
                             capture_output=True, text=True, timeout=280)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-6000:]
     out = json.loads(result.stdout.strip().splitlines()[-1])
     assert "connect" in out["connect"]
-    assert out == {**out, "same": True, "n": 20, "s": sum(range(4, 24)), "lo": 5}
+    assert out == {**out, "same": True, "n": 20, "s": sum(range(4, 24)), "lo": 5, "shadowed": True,
+                   "shadowed_n": 2}
 
 
 def test_11_a_fragment_gc_deleted_after_to_df_fails_the_query_or_is_skipped(spark, tmp_path):
@@ -294,3 +305,87 @@ def test_12_file_names_are_sql_literals_whatever_the_parser_settings(spark, esca
     finally:
         spark.conf.unset("spark.sql.parser.escapedStringLiterals")
     assert list(row) == names
+
+
+def foreign_uuid(timestamp_us: int, version: int, rand_a: int) -> uuid.UUID:
+    """A fragment UUID as another writer makes it: `timestamp_us`'s millisecond, then `rand_a`
+    (random or a counter for Chroma's UUIDv7s, not our microseconds)."""
+    unix_ms = timestamp_us // 1000
+    return uuid.UUID(int=(unix_ms << 80) | (version << 76) | (rand_a << 64) | (0b10 << 62) | 0x5EED)
+
+
+def append_foreign(url: str, bodies: list[bytes], timestamp_us: int, fragment_uuid: uuid.UUID) -> None:
+    """Commit a raw fragment whose rows carry `timestamp_us` at `log/Uuid=<fragment_uuid>`."""
+    encoded = encode_raw(bodies, timestamp_us)
+    path = fragment_path(fragment_uuid)
+    store = open_store(url)
+    store.put_if_absent(path, encoded.data)
+    Committer(store).commit([FragmentFile(path, str(fragment_uuid), encoded.records, len(encoded.data),
+                                          encoded.setsum, timestamp_us)])
+
+
+def test_13_raw_fragments_whose_uuid_is_not_ours_keep_their_file_timestamp(spark, tmp_path):
+    """Chroma's UUID-named raw fragments: the UUID's time is not the rows' `timestamp_us`. The
+    scan reads the column, as `format("wal3")` does, mixed with our own fragments; structured
+    logs (only we write them) keep the time from the path without reading the column."""
+    url = (tmp_path / "mixed").as_uri()
+    LogWriter(url).append([b"ours 1", b"ours 2"])
+    now = time.time_ns() // 1000 // 1000 * 1000
+    foreign = [  # (file timestamp_us, the UUID in its path)
+        (now + 123, foreign_uuid(now, 7, 999)),  # a UUIDv7 whose rand_a reads as 999 µs
+        (now + 2456, foreign_uuid(now + 2000, 7, 0xABC)),  # rand_a >= 1000: the millisecond only
+        (now + 3000 - 5, foreign_uuid(now + 3000, 7, 0)),  # the UUID made after the rows
+        (now + 4789, foreign_uuid(now + 4000, 4, 0x123)),  # a UUIDv4
+    ]
+    for i, (ts, fragment_uuid) in enumerate(foreign):
+        append_foreign(url, [f"chroma {i}.{j}".encode() for j in range(i + 1)], ts, fragment_uuid)
+    LogWriter(url).append([b"ours 3"])
+    native = Wal3Log.forPath(spark, url).toDF()
+    times = {r.body: r.us for r in native.selectExpr("body", "unix_micros(_timestamp) AS us").collect()}
+    assert [times[f"chroma {i}.0".encode()] for i in range(4)] == [ts for ts, _ in foreign]
+    assert TIMESTAMP in read_columns(native)
+    assert len(same_as_data_source(spark, url)) == 13
+    for options in ({"startingTimestamp": (now + 2000) // 1000}, {"endingTimestamp": (now + 4000) // 1000},
+                    {"startingOffsets": 4, "endingOffsets": 9}):
+        assert same_as_data_source(spark, url, **options)
+
+
+def test_14_a_structured_log_takes_timestamps_from_our_paths_without_reading_them(spark, log_url):
+    """The fast path: every fragment of a structured log is ours, its UUIDv7 carries
+    `timestamp_us` to the microsecond, and the column is never read."""
+    ref = LogReader(open_store(log_url)).manifest().fragments[0]
+    assert scan.exact_path_time_us(ref, structured=True) == uuid7_timestamp_us(ref.seq_no)
+    assert scan.exact_path_time_us(ref, structured=False) is None
+    foreign = foreign_uuid(ref.start * 1000, 7, 0xABC)  # no microsecond count: not ours
+    assert uuid7_timestamp_us(foreign) == ref.start * 1000 and uuid7_timestamp_us(foreign, exact=True) is None
+    df = Wal3Log.forPath(spark, log_url).toDF()
+    assert TIMESTAMP not in read_columns(df)
+    first = df.where("_offset = 1").selectExpr("unix_micros(_timestamp)").first()[0]
+    assert first == uuid7_timestamp_us(ref.seq_no)
+
+
+@pytest.mark.parametrize("case_limit", [scan.CASE_LIMIT, 1])
+@pytest.mark.parametrize("metadata", ["_metadata", "_Metadata"])
+def test_15_payload_columns_named_like_spark_metadata_or_the_scans_own(spark, tmp_path, monkeypatch,
+                                                                         case_limit, metadata):
+    """A payload column `_metadata` (any case) hides Spark's file metadata from SQL text, here
+    a struct shaped like it; others take the names of the scan's temporary columns. Same rows
+    as `format("wal3")`, through the per-file CASEs and through the join."""
+    monkeypatch.setattr(scan, "CASE_LIMIT", case_limit)
+    url = (tmp_path / "shadowing").as_uri()
+    writer = LogWriter(url)
+    for start in (0, 3):
+        ids = list(range(start, start + 3))
+        writer.append(pa.table({
+            "id": ids,
+            metadata: [{"file_name": "x", "row_index": 100 + i} for i in ids],
+            "__wal3_meta": [f"m{i}" for i in ids],
+            "__wal3_file": [f"f{i}" for i in ids],
+            "__wal3_row": [-i for i in ids],
+            "__wal3_start": [i * 10 for i in ids],
+            "__wal3_time_us": [i * 100 for i in ids],
+        }))
+    got = same_as_data_source(spark, url, startingOffsets=2, endingOffsets=6)
+    assert [(r._offset, r.id, r[metadata].row_index, r["__wal3_file"]) for r in got] == [
+        (o, o - 1, 99 + o, f"f{o - 1}") for o in range(2, 6)]
+    assert Wal3Log.forPath(spark, url).toDF(startingOffsets=2).count() == 5

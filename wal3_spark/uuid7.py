@@ -25,11 +25,12 @@ def new_uuid7(timestamp_us: int) -> uuid.UUID:
     return uuid.UUID(int=value)
 
 
-def uuid7_timestamp_us(u: uuid.UUID | str) -> int | None:
+def uuid7_timestamp_us(u: uuid.UUID | str, *, exact: bool = False) -> int | None:
     """The write time in µs encoded in `u`, or None when `u` is not a UUIDv7.
 
     A UUIDv7 from another generator (whose `rand_a` is random, >= 1000) yields its millisecond
-    timestamp: precise to the millisecond, never later than the true time.
+    timestamp: precise to the millisecond, never later than the true time; with `exact`, None
+    (it cannot be one of ours: readers that need the microsecond read the fragment instead).
     """
     if isinstance(u, str):
         try:
@@ -40,4 +41,6 @@ def uuid7_timestamp_us(u: uuid.UUID | str) -> int | None:
         return None
     unix_ms = u.int >> 80
     rand_a = (u.int >> 64) & 0xFFF
-    return unix_ms * 1000 + (rand_a if rand_a < 1000 else 0)
+    if rand_a >= 1000:
+        return None if exact else unix_ms * 1000
+    return unix_ms * 1000 + rand_a

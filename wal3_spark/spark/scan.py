@@ -12,9 +12,12 @@ Spark then prunes columns, pushes filters into row groups and answers `count()` 
 decoding data. The columns and values are those of `format("wal3")`: the payload columns (a
 fragment written before a `mergeSchema` append reads the newer columns as null), `_offset`
 (the fragment's start in the manifest plus the row's position in its file, Parquet's
-`_metadata.row_index`, which costs no decoding) and `_timestamp` (the fragment's write time: from
-its UUIDv7 path, or from its `timestamp_us` column for Chroma S3 fragments). Rows outside the
-range in the first and last fragment are filtered by row index.
+`_metadata.row_index`, which costs no decoding) and `_timestamp` (the fragment's `timestamp_us`,
+the value `format("wal3")` returns: taken from the fragment's UUIDv7 path where that provably
+equals it, in structured logs (`exact_path_time_us`), else read from the file's column). Rows
+outside the range in the first and last fragment are filtered by row index. A payload column
+named `_metadata` hides Spark's file metadata from SQL text; the scan then reaches it through
+`DataFrame.metadataColumn`.
 
 It does NOT verify setsums: the bytes are trusted as they are read. Scrub the log with
 `jobs/verify.py` (distributed) or `wal3 verify`, or read with `format("wal3")` (which checks
@@ -35,7 +38,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DecimalType, StructField, StructType
 
 from wal3_spark.errors import InvalidOption
-from wal3_spark.format import TIMESTAMP
+from wal3_spark.format import TIMESTAMP, FragmentRef
 from wal3_spark.manifest import Manifest
 from wal3_spark.reader import LogReader, ReadRange
 from wal3_spark.schema import OFFSET_COLUMN, TIMESTAMP_COLUMN
@@ -57,7 +60,11 @@ RANGE_OPTIONS = ("startingOffsets", "endingOffsets", "startingTimestamp", "endin
 #: outgrows Spark's generated code). docs/benchmarks.md compares the two.
 CASE_LIMIT = 64
 
-_FILE, _ROW, _START, _TIME = "__wal3_file", "__wal3_row", "__wal3_start", "__wal3_time_us"
+#: Spark's hidden file metadata column (`file_name`, `row_index`)
+METADATA = "_metadata"
+#: the scan's temporary columns, renamed when a payload column has one of these names
+_META, _FILE, _ROW, _START, _TIME = ("__wal3_meta", "__wal3_file", "__wal3_row", "__wal3_start",
+                                     "__wal3_time_us")
 
 
 @dataclass(frozen=True)
@@ -71,7 +78,7 @@ class ScanFile:
     records: int
     lo: int
     hi: int
-    #: its write time, known without reading it (None for Chroma S3 fragments)
+    #: its `timestamp_us`, known without reading it (None: read from the file)
     timestamp_us: int | None
 
 
@@ -82,8 +89,8 @@ class ScanPlan:
 
     @property
     def timestamps_in_files(self) -> bool:
-        """Whether `_timestamp` is read from the files' `timestamp_us` column (Chroma S3 logs,
-        whose sequence-numbered paths carry no time)."""
+        """Whether `_timestamp` is read from the files' `timestamp_us` column: some fragment's
+        path does not prove its time (raw logs, Chroma S3 logs)."""
         return any(f.timestamp_us is None for f in self.files)
 
 
@@ -94,12 +101,28 @@ def plan_scan(store: ObjectStore, manifest: Manifest, root: str, options: opts.W
     start = resolve(reader, manifest, options.starting, default=manifest.oldest_offset)
     limit = resolve(reader, manifest, options.ending, default=manifest.next_offset)
     ranges = reader.plan(start, limit, manifest=manifest, fail_on_data_loss=options.fail_on_data_loss)
-    return ScanPlan(manifest.arrow_schema(), tuple(_scan_file(root, r) for r in ranges))
+    payload = manifest.arrow_schema()
+    return ScanPlan(payload, tuple(_scan_file(root, r, payload is not None) for r in ranges))
 
 
-def _scan_file(root: str, part: ReadRange) -> ScanFile:
+def exact_path_time_us(ref: FragmentRef, structured: bool) -> int | None:
+    """A fragment's `timestamp_us` from its path alone, when the path provably carries it; else
+    None (the file's column is the truth, as `format("wal3")` reads it).
+
+    Only wal3-spark writes structured logs, and every structured fragment's UUIDv7 encodes its
+    `timestamp_us` to the microsecond (docs/design.md, section 5). Raw logs may hold fragments
+    written by Chroma at UUID paths whose `rand_a` is not a microsecond count, or whose UUID was
+    made at another moment than the rows' `timestamp_us`: nothing in the path tells them from
+    ours, so raw logs read the column (a constant, dictionary-encoded per file).
+    """
+    if not structured or not isinstance(ref.seq_no, str):
+        return None
+    return uuid7_timestamp_us(ref.seq_no, exact=True)
+
+
+def _scan_file(root: str, part: ReadRange, structured: bool) -> ScanFile:
     ref = part.ref
-    timestamp_us = uuid7_timestamp_us(ref.seq_no) if isinstance(ref.seq_no, str) else None
+    timestamp_us = exact_path_time_us(ref, structured)
     return ScanFile(
         url=join_url(root, ref.path),
         name=ref.path.rsplit("/", 1)[-1],
@@ -126,10 +149,12 @@ def scan_dataframe(spark: Any, plan: ScanPlan, reader_options: Mapping[str, str]
     in_files = plan.timestamps_in_files
     read_schema = StructType(payload + ([StructField(TIMESTAMP, DecimalType(20, 0))] if in_files else []))
     df = spark.read.options(**reader_options).schema(read_schema).parquet(*[f.url for f in plan.files])
-    keep = _kept_rows(plan.files)
+    taken = {name.lower() for name in read_schema.names}
+    df, meta = _file_metadata(df, taken)
+    keep = _kept_rows(plan.files, meta)
     if keep:
         df = df.where(" AND ".join(keep))
-    df, offset, time_us = _per_file_values(spark, df, plan.files)
+    df, offset, time_us = _per_file_values(spark, df, plan.files, meta, taken)
     if in_files:  # uint64 in Parquet; Spark reads it as decimal(20, 0)
         time_us = f"CAST({_quoted(TIMESTAMP)} AS BIGINT)"
     return df.selectExpr(
@@ -139,27 +164,50 @@ def scan_dataframe(spark: Any, plan: ScanPlan, reader_options: Mapping[str, str]
     )
 
 
-def _kept_rows(files: Sequence[ScanFile]) -> list[str]:
+def _file_metadata(df: DataFrame, taken: set[str]) -> tuple[DataFrame, str]:
+    """`df` and the SQL name of Spark's file metadata struct in it: `_metadata`, unless a
+    payload column has that name (Spark's analyzer compares names case-insensitively), which
+    hides the metadata from SQL text; then the struct is selected once more under a free name
+    through `DataFrame.metadataColumn` (classic and Connect alike), for the final select to
+    drop."""
+    if METADATA not in taken:
+        return df, METADATA
+    name = _free_name(_META, taken)
+    return df.select("*", df.metadataColumn(METADATA).alias(name)), _quoted(name)
+
+
+def _free_name(base: str, taken: set[str]) -> str:
+    """`base`, prefixed with underscores until no payload column (lower-cased in `taken`) has
+    its name: the scan's temporary columns never shadow the log's own."""
+    while base.lower() in taken:
+        base = "_" + base
+    return base
+
+
+def _kept_rows(files: Sequence[ScanFile], meta: str) -> list[str]:
     """Conditions dropping the rows of the first and last fragment outside the range (none
-    when the range starts and ends on fragment boundaries)."""
+    when the range starts and ends on fragment boundaries); `meta` names the file metadata."""
     conditions = []
     first, last = files[0], files[-1]
     if first.lo > 0:
-        conditions.append(f"NOT (_metadata.file_name = {_sql_string(first.name)} "
-                          f"AND _metadata.row_index < {first.lo})")
+        conditions.append(f"NOT ({meta}.file_name = {_sql_string(first.name)} "
+                          f"AND {meta}.row_index < {first.lo})")
     if last.hi < last.records:
-        conditions.append(f"NOT (_metadata.file_name = {_sql_string(last.name)} "
-                          f"AND _metadata.row_index >= {last.hi})")
+        conditions.append(f"NOT ({meta}.file_name = {_sql_string(last.name)} "
+                          f"AND {meta}.row_index >= {last.hi})")
     return conditions
 
 
-def _per_file_values(spark: Any, df: DataFrame, files: Sequence[ScanFile]) -> tuple[DataFrame, str, str]:
+def _per_file_values(
+    spark: Any, df: DataFrame, files: Sequence[ScanFile], meta: str, taken: set[str]
+) -> tuple[DataFrame, str, str]:
     """Each row's offset (its fragment's start + its row index) and write time, as SQL
     expressions over `df` (or over what it becomes).
 
     Few files: one CASE on the file name per value. Many: a left join with a broadcast table
     that is unique on the file name, which Spark removes from queries that use neither value
-    (counts and aggregates of payload columns keep reading no more than they need).
+    (counts and aggregates of payload columns keep reading no more than they need). The join's
+    columns take names no payload column has (`taken`).
     """
     if len(files) <= CASE_LIMIT:
         names = [_sql_string(f.name) for f in files]
@@ -167,16 +215,17 @@ def _per_file_values(spark: Any, df: DataFrame, files: Sequence[ScanFile]) -> tu
         time_us = " ".join(f"WHEN {name} THEN {f.timestamp_us or 0}" for name, f in zip(names, files))
         return (
             df,
-            f"CASE _metadata.file_name {start} END + _metadata.row_index",
-            f"CASE _metadata.file_name {time_us} END",
+            f"CASE {meta}.file_name {start} END + {meta}.row_index",
+            f"CASE {meta}.file_name {time_us} END",
         )
+    file, row, start, time = (_free_name(n, taken) for n in (_FILE, _ROW, _START, _TIME))
     values = spark.createDataFrame(
         [(f.name, f.start, f.timestamp_us or 0) for f in files],
-        f"{_FILE} string, {_START} long, {_TIME} long",
-    ).groupBy(_FILE).agg(F.max(_START).alias(_START), F.max(_TIME).alias(_TIME))
-    located = df.selectExpr("*", f"_metadata.file_name AS {_FILE}", f"_metadata.row_index AS {_ROW}")
-    joined = located.join(F.broadcast(values), _FILE, "left")
-    return joined, f"{_START} + {_ROW}", _TIME
+        f"{file} string, {start} long, {time} long",
+    ).groupBy(file).agg(F.max(start).alias(start), F.max(time).alias(time))
+    located = df.selectExpr("*", f"{meta}.file_name AS {file}", f"{meta}.row_index AS {row}")
+    joined = located.join(F.broadcast(values), file, "left")
+    return joined, f"{start} + {row}", time
 
 
 def _quoted(name: str) -> str:
