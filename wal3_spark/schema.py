@@ -10,9 +10,12 @@ manifest) never changes.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import TypeVar
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from wal3_spark.errors import InvalidOption, SchemaMismatch
 from wal3_spark.format import ABSOLUTE_OFFSET, RELATIVE_OFFSET, TIMESTAMP
@@ -154,17 +157,87 @@ def conform(data: Data, target: pa.Schema, *, exact: bool = False, against: str 
             try:
                 column = column.cast(f.type)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
-                why = f"column {f.name!r} of type {column.type} cannot be cast to {f.type}: {exc}"
-                raise _data_mismatch(data, target, against, why) from None
+                why = (f"column {f.name!r} of type {column.type} cannot be cast to {f.type}"
+                       f"{_where_inexact(data, column, f.type)}: {exc}")
+                raise _data_mismatch(data, target, against, why, _cast_fix(f, against)) from None
+        if exact:
+            _check_whole_days(f.name, column)
         columns.append(column)
     return type(data).from_arrays(columns, schema=target)
 
 
-def _data_mismatch(data: Data, target: pa.Schema, against: str, why: str) -> SchemaMismatch:
+#: a date64 is milliseconds, but Parquet stores dates as days (DATE): the part of a day would be
+#: lost in the fragment, and its setsum (hashed on the milliseconds) would never verify
+_MS_PER_DAY = 86_400_000
+
+
+def _check_whole_days(name: str, column: pa.Array | pa.ChunkedArray) -> None:
+    """SchemaMismatch when a date64 value in `column` (or nested in it) is not a whole day."""
+    for values in _date64_parts(column):
+        ms = np.asarray(values.cast(pa.int64()).fill_null(0))
+        bad = np.flatnonzero(ms % _MS_PER_DAY)
+        if len(bad):
+            raise SchemaMismatch(
+                f"column {name!r} holds {len(bad)} date64 value(s) that are not whole days "
+                f"(e.g. {int(ms[bad[0]])} ms): a fragment stores dates as days (Parquet DATE) and "
+                "would lose the rest. Fix: append timestamps (timestamp[ms]) to keep the time of "
+                "day, or truncate the values to days"
+            )
+
+
+def _date64_parts(array: pa.Array | pa.ChunkedArray) -> Iterator[pa.Array]:
+    """The date64 arrays in `array`: itself, its chunks, or the values of its nested fields."""
+    if isinstance(array, pa.ChunkedArray):
+        for chunk in array.chunks:
+            yield from _date64_parts(chunk)
+        return
+    t = array.type
+    if pa.types.is_date64(t):
+        yield array
+    elif pa.types.is_dictionary(t):
+        yield from _date64_parts(array.dictionary)
+    elif pa.types.is_struct(t):
+        for i in range(t.num_fields):
+            yield from _date64_parts(array.field(i))
+    elif pa.types.is_map(t):
+        yield from _date64_parts(array.keys)
+        yield from _date64_parts(array.items)
+    elif pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        yield from _date64_parts(array.flatten())
+
+
+def _where_inexact(data: Data, column: pa.Array | pa.ChunkedArray, to: pa.DataType) -> str:
+    """Which rows hold the values that do not convert exactly to type `to` (a value the cast
+    would truncate or wrap): their offsets when `data` is a read's output (it has `_offset`),
+    else their row numbers; empty when that cannot be told (nested types)."""
+    try:
+        back = column.cast(to, safe=False).cast(column.type, safe=False)
+        bad = pc.fill_null(pc.not_equal(back, column), False)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        return ""
+    rows = pc.indices_nonzero(bad)
+    if not len(rows):
+        return ""
+    first, last = rows[0].as_py(), rows[-1].as_py()
+    if OFFSET_COLUMN in data.schema.names:
+        offsets = data.column(OFFSET_COLUMN)
+        return (f" exactly: {len(rows)} value(s) at offsets [{offsets[first].as_py()}, "
+                f"{offsets[last].as_py()}]")
+    return f" exactly: {len(rows)} value(s) in rows [{first}, {last}] of the data"
+
+
+def _cast_fix(f: pa.Field, against: str) -> str:
+    if against == "query":  # a Spark read: its types are coarser than the log's (spark/schemas)
+        return (f"\nFix: read these records with wal3's Python API (LogReader, LogScan), which "
+                f"returns the stored types, or append only values that {f.type} holds exactly")
+    return f"\nFix: append only values that the {against}'s type {f.type} holds"
+
+
+def _data_mismatch(data: Data, target: pa.Schema, against: str, why: str, fix: str = "") -> SchemaMismatch:
     return SchemaMismatch(
         f"the data's schema does not match the {against}'s ({why}).\n"
         f"data:\n{data.schema.to_string(show_schema_metadata=False)}\n"
-        f"{against}:\n{target.to_string(show_schema_metadata=False)}"
+        f"{against}:\n{target.to_string(show_schema_metadata=False)}{fix}"
     )
 
 

@@ -58,7 +58,9 @@ def prepare(options: Wal3Options, schema: StructType) -> tuple[pa.Schema | None,
     check_dirty_log(options)
     store = options.open_store()
     committer = Committer(store, writer=writer_name(options))
-    target = committer.prepare(appended_schema(schema), merge_schema=options.merge_schema)
+    loaded = committer.load()  # a column Spark reads widened (uint32 as long) appends as stored
+    log_schema = None if loaded is None else loaded[0].arrow_schema()
+    target = committer.prepare(appended_schema(schema, log_schema), merge_schema=options.merge_schema)
     manifest = committer.last_seen
     return target, manifest.next_offset, manifest.append_item_hash(target is not None)
 

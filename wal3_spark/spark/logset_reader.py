@@ -27,7 +27,6 @@ from pyspark.sql.datasource import (
     InputPartition,
     StringStartsWith,
 )
-from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
 from wal3_spark.errors import LogNotFound, SchemaMismatch, Wal3Error
@@ -39,7 +38,7 @@ from wal3_spark.schema import OFFSET_COLUMN, conform, reconcile
 from wal3_spark.spark.options import Wal3Options
 from wal3_spark.spark.planning import Bounds, narrow, pack, plan_range
 from wal3_spark.spark.read_tasks import READ_BATCH_ROWS, prefetched
-from wal3_spark.spark.schemas import spark_to_arrow
+from wal3_spark.spark.schemas import arrow_to_spark, spark_to_arrow
 
 #: the column naming each row's log
 LOG_COLUMN = "_log"
@@ -123,7 +122,7 @@ def logset_schema(options: Wal3Options) -> StructType:
             f"{options.url} (no log there is among {log_set.selection.describe()}; to read or "
             "stream logs that do not exist yet, give their columns with .schema(...))"
         )
-    return from_arrow_schema(logset_output_schema(union_payload(manifests)))
+    return arrow_to_spark(logset_output_schema(union_payload(manifests)))
 
 
 # ----------------------------------------------------------------------------- partitions

@@ -2,22 +2,150 @@
 
 A log's payload is an Arrow schema (or none: a raw log's single binary `body` column); Spark
 declares reads and writes as `StructType`s. Every role of the data source converts through these
-three functions, so a read and a write agree on what a column's type is (timestamps in UTC).
+functions, so a read and a write agree on what a column's type is (timestamps in UTC).
+
+Arrow has types Spark lacks. `spark_arrow_type` maps each to the Spark type Spark's own Parquet
+reader gives the same Parquet column (unsigned integers to the next wider signed type, UINT64 to
+decimal(20,0), float16 to float, date64 to date, a decimal of precision <= 38 to decimal(p,s)),
+and time units finer or coarser than Spark's microseconds to microseconds. Reads cast each
+batch to that form with `schema.conform`, whose checked casts fail, naming the offsets, on a
+value that does not convert exactly (a nanosecond timestamp that is not whole microseconds);
+types with no Spark equivalent at all are refused here, before any job runs. Appends from Spark
+go the other way (`appended_schema`): a column whose Spark type is the log column's widened type
+is cast back to the log's type, checked, so a long that does not fit a uint32 column fails.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pyarrow as pa
-from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+from pyspark.sql.pandas.types import from_arrow_schema, from_arrow_type, to_arrow_schema
 from pyspark.sql.types import StructType
 
+from wal3_spark.errors import SchemaMismatch
 from wal3_spark.reader import output_schema
 from wal3_spark.schema import is_raw_schema
+
+#: fixed-width Arrow types Spark lacks, as the Spark-held type Spark's Parquet reader reads
+#: the same Parquet column as (ParquetToSparkSchemaConverter, Spark 4.x)
+_WIDER = {
+    pa.uint8(): pa.int16(),
+    pa.uint16(): pa.int32(),
+    pa.uint32(): pa.int64(),
+    pa.uint64(): pa.decimal128(20, 0),
+    pa.float16(): pa.float32(),
+    pa.date64(): pa.date32(),
+    pa.time32("s"): pa.time64("us"),
+    pa.time32("ms"): pa.time64("us"),
+    pa.time64("ns"): pa.time64("us"),
+}
+#: Spark's largest decimal precision (DecimalType.MAX_PRECISION)
+MAX_DECIMAL_PRECISION = 38
+_FIX = ("Fix: read this log with wal3's Python API (LogReader, LogScan), which returns the stored "
+        "Arrow types, or store the column as a type Spark has")
+
+
+def spark_arrow_type(t: pa.DataType, column: str) -> pa.DataType:
+    """The Arrow form of the Spark type a payload column (or a part of one) of type `t` reads
+    as; SchemaMismatch naming `column` when Spark has no type that holds its values."""
+    if isinstance(t, pa.BaseExtensionType):  # uuid, json, user types: their stored values
+        return spark_arrow_type(t.storage_type, column)
+    if t in _WIDER:
+        return _WIDER[t]
+    if pa.types.is_timestamp(t):
+        return pa.timestamp("us", tz=t.tz)
+    if pa.types.is_duration(t):
+        return pa.duration("us")
+    if pa.types.is_decimal(t):
+        if t.precision > MAX_DECIMAL_PRECISION:
+            raise SchemaMismatch(
+                f"column {column!r} is {t}: Spark's decimals hold at most "
+                f"{MAX_DECIMAL_PRECISION} digits. {_FIX} (decimal128, precision <= 38)"
+            )
+        return pa.decimal128(t.precision, t.scale)
+    if pa.types.is_dictionary(t):
+        return spark_arrow_type(t.value_type, column)
+    if pa.types.is_string_view(t):
+        return pa.string()
+    if pa.types.is_binary_view(t):
+        return pa.binary()
+    if pa.types.is_struct(t):
+        return pa.struct([_field(f, column) for f in t])
+    if pa.types.is_map(t):
+        return pa.map_(_field(t.key_field, column), _field(t.item_field, column))
+    if pa.types.is_list_view(t) or pa.types.is_large_list_view(t):
+        raise SchemaMismatch(
+            f"column {column!r} is {t}: pyarrow {pa.__version__} converts list views to the lists "
+            f"Spark takes wrongly (invalid offsets). {_FIX} (list or large_list)"
+        )
+    if pa.types.is_large_list(t):
+        return pa.large_list(_field(t.value_field, column))
+    if pa.types.is_list(t) or pa.types.is_fixed_size_list(t):
+        return pa.list_(_field(t.value_field, column))
+    return t
+
+
+def check_parquet_readable(payload: pa.Schema | None) -> None:
+    """SchemaMismatch naming the first payload column whose Parquet form Spark's own Parquet
+    reader (the native scan) cannot read as `spark_arrow_type` says: float16 (no Spark reader),
+    nanosecond timestamps (refused by the reader), times (Spark's TIME type is off by default)
+    and durations in any unit but microseconds (read as microseconds: wrong by 10^3 to 10^6)."""
+    for f in payload or ():
+        bad = _parquet_unreadable(f.type)
+        if bad is not None:
+            raise SchemaMismatch(
+                f"column {f.name!r} is {f.type}: Spark's Parquet reader cannot read {bad} "
+                "exactly, so the native scan does not read this log. Fix: read it with "
+                'spark.read.format("wal3"), which converts it exactly or fails naming the '
+                "offsets it cannot convert"
+            )
+
+
+def _parquet_unreadable(t: pa.DataType) -> pa.DataType | None:
+    """The part of type `t` Spark's Parquet reader misreads or refuses, or None."""
+    return _find(t, lambda k: (
+        pa.types.is_float16(k)
+        or (pa.types.is_timestamp(k) and k.unit == "ns")
+        or pa.types.is_time(k)
+        or (pa.types.is_duration(k) and k.unit != "us")
+    ))
+
+
+def _find(t: pa.DataType, pred: Callable[[pa.DataType], bool]) -> pa.DataType | None:
+    """The first part of type `t` (itself, a stored or dictionary value type, a nested field's
+    type, depth first) for which `pred` holds, or None."""
+    if isinstance(t, pa.BaseExtensionType):
+        return _find(t.storage_type, pred)
+    if pa.types.is_dictionary(t):
+        return _find(t.value_type, pred)
+    if pred(t):
+        return t
+    if pa.types.is_nested(t):
+        for i in range(t.num_fields):
+            found = _find(t.field(i).type, pred)
+            if found is not None:
+                return found
+    return None
+
+
+def _field(f: pa.Field, column: str) -> pa.Field:
+    return f.with_type(spark_arrow_type(f.type, column))
+
+
+def arrow_to_spark(schema: pa.Schema) -> StructType:
+    """A read's output schema (payload columns, then wal3's own) as the Spark schema it
+    declares: types Spark lacks widened (`spark_arrow_type`), others as PySpark maps them."""
+    widened = pa.schema([_field(f, f.name) for f in schema], metadata=schema.metadata)
+    try:
+        return from_arrow_schema(widened)
+    except TypeError as exc:  # PySparkTypeError: a type neither Spark nor the widening knows
+        raise SchemaMismatch(f"a column's type has no Spark equivalent ({exc}). {_FIX}") from None
 
 
 def payload_to_spark(payload: pa.Schema | None) -> StructType:
     """The Spark schema a read of a log with this payload returns (`_offset`, `_timestamp` last)."""
-    return from_arrow_schema(output_schema(payload))
+    return arrow_to_spark(output_schema(payload))
 
 
 def spark_to_arrow(schema: StructType) -> pa.Schema:
@@ -25,7 +153,30 @@ def spark_to_arrow(schema: StructType) -> pa.Schema:
     return to_arrow_schema(schema, timezone="UTC")
 
 
-def appended_schema(schema: StructType) -> pa.Schema | None:
-    """The Arrow schema to append as; None for a raw log's single binary `body` column."""
+def appended_schema(schema: StructType, log: pa.Schema | None = None) -> pa.Schema | None:
+    """The Arrow schema to append as; None for a raw log's single binary `body` column.
+
+    A column whose type is what the log's column of that name reads as in Spark (a uint32
+    column reads as long) appends as the log's type: the tasks' checked cast (`schema.conform`)
+    then stores the log's type, and fails on a value it cannot hold instead of wrapping."""
     arrow = spark_to_arrow(schema)
-    return None if is_raw_schema(arrow) else arrow
+    if is_raw_schema(arrow):
+        return None
+    if log is None:
+        return arrow
+    return pa.schema([_as_log_type(f, log) for f in arrow], metadata=arrow.metadata)
+
+
+def _as_log_type(f: pa.Field, log: pa.Schema) -> pa.Field:
+    at = log.get_field_index(f.name)
+    if at < 0 or log.field(at).type.equals(f.type):
+        return f
+    stored = log.field(at).type
+    if _find(stored, pa.types.is_float16) is not None:
+        return f  # float -> float16 casts round and overflow to inf unchecked: refuse instead
+    try:
+        reads_as = spark_arrow_type(stored, f.name)
+    except SchemaMismatch:
+        return f
+    same = from_arrow_type(reads_as) == from_arrow_type(spark_arrow_type(f.type, f.name))
+    return f.with_type(stored) if same else f
