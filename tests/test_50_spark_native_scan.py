@@ -21,7 +21,7 @@ import pytest
 from tests.support.spark import ROOT, connect_env
 from tests.support.fakes import write_chroma_s3_log
 from wal3_spark.committer import Committer
-from wal3_spark.errors import InvalidOption, InvalidUrl, LogNotFound, ObjectNotFound
+from wal3_spark.errors import DataLost, InvalidOption, InvalidUrl, LogNotFound, ObjectNotFound, ScanUnsupported
 from wal3_spark.format import MANIFEST_KEY, TIMESTAMP, fragment_path
 from wal3_spark.fragment import encode_raw
 from wal3_spark.reader import LogReader
@@ -389,3 +389,45 @@ def test_15_payload_columns_named_like_spark_metadata_or_the_scans_own(spark, tm
     assert [(r._offset, r.id, r[metadata].row_index, r["__wal3_file"]) for r in got] == [
         (o, o - 1, 99 + o, f"f{o - 1}") for o in range(2, 6)]
     assert Wal3Log.forPath(spark, url).toDF(startingOffsets=2).count() == 5
+
+
+@pytest.mark.parametrize("columns", [{"id": [1], "ID": [2]}, {"id": [1], "TIMESTAMP_US": [5]},
+                                     {"Relative_Offset": [7]}])
+def test_16_columns_that_differ_only_in_case_need_a_case_sensitive_session(spark, tmp_path, columns):
+    """Payload columns differing only in case from each other or from a fragment's own columns
+    are one column to Spark's Parquet reader unless the session is case-sensitive: a clear
+    error naming them and the fixes, else the same rows as `format("wal3")`."""
+    url = (tmp_path / "cases").as_uri()
+    LogWriter(url).append(pa.table(columns))
+    with pytest.raises(ScanUnsupported, match=r"differ only in case.*format\(\"wal3\"\).*caseSensitive=true"):
+        Wal3Log.forPath(spark, url).toDF()
+    spark.conf.set("spark.sql.caseSensitive", "true")
+    try:
+        assert len(same_as_data_source(spark, url)) == 1
+    finally:
+        spark.conf.unset("spark.sql.caseSensitive")
+
+
+def test_17_an_empty_log_then_collected_and_sealed(spark, tmp_path):
+    """A log created with a schema and no records; then appended to, its prefix collected and
+    the log sealed: the same rows, and a range below the oldest offset is the same DataLost
+    (or, with failOnDataLoss=false, the same rows skipped to the oldest offset)."""
+    from wal3_spark.cursors import CursorStore
+    from wal3_spark.gc import GarbageCollector
+
+    url = (tmp_path / "log").as_uri()
+    Committer(open_store(url)).create(pa.schema([("id", pa.int64()), ("name", pa.string())]))
+    assert same_as_data_source(spark, url) == []
+    writer, start = LogWriter(url), 0
+    for n in SIZES:
+        writer.append(rows(start, n).select(["id", "name"]))
+        start += n
+    CursorStore(open_store(url)).create("c", 11)
+    GarbageCollector(open_store(url), grace_s=0, force=True).run()
+    Committer(open_store(url)).seal()
+    assert [r._offset for r in same_as_data_source(spark, url)] == list(range(11, 30))
+    assert len(same_as_data_source(spark, url, startingOffsets=5, failOnDataLoss="false")) == 19
+    with pytest.raises(DataLost, match="oldest offset still in the log is 11"):
+        Wal3Log.forPath(spark, url).toDF(startingOffsets=5)
+    with pytest.raises(Exception, match="oldest offset still in the log is 11"):
+        spark.read.format("wal3").option("startingOffsets", 5).load(url).collect()

@@ -114,6 +114,11 @@ class SchemaMismatch(Wal3Error):
     """The data appended does not match the log's schema."""
 
 
+class ScanUnsupported(Wal3Error):
+    """The native scan (`Wal3Log.toDF`) cannot read this log in this session; `format("wal3")`
+    can. The message names the columns and the fix."""
+
+
 class CorruptLog(Wal3Error):
     """An invariant of the log's metadata or data does not hold.
 

@@ -37,8 +37,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import DecimalType, StructField, StructType
 
-from wal3_spark.errors import InvalidOption
-from wal3_spark.format import TIMESTAMP, FragmentRef
+from wal3_spark.errors import InvalidOption, ScanUnsupported
+from wal3_spark.format import RELATIVE_OFFSET, TIMESTAMP, FragmentRef
 from wal3_spark.manifest import Manifest
 from wal3_spark.reader import LogReader, ReadRange
 from wal3_spark.schema import OFFSET_COLUMN, TIMESTAMP_COLUMN
@@ -147,6 +147,7 @@ def scan_dataframe(spark: Any, plan: ScanPlan, reader_options: Mapping[str, str]
     payload = list(schema.fields[:-2])
     if not plan.files:
         return spark.createDataFrame([], schema)
+    _check_case_insensitive_names(spark, [field.name for field in payload])
     in_files = plan.timestamps_in_files
     read_schema = StructType(payload + ([StructField(TIMESTAMP, DecimalType(20, 0))] if in_files else []))
     df = spark.read.options(**reader_options).schema(read_schema).parquet(*[f.url for f in plan.files])
@@ -162,6 +163,26 @@ def scan_dataframe(spark: Any, plan: ScanPlan, reader_options: Mapping[str, str]
         *[_quoted(field.name) for field in payload],
         f"{offset} AS {_quoted(OFFSET_COLUMN)}",
         f"timestamp_micros({time_us}) AS {_quoted(TIMESTAMP_COLUMN)}",
+    )
+
+
+def _check_case_insensitive_names(spark: Any, names: Sequence[str]) -> None:
+    """ScanUnsupported when payload columns differ only in case from each other or from a
+    structured fragment's own columns (`relative_offset`, `timestamp_us`; Chroma's absolute
+    `offset` only sits in raw logs, beside `body`), and the session matches names
+    case-insensitively (Spark's default): its Parquet reader then cannot tell them apart in the
+    files ("Found duplicate field(s)"), or refuses the read schema."""
+    seen: dict[str, list[str]] = {}
+    for name in [*names, RELATIVE_OFFSET, TIMESTAMP]:
+        seen.setdefault(name.lower(), []).append(name)
+    clashes = sorted(name for group in seen.values() if len(group) > 1 for name in group)
+    if not clashes or spark.conf.get("spark.sql.caseSensitive", "false").lower() == "true":
+        return
+    raise ScanUnsupported(
+        f"the log's columns and the fragments' own columns include {clashes}, which differ only "
+        "in case: Spark's Parquet reader matches column names case-insensitively in this session "
+        "and cannot tell them apart. Read the log with spark.read.format(\"wal3\"), or set "
+        "spark.sql.caseSensitive=true for the session (before the query runs)"
     )
 
 
