@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import sys
 from types import TracebackType
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from tqdm import tqdm
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 
 class ProgressBar:
@@ -20,18 +21,24 @@ class ProgressBar:
     draws nothing, whatever the terminal."""
 
     def __init__(self, label: str, unit: str, *, show: bool = True, stream: TextIO | None = None) -> None:
-        self.label, self.unit, self.show = label, unit, show
+        self.label, self.unit = label, unit
         self.stream = stream or sys.stderr
+        # tqdm's own `disable=None` test, made here so that a command whose stderr is no
+        # terminal never imports tqdm (~0.1 s of start-up, with importlib.metadata)
+        self.show = show and self.stream.isatty()
         self._bar: tqdm | None = None
 
     def __call__(self, done: int, total: int) -> None:
+        if not self.show:
+            return
         if self._bar is None:
+            from tqdm import tqdm
+
             self._bar = tqdm(
                 desc=self.label,
                 total=total,
                 unit=f" {self.unit}",
                 file=self.stream,
-                disable=None if self.show else True,
                 leave=False,
                 dynamic_ncols=True,
             )

@@ -24,7 +24,6 @@ from wal3_spark.errors import InvalidUrl
 from wal3_spark.storage import open_store
 from wal3_spark.storage.common import file_url, split_url
 from wal3_spark.stress.config import FaultRates, StressConfig
-from wal3_spark.stress.supervisor import run_stress
 
 EXIT_USAGE = 2
 #: the FaultRates fields that are probabilities (scaled by --fault-scale); `orphan_race` is per
@@ -132,5 +131,9 @@ def main(args: argparse.Namespace, out: IO[str], options: dict[str, str]) -> int
     out.write(f"wal3 stress: run directory {run_dir}\n")
     # SIGTERM ends the run like Ctrl-C: its processes are killed and its SeaweedFS stopped
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    # Imported here, not at the top: every `wal3` command builds this command's parser, and the
+    # supervisor brings boto3 and the whole stress machinery (~0.15 s of each start-up).
+    from wal3_spark.stress.supervisor import run_stress
+
     summary = run_stress(config, run_dir, s3=args.s3, out=out)
     return 0 if summary.ok else 1
