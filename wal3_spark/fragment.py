@@ -61,7 +61,8 @@ _HEADER_FIELDS = [
 class EncodedFragment:
     """A fragment's bytes, not yet uploaded."""
 
-    data: bytes
+    #: read-only bytes (`FragmentBuilder` gives a view of Arrow's buffer: `memoryview`)
+    data: bytes | memoryview
     records: int
     setsum: Setsum
     timestamp_us: int
@@ -166,7 +167,10 @@ class FragmentBuilder:
             {SETSUM_KEY: self._setsum.hexdigest(), RECORDS_KEY: str(self._records)}
         )
         self._writer.close()
-        data = self._sink.getvalue().to_pybytes()
+        # A read-only view of Arrow's buffer, not a copy of it into `bytes` (1-3 ms of an append
+        # of 14 MB): every store takes a bytes-like object, those that keep it copy it, and the
+        # view keeps the buffer alive. Unsigned ("B", not Arrow's "b") so that it equals `bytes`.
+        data = memoryview(self._sink.getvalue()).toreadonly().cast("B")
         logger.debug("encoded a fragment of %d records in %d bytes", self._records, len(data))
         return EncodedFragment(data, self._records, self._setsum, self.timestamp_us, self.item_hash)
 

@@ -666,7 +666,7 @@ def write_fragment(
     )
 
 
-def _landed(store: ObjectStore, path: str, data: bytes) -> bool:
+def _landed(store: ObjectStore, path: str, data: bytes | memoryview) -> bool:
     try:
         stored = store.get(path).data
     except ObjectNotFound:
