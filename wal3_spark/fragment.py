@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 from wal3_spark.chunk_encoding import CHUNK_ROWS, check_item_hash, raw_setsum, structured_setsum
 from wal3_spark.errors import CorruptLog, SchemaMismatch
 from wal3_spark.format import ABSOLUTE_OFFSET, RELATIVE_OFFSET, TIMESTAMP
-from wal3_spark.schema import RAW_SCHEMA, check_columns, conform
+from wal3_spark.schema import RAW_SCHEMA, cast, check_columns, conform
 from wal3_spark.setsum import Setsum
 
 logger = logging.getLogger(__name__)
@@ -345,7 +345,7 @@ def _restore_arrow_types(table: pa.Table, metadata: dict[bytes, bytes]) -> pa.Ta
             continue
         original = written.field(field.name).type
         if original != field.type:
-            column = table.column(index).cast(original)
+            column = cast(table.column(index), original)
             table = table.set_column(index, field.with_type(original), column)
     return table
 

@@ -155,7 +155,7 @@ def conform(data: Data, target: pa.Schema, *, exact: bool = False, against: str 
             raise _data_mismatch(data, target, against, why)
         if not column.type.equals(f.type):
             try:
-                column = column.cast(f.type)
+                column = cast(column, f.type)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
                 why = (f"column {f.name!r} of type {column.type} cannot be cast to {f.type}"
                        f"{_where_inexact(data, column, f.type)}: {exc}")
@@ -164,6 +164,15 @@ def conform(data: Data, target: pa.Schema, *, exact: bool = False, against: str 
             _check_whole_days(f.name, column)
         columns.append(column)
     return type(data).from_arrays(columns, schema=target)
+
+
+def cast(column: pa.Array | pa.ChunkedArray, to: pa.DataType) -> pa.Array | pa.ChunkedArray:
+    """`column` as type `to`, by pyarrow's checked cast; a dictionary type is reached by
+    encoding, which pyarrow's cast does for strings only (Parquet hands back a dictionary of
+    integers, e.g. dictionary<uint8>, as plain values)."""
+    if pa.types.is_dictionary(to) and not pa.types.is_dictionary(column.type):
+        return pc.dictionary_encode(column.cast(to.value_type)).cast(to)
+    return column.cast(to)
 
 
 #: a date64 is milliseconds, but Parquet stores dates as days (DATE): the part of a day would be
