@@ -4,7 +4,9 @@
 
 1. append throughput (1 KB raw records; the 6-column table of jobs/benchmark.py, with a
    uuid string column) vs `pyarrow.parquet.write_table` + PUT of the same data to the same
-   store: both sides alternate in one run, medians with their spread;
+   store (`create`, the durable create-if-absent fragments use), each side appending to what
+   exists (a log and its writer; a store): both sides alternate in one run, medians with
+   their spread;
 2. object-store requests per commit (warm committer and cold committer);
 3. commits/s with 1 and 8 concurrent committer processes, local filesystem and SeaweedFS;
 4. manifest size and time to find the tail of a log with 100,000 fragments.
