@@ -24,7 +24,7 @@ from wal3_spark.committer import Committer
 from wal3_spark.errors import DataLost, InvalidOption, InvalidUrl, LogNotFound, ObjectNotFound, ScanUnsupported
 from wal3_spark.format import MANIFEST_KEY, TIMESTAMP, fragment_path
 from wal3_spark.fragment import encode_raw
-from wal3_spark.reader import LogReader
+from wal3_spark.reader import LogReader, exact_path_timestamp_us
 from wal3_spark.spark import Wal3Log, scan
 from wal3_spark.spark.hadoop import HadoopFileStore, hadoop_options, hadoop_url
 from wal3_spark.spark.options import READ, parse
@@ -348,14 +348,21 @@ def test_13_raw_fragments_whose_uuid_is_not_ours_keep_their_file_timestamp(spark
     for options in ({"startingTimestamp": (now + 2000) // 1000}, {"endingTimestamp": (now + 4000) // 1000},
                     {"startingOffsets": 4, "endingOffsets": 9}):
         assert same_as_data_source(spark, url, **options)
+    # a filter on _timestamp between a foreign fragment's rows and its path's time: the data
+    # source's pushdown must not skip the fragment by its path
+    for where in (f"_timestamp < timestamp_micros({now + 500})", f"_timestamp >= timestamp_micros({now + 2300})"):
+        source = spark.read.format("wal3").load(url).where(where).selectExpr("body")
+        assert (sorted(bytes(r.body) for r in source.collect())
+                == sorted(bytes(r.body) for r in native.where(where).selectExpr("body").collect()))
+    assert b"chroma 0.0" in {bytes(r.body) for r in native.where(f"_timestamp < timestamp_micros({now + 500})").collect()}
 
 
 def test_14_a_structured_log_takes_timestamps_from_our_paths_without_reading_them(spark, log_url):
     """The fast path: every fragment of a structured log is ours, its UUIDv7 carries
     `timestamp_us` to the microsecond, and the column is never read."""
     ref = LogReader(open_store(log_url)).manifest().fragments[0]
-    assert scan.exact_path_time_us(ref, structured=True) == uuid7_timestamp_us(ref.seq_no)
-    assert scan.exact_path_time_us(ref, structured=False) is None
+    assert exact_path_timestamp_us(ref, structured=True) == uuid7_timestamp_us(ref.seq_no)
+    assert exact_path_timestamp_us(ref, structured=False) is None
     foreign = foreign_uuid(ref.start * 1000, 7, 0xABC)  # no microsecond count: not ours
     assert uuid7_timestamp_us(foreign) == ref.start * 1000 and uuid7_timestamp_us(foreign, exact=True) is None
     df = Wal3Log.forPath(spark, log_url).toDF()

@@ -363,6 +363,22 @@ def fragment_timestamp_us(store: ObjectStore, ref: FragmentRef) -> int:
     return int(np.asarray(decoded.timestamp_us).reshape(-1)[0])
 
 
+def exact_path_timestamp_us(ref: FragmentRef, structured: bool) -> int | None:
+    """A fragment's `timestamp_us` from its path alone, when the path provably carries it; else
+    None (the file's column is the truth, as `format("wal3")` reads it).
+
+    Only wal3-spark writes structured logs, and every structured fragment's UUIDv7 encodes its
+    `timestamp_us` to the microsecond (docs/design.md, section 5). Raw logs may hold fragments
+    written by Chroma at UUID paths whose `rand_a` is not a microsecond count, or whose UUID was
+    made at another moment than the rows' `timestamp_us`: nothing in the path tells them from
+    ours, so their time is in the file only (the native scan reads its column; `_timestamp`
+    filter pushdown keeps such fragments for Spark's filter to decide).
+    """
+    if not structured or not isinstance(ref.seq_no, str):
+        return None
+    return uuid7_timestamp_us(ref.seq_no, exact=True)
+
+
 def fetch_fragment(store: ObjectStore, ref: FragmentRef) -> bytes:
     """A referenced fragment's bytes; a missing one raises `missing_error`'s verdict."""
     try:

@@ -27,8 +27,9 @@ from pyspark.sql.datasource import (
     LessThanOrEqual,
 )
 
+from wal3_spark.format import FragmentRef
 from wal3_spark.manifest import Manifest
-from wal3_spark.reader import LogReader, ReadRange, fragment_timestamp_us
+from wal3_spark.reader import LogReader, ReadRange, exact_path_timestamp_us, fragment_timestamp_us
 from wal3_spark.schema import OFFSET_COLUMN, TIMESTAMP_COLUMN
 from wal3_spark.storage.base import ObjectStore
 
@@ -126,10 +127,20 @@ def plan_range(store: ObjectStore, manifest: Manifest, starting: tuple[str, int]
     ranges = reader.plan(start, limit, manifest=manifest, fail_on_data_loss=fail_on_data_loss)
     if times.lo is None and times.hi is None:
         return ranges
-    # a fragment's UUIDv7 path carries exactly its rows' timestamp_us (write_fragment)
-    written = [(r, fragment_timestamp_us(store, r.ref)) for r in ranges]
-    return [r for r, ts in written
-            if (times.lo is None or ts >= times.lo) and (times.hi is None or ts < times.hi)]
+    structured = manifest.schema is not None
+    written = [(r, _known_timestamp_us(store, r.ref, structured)) for r in ranges]
+    return [r for r, ts in written if ts is None
+            or ((times.lo is None or ts >= times.lo) and (times.hi is None or ts < times.hi))]
+
+
+def _known_timestamp_us(store: ObjectStore, ref: FragmentRef, structured: bool) -> int | None:
+    """A fragment's `timestamp_us` where it is known for certain: from its UUIDv7 path in a
+    structured log (exact there), from its data for Chroma S3 fragments (no time in the path);
+    None for the UUID fragments of a raw log, whose path may be Chroma's and say another time
+    than its rows: such a fragment is kept, and Spark's re-applied filter decides."""
+    if isinstance(ref.seq_no, str):
+        return exact_path_timestamp_us(ref, structured)
+    return fragment_timestamp_us(store, ref)
 
 
 # ------------------------------------------------------------------------------ partitions

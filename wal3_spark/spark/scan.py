@@ -14,8 +14,8 @@ fragment written before a `mergeSchema` append reads the newer columns as null),
 (the fragment's start in the manifest plus the row's position in its file, Parquet's
 `_metadata.row_index`, which costs no decoding) and `_timestamp` (the fragment's `timestamp_us`,
 the value `format("wal3")` returns: taken from the fragment's UUIDv7 path where that provably
-equals it, in structured logs (`exact_path_time_us`), else read from the file's column). Rows
-outside the range in the first and last fragment are filtered by row index. A payload column
+equals it, in structured logs (`reader.exact_path_timestamp_us`), else read from the file's
+column). Rows outside the range in the first and last fragment are filtered by row index. A payload column
 named `_metadata` hides Spark's file metadata from SQL text; the scan then reaches it through
 `DataFrame.metadataColumn`.
 
@@ -38,9 +38,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DecimalType, StructField, StructType
 
 from wal3_spark.errors import InvalidOption, ScanUnsupported
-from wal3_spark.format import RELATIVE_OFFSET, TIMESTAMP, FragmentRef
+from wal3_spark.format import RELATIVE_OFFSET, TIMESTAMP
 from wal3_spark.manifest import Manifest
-from wal3_spark.reader import LogReader, ReadRange
+from wal3_spark.reader import LogReader, ReadRange, exact_path_timestamp_us
 from wal3_spark.schema import OFFSET_COLUMN, TIMESTAMP_COLUMN
 from wal3_spark.spark import options as opts
 from wal3_spark.spark.hadoop import driver_store, hadoop_options, hadoop_url
@@ -48,7 +48,6 @@ from wal3_spark.spark.planning import resolve
 from wal3_spark.spark.schemas import check_parquet_readable, payload_to_spark
 from wal3_spark.storage.base import ObjectStore
 from wal3_spark.storage.common import join_url
-from wal3_spark.uuid7 import uuid7_timestamp_us
 
 log = logging.getLogger(__name__)
 
@@ -105,24 +104,9 @@ def plan_scan(store: ObjectStore, manifest: Manifest, root: str, options: opts.W
     return ScanPlan(payload, tuple(_scan_file(root, r, payload is not None) for r in ranges))
 
 
-def exact_path_time_us(ref: FragmentRef, structured: bool) -> int | None:
-    """A fragment's `timestamp_us` from its path alone, when the path provably carries it; else
-    None (the file's column is the truth, as `format("wal3")` reads it).
-
-    Only wal3-spark writes structured logs, and every structured fragment's UUIDv7 encodes its
-    `timestamp_us` to the microsecond (docs/design.md, section 5). Raw logs may hold fragments
-    written by Chroma at UUID paths whose `rand_a` is not a microsecond count, or whose UUID was
-    made at another moment than the rows' `timestamp_us`: nothing in the path tells them from
-    ours, so raw logs read the column (a constant, dictionary-encoded per file).
-    """
-    if not structured or not isinstance(ref.seq_no, str):
-        return None
-    return uuid7_timestamp_us(ref.seq_no, exact=True)
-
-
 def _scan_file(root: str, part: ReadRange, structured: bool) -> ScanFile:
     ref = part.ref
-    timestamp_us = exact_path_time_us(ref, structured)
+    timestamp_us = exact_path_timestamp_us(ref, structured)
     return ScanFile(
         url=join_url(root, ref.path),
         name=ref.path.rsplit("/", 1)[-1],
