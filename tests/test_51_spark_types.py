@@ -156,3 +156,20 @@ def test_07_spark_appends_to_a_float16_column_are_refused(spark, log_url):
     write_log(log_url, {"h": pa.array([0.5], pa.float16())})
     with pytest.raises(Exception, match="column 'h' is float, the log has halffloat"):
         spark.sql("SELECT CAST(0.5 AS FLOAT) AS h").write.format("wal3").mode("append").save(log_url)
+
+
+def test_08_a_log_set_reads_widened_columns(spark, tmp_path):
+    prefix = (tmp_path / "set").as_uri()
+    for name in ("a", "b"):
+        write_log(f"{prefix}/{name}", {"u": pa.array([2**32 - 1], pa.uint32()),
+                                       "d": pa.array([DAY_MS], pa.date64())})
+    df = spark.read.format("wal3").option("logs", "*").load(prefix)
+    assert [f.dataType.simpleString() for f in df.schema.fields[:2]] == ["bigint", "date"]
+    assert sorted((r._log, r.u, r.d.day) for r in df.collect()) == [("a", 2**32 - 1, 2)] * 2 + [("b", 2**32 - 1, 2)] * 2
+
+
+def test_09_nested_values_that_do_not_convert_name_the_records(spark, log_url):
+    with LogWriter(log_url) as writer:
+        writer.append(pa.table({"ts": pa.array([[1_000], [1_001, 2_000]], pa.list_(NS))}))
+    with pytest.raises(Exception, match=re.escape("exactly: in the records at offsets [1, 2]")):
+        spark.read.format("wal3").load(log_url).collect()

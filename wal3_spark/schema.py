@@ -218,21 +218,21 @@ def _date64_parts(array: pa.Array | pa.ChunkedArray) -> Iterator[pa.Array]:
 def _where_inexact(data: Data, column: pa.Array | pa.ChunkedArray, to: pa.DataType) -> str:
     """Which rows hold the values that do not convert exactly to type `to` (a value the cast
     would truncate or wrap): their offsets when `data` is a read's output (it has `_offset`),
-    else their row numbers; empty when that cannot be told (nested types)."""
+    else their row numbers. Where values cannot be compared (nested types), the range of all of
+    `data`'s rows."""
     try:
         back = column.cast(to, safe=False).cast(column.type, safe=False)
-        bad = pc.fill_null(pc.not_equal(back, column), False)
+        rows = pc.indices_nonzero(pc.fill_null(pc.not_equal(back, column), False))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        rows = None
+    if rows is not None and not len(rows):
         return ""
-    rows = pc.indices_nonzero(bad)
-    if not len(rows):
-        return ""
-    first, last = rows[0].as_py(), rows[-1].as_py()
+    first, last = (0, data.num_rows - 1) if rows is None else (rows[0].as_py(), rows[-1].as_py())
+    what = "in the records" if rows is None else f"{len(rows)} value(s)"
     if OFFSET_COLUMN in data.schema.names:
         offsets = data.column(OFFSET_COLUMN)
-        return (f" exactly: {len(rows)} value(s) at offsets [{offsets[first].as_py()}, "
-                f"{offsets[last].as_py()}]")
-    return f" exactly: {len(rows)} value(s) in rows [{first}, {last}] of the data"
+        return f" exactly: {what} at offsets [{offsets[first].as_py()}, {offsets[last].as_py()}]"
+    return f" exactly: {what} in rows [{first}, {last}] of the data"
 
 
 def _cast_fix(f: pa.Field, against: str) -> str:
