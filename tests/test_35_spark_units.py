@@ -277,7 +277,7 @@ def test_13_a_stream_trigger_reads_the_manifest_once():
     from tests.support.fakes import CountingStore
     from wal3_spark.format import MANIFEST_KEY
     from wal3_spark.reader import LogReader
-    from wal3_spark.spark.source import payload_to_spark
+    from wal3_spark.spark.schemas import payload_to_spark
     from wal3_spark.spark.stream_reader import Wal3StreamReader
     from wal3_spark.writer import LogWriter
 

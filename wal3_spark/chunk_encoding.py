@@ -38,6 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from wal3_spark.errors import SchemaMismatch
+from wal3_spark.format import BLAKE3, ITEM_HASHES
 from wal3_spark.setsum import Setsum
 
 if sys.byteorder != "little":  # Arrow buffers are hashed as they lie in memory
@@ -46,10 +47,6 @@ if sys.byteorder != "little":  # Arrow buffers are hashed as they lie in memory
 CHUNK_ROWS = 8192
 """Rows per structured setsum item; chunk boundaries are row numbers from the fragment start."""
 
-BLAKE3 = "blake3"
-"""The `item_hash` of structured logs created from now on (FORMAT.md section 3)."""
-ITEM_HASHES = (None, BLAKE3)
-"""Every `item_hash` a structured log may have; None: chunk items are inserted as they are."""
 
 _U64_BE = struct.Struct(">Q")
 _HEADER_DTYPE = np.dtype(">u8")

@@ -40,7 +40,7 @@ import pyarrow as pa
 from wal3_spark.committer import Committer
 from wal3_spark.errors import DataLost, InvalidOption, LogNotFound, Wal3Error
 from wal3_spark.format import FIRST_OFFSET
-from wal3_spark.logset import LogSet, check_log_name
+from wal3_spark.logset import DEFAULT_FULL_SCAN_EVERY_S, LogSet, check_log_name
 from wal3_spark.manifest import Manifest
 from wal3_spark.reader import LogReader
 from wal3_spark.storage import open_store
@@ -58,9 +58,6 @@ DIRTY_SCHEMA = pa.schema(
         pa.field("rollup", pa.int64(), nullable=True),
     ]
 )
-#: how often a reader of a log set reads every manifest even though a dirty log exists: the
-#: longest a change whose dirty record was lost (or never written) stays unnoticed
-DEFAULT_FULL_SCAN_EVERY_S = 600.0
 #: how long a record waits for others to share its dirty-log append (records are written in the
 #: background, after their commit; docs/benchmarks.md measures the cost of shorter intervals)
 BATCH_INTERVAL_S = 0.1

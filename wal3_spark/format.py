@@ -30,6 +30,12 @@ RELATIVE_OFFSET = "relative_offset"
 TIMESTAMP = "timestamp_us"
 ABSOLUTE_OFFSET = "offset"
 
+#: the `item_hash` of structured logs created from now on (FORMAT.md section 3; what a chunk
+#: item is: `wal3_spark.chunk_encoding`)
+BLAKE3 = "blake3"
+#: every `item_hash` a structured log may have; None: chunk items are inserted as they are
+ITEM_HASHES = (None, BLAKE3)
+
 _CURSOR_NAME = re.compile(r"^[A-Za-z0-9_]+$")
 _OUR_PATH = re.compile(r"^log/Uuid=([0-9a-fA-F-]{36})\.parquet$")
 _CHROMA_S3_PATH = re.compile(

@@ -47,6 +47,10 @@ MAX_NAME_LENGTH = 200
 #: manifest GETs in flight at once (at most the S3 store's connection pool, `storage.s3.POOL_SIZE`):
 #: reading thousands of manifests is bound by request latency, not CPU (docs/benchmarks.md)
 DEFAULT_WORKERS = 64
+#: how often a reader of a log set reads every manifest even though a dirty log exists
+#: (`wal3_spark.dirty`): the longest a change whose dirty record was lost (or never written)
+#: stays unnoticed
+DEFAULT_FULL_SCAN_EVERY_S = 600.0
 
 _NAME = re.compile(r"[A-Za-z0-9._@-]+")
 _NAME_RULE = (

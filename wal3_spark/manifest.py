@@ -15,10 +15,11 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
-from wal3_spark.chunk_encoding import BLAKE3, ITEM_HASHES
 from wal3_spark.errors import CorruptLog
 from wal3_spark.format import (
+    BLAKE3,
     FIRST_OFFSET,
+    ITEM_HASHES,
     MANIFEST_KEY,
     FragmentRef,
     KnownRefs,

@@ -12,6 +12,11 @@ oldest offset has moved past the object, the reader gets `DataLost` with the ran
 as it would have with the newer manifest; only an object the current log still needs is a
 `CorruptLog`. Walks through snapshots carry on in the current manifest when GC rebuilt the
 snapshot that straddled its cutoff (the offsets asked for are all still there).
+
+Decoding fragments (`wal3_spark.fragment`: pyarrow.parquet, the setsum's chunk encoding and
+pyarrow.compute) is imported by the functions that decode, on first use: the driver side of a
+read (the manifest, plans, offsets) needs none of it, and a streaming query's source runs in a
+fresh Python process per query that only plans (`wal3_spark.spark.source`).
 """
 
 from __future__ import annotations
@@ -22,18 +27,21 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 
 from wal3_spark.errors import CorruptLog, DataLost, InvalidOption, LogNotFound, ObjectNotFound
 from wal3_spark.format import FIRST_OFFSET, MANIFEST_KEY, FragmentRef, KnownRefs, SnapshotPointer
-from wal3_spark.fragment import DecodedFragment, decode_fragment, recompute_setsum
 from wal3_spark.manifest import Manifest, Snapshot
 from wal3_spark.scan import LogScan, timestamp_us
 from wal3_spark.schema import OFFSET_COLUMN, RAW_SCHEMA, TIMESTAMP_COLUMN, conform
 from wal3_spark.storage.base import ObjectStore
 from wal3_spark.uuid7 import uuid7_timestamp_us
+
+if TYPE_CHECKING:
+    from wal3_spark.fragment import DecodedFragment
 
 log = logging.getLogger(__name__)
 
@@ -359,6 +367,8 @@ def fragment_timestamp_us(store: ObjectStore, ref: FragmentRef) -> int:
         ts = uuid7_timestamp_us(ref.seq_no)
         if ts is not None:
             return ts
+    from wal3_spark.fragment import decode_fragment  # see the module docstring
+
     decoded = decode_fragment(fetch_fragment(store, ref), path=ref.path, raw=True)
     return int(np.asarray(decoded.timestamp_us).reshape(-1)[0])
 
@@ -413,6 +423,8 @@ def check_fragment_data(
     count, where its stored offsets start and (with `verify`) its recomputed setsum under the
     log's `item_hash` (the manifest's), as a Kafka consumer checks CRCs. Any mismatch raises
     CorruptLog naming the fragment, never skips."""
+    from wal3_spark.fragment import decode_fragment, recompute_setsum  # see the module docstring
+
     decoded = decode_fragment(data, path=ref.path, raw=raw)
     n = len(decoded.offsets)
     if n != ref.records:

@@ -1,11 +1,11 @@
 """The wal3 PySpark data source (`format("wal3")`) and helpers for using it from Spark.
 
 `Wal3Log` (the native scan, `wal3_spark.spark.scan`) and the lag helpers (`wal3_spark.spark.lag`)
-are imported on first use, the one deliberate function-level import in the package: every Python
-worker on an executor imports this package (its tasks' classes live here), and these two pull in
-PySpark's DataFrame API, `functions` and the streaming listener, which no task uses (measured:
-0.15-0.25 s more per worker process on a loaded 2-core machine). There is no import circle to
-dodge: the eager imports below already load the whole data source.
+are imported on first use: every Python worker on an executor imports this package (its tasks'
+classes live here), and these two pull in PySpark's DataFrame API, `functions` and the streaming
+listener, which no task uses (measured: 0.15-0.25 s more per worker process on a loaded 2-core
+machine). The data source's role modules are imported on first use too, for the streaming
+source's runner process (`wal3_spark.spark.source`). There is no import circle to dodge.
 """
 
 from __future__ import annotations

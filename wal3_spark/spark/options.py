@@ -18,9 +18,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from wal3_spark.dirty import DEFAULT_FULL_SCAN_EVERY_S
 from wal3_spark.errors import InvalidOption
-from wal3_spark.logset import ALL_LOGS, LogSelection, LogSet, check_log_name
+from wal3_spark.logset import (
+    ALL_LOGS,
+    DEFAULT_FULL_SCAN_EVERY_S,
+    LogSelection,
+    LogSet,
+    check_log_name,
+)
 from wal3_spark.storage import STORE_OPTIONS, ObjectStore, open_store
 
 WRITE, READ, STREAM_READ, STREAM_WRITE = "write", "read", "streamRead", "streamWrite"
@@ -35,7 +40,7 @@ _ROLE_TEXT = {
 MB = 1 << 20
 #: Kafka's default maxTriggerDelay (15 minutes)
 DEFAULT_TRIGGER_DELAY_MS = 15 * 60 * 1000
-#: the dirty log's full-scan interval (`wal3_spark.dirty.DEFAULT_FULL_SCAN_EVERY_S`)
+#: the dirty log's full-scan interval (`wal3_spark.logset.DEFAULT_FULL_SCAN_EVERY_S`)
 DEFAULT_FULL_SCAN_MS = int(DEFAULT_FULL_SCAN_EVERY_S * 1000)
 
 #: option name -> (roles it applies to, one-line description); README.md has the full table

@@ -9,6 +9,15 @@
 This class only parses options (once, on the driver) and hands out the reader and writer
 classes; see the sibling modules for each role, and `table` for how a catalog table finds its
 log.
+
+Each role's module is imported by the method that hands it out, not here. A streaming query
+runs its source in a fresh Python process (Spark's `PythonStreamingSourceRunner`, one per query,
+not forked from a warm daemon) that imports this module to unpickle the data source and then
+asks only for `streamReader`, before the query's first trigger. With the writers, the log-set
+readers, the batch reader, the committer and fragment decoding (`reader`) all imported there,
+the connector's import cost that process 0.23 s of CPU per query, and 0.09 s without them
+(docs/benchmarks.md, "AvailableNow: the source runner's start-up"). There is no import cycle
+behind this: the role modules do not import this one.
 """
 
 from __future__ import annotations
@@ -22,17 +31,8 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from wal3_spark.reader import LogReader
 from wal3_spark.spark import options as opts
 from wal3_spark.spark import table
-from wal3_spark.spark.batch_reader import reader_class
-from wal3_spark.spark.batch_writer import Wal3BatchWriter
-from wal3_spark.spark.logset_reader import LogSetBatchReader, LogSetPushdownReader, logset_schema
-from wal3_spark.spark.logset_stream import LogSetStreamReader
-from wal3_spark.spark.routing_writer import RoutingBatchWriter, RoutingStreamWriter
-from wal3_spark.spark.schemas import payload_to_spark
-from wal3_spark.spark.stream_reader import Wal3StreamReader
-from wal3_spark.spark.stream_writer import Wal3StreamWriter
 
 
 class Wal3DataSource(DataSource):
@@ -48,6 +48,10 @@ class Wal3DataSource(DataSource):
         return opts.parse(table.with_table_location(self.options, schema), role)
 
     def schema(self) -> StructType:
+        from wal3_spark.reader import LogReader
+        from wal3_spark.spark.logset_reader import logset_schema
+        from wal3_spark.spark.schemas import payload_to_spark
+
         if table.is_table_definition(self.options):  # CREATE TABLE … USING wal3
             log = table.table_definition(self.options)
             return table.table_schema(payload_to_spark(table.table_manifest(log).arrow_schema()), log)
@@ -62,6 +66,9 @@ class Wal3DataSource(DataSource):
     # -- batch --------------------------------------------------------------------------
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from wal3_spark.spark.batch_writer import Wal3BatchWriter
+        from wal3_spark.spark.routing_writer import RoutingBatchWriter
+
         options = self._parse(opts.WRITE, schema)
         if options.log_column is not None:
             return RoutingBatchWriter.create(options, schema, overwrite)
@@ -73,6 +80,9 @@ class Wal3DataSource(DataSource):
         return Wal3BatchWriter.create(options, schema, overwrite)
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        from wal3_spark.spark.batch_reader import reader_class
+        from wal3_spark.spark.logset_reader import LogSetBatchReader, LogSetPushdownReader
+
         options = self._parse(opts.READ, schema)
         if options.logs is not None:
             return reader_class(LogSetBatchReader, LogSetPushdownReader)(options, schema)
@@ -81,12 +91,18 @@ class Wal3DataSource(DataSource):
     # -- streaming ----------------------------------------------------------------------
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from wal3_spark.spark.logset_stream import LogSetStreamReader
+        from wal3_spark.spark.stream_reader import Wal3StreamReader
+
         options = self._parse(opts.STREAM_READ, schema)
         if options.logs is not None:
             return LogSetStreamReader(options, schema)
         return Wal3StreamReader(options, schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from wal3_spark.spark.routing_writer import RoutingStreamWriter
+        from wal3_spark.spark.stream_writer import Wal3StreamWriter
+
         options = self._parse(opts.STREAM_WRITE)
         if options.log_column is not None:
             return RoutingStreamWriter.create(options, schema, overwrite)

@@ -28,7 +28,6 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyspark.sql.types import StructField, StructType
 
-from wal3_spark.committer import Committer
 from wal3_spark.errors import InvalidOption, LogNotFound, SchemaMismatch
 from wal3_spark.manifest import Manifest
 from wal3_spark.schema import OFFSET_COLUMN, TIMESTAMP_COLUMN, parse_schema, reconcile
@@ -119,7 +118,13 @@ def _metadata_columns(value: str | None) -> bool:
 
 def table_manifest(log: TableLog) -> Manifest:
     """The manifest of a new table's log. With a declared schema an absent log is created empty
-    with it (what a column list would do), and an existing log must take appends of it."""
+    with it (what a column list would do), and an existing log must take appends of it.
+
+    Only CREATE TABLE gets here, so the committer is imported here: every role parses its
+    options through this module, a streaming query's source runner included
+    (`wal3_spark.spark.source`)."""
+    from wal3_spark.committer import Committer
+
     committer = Committer(opts.location(log.options()).open_store(), writer="wal3-spark table")
     if log.declared is None:
         loaded = committer.load()
