@@ -15,7 +15,6 @@ from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from wal3_spark.errors import InvalidOption, SchemaMismatch
 from wal3_spark.format import ABSOLUTE_OFFSET, RELATIVE_OFFSET, TIMESTAMP
@@ -171,7 +170,7 @@ def cast(column: pa.Array | pa.ChunkedArray, to: pa.DataType) -> pa.Array | pa.C
     encoding, which pyarrow's cast does for strings only (Parquet hands back a dictionary of
     integers, e.g. dictionary<uint8>, as plain values)."""
     if pa.types.is_dictionary(to) and not pa.types.is_dictionary(column.type):
-        return pc.dictionary_encode(column.cast(to.value_type)).cast(to)
+        return column.cast(to.value_type).dictionary_encode().cast(to)
     return column.cast(to)
 
 
@@ -219,7 +218,13 @@ def _where_inexact(data: Data, column: pa.Array | pa.ChunkedArray, to: pa.DataTy
     """Which rows hold the values that do not convert exactly to type `to` (a value the cast
     would truncate or wrap): their offsets when `data` is a read's output (it has `_offset`),
     else their row numbers. Where values cannot be compared (nested types), the range of all of
-    `data`'s rows."""
+    `data`'s rows.
+
+    Only a refused read or append gets here: pyarrow.compute is imported here, not with the
+    module, which every streaming source's fresh runner process imports to plan
+    (`wal3_spark.spark.source`)."""
+    import pyarrow.compute as pc
+
     try:
         back = column.cast(to, safe=False).cast(column.type, safe=False)
         rows = pc.indices_nonzero(pc.fill_null(pc.not_equal(back, column), False))
