@@ -184,3 +184,16 @@ def test_08_verify_checks_fragments_with_the_logs_item_hash(store):
     assert not report.ok
     assert [p.kind for p in report.problems] == ["corrupt"]
     assert "does not match its setsum" in report.problems[0].detail
+
+
+def test_09_verify_names_an_unknown_item_hash_once(store):
+    """A log written by a newer wal3-spark: verify says which field and what to do, naming the
+    manifest once (its problem line already starts with the object's name)."""
+    LogWriter(store).append(table(range(3)))
+    doc = manifest_doc(store)
+    store.put_if_match(MANIFEST_KEY, json.dumps({**doc, "item_hash": "k12"}).encode(),
+                       store.get(MANIFEST_KEY).etag)
+    report = verify(store)
+    assert [(p.kind, p.obj) for p in report.problems] == [("corrupt", MANIFEST_KEY)]
+    assert MANIFEST_KEY not in report.problems[0].detail
+    assert "'k12'" in report.problems[0].detail and "upgrade" in report.problems[0].detail

@@ -104,7 +104,7 @@ def _verify_once(store: ObjectStore, check: FragmentChecker | None) -> VerifyRep
         report.problems.append(Problem("missing", MANIFEST_KEY, "no manifest: this is not a wal3 log"))
         return report
     except CorruptLog as exc:
-        report.problems.append(Problem("corrupt", MANIFEST_KEY, str(exc)))
+        report.problems.append(Problem("corrupt", exc.obj, exc.problem))
         return report
     except StorageError as exc:
         report.problems.append(Problem("unreadable", MANIFEST_KEY, str(exc)))
