@@ -35,7 +35,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import DecimalType, StructField, StructType
+from pyspark.sql.types import DecimalType, LongType, StructField, StructType
 
 from wal3_spark.errors import InvalidOption, ScanUnsupported
 from wal3_spark.format import RELATIVE_OFFSET, TIMESTAMP
@@ -45,7 +45,7 @@ from wal3_spark.schema import OFFSET_COLUMN, TIMESTAMP_COLUMN
 from wal3_spark.spark import options as opts
 from wal3_spark.spark.hadoop import driver_store, hadoop_options, hadoop_url
 from wal3_spark.spark.planning import resolve
-from wal3_spark.spark.schemas import check_parquet_readable, payload_to_spark
+from wal3_spark.spark.schemas import check_parquet_readable, native_conversions, payload_to_spark
 from wal3_spark.storage.base import ObjectStore
 from wal3_spark.storage.common import join_url
 
@@ -133,7 +133,9 @@ def scan_dataframe(spark: Any, plan: ScanPlan, reader_options: Mapping[str, str]
         return spark.createDataFrame([], schema)
     _check_case_insensitive_names(spark, [field.name for field in payload])
     in_files = plan.timestamps_in_files
-    read_schema = StructType(payload + ([StructField(TIMESTAMP, DecimalType(20, 0))] if in_files else []))
+    longs = native_conversions(plan.payload)  # read as stored longs, converted in the select
+    read = [StructField(f.name, LongType(), f.nullable) if f.name in longs else f for f in payload]
+    read_schema = StructType(read + ([StructField(TIMESTAMP, DecimalType(20, 0))] if in_files else []))
     df = spark.read.options(**reader_options).schema(read_schema).parquet(*[f.url for f in plan.files])
     taken = {name.lower() for name in read_schema.names}
     df, meta = _file_metadata(df, taken)
@@ -144,7 +146,8 @@ def scan_dataframe(spark: Any, plan: ScanPlan, reader_options: Mapping[str, str]
     if in_files:  # uint64 in Parquet; Spark reads it as decimal(20, 0)
         time_us = f"CAST({_quoted(TIMESTAMP)} AS BIGINT)"
     return df.selectExpr(
-        *[_quoted(field.name) for field in payload],
+        *[_quoted(f.name) if f.name not in longs
+          else f"{longs[f.name](_quoted(f.name), offset)} AS {_quoted(f.name)}" for f in payload],
         f"{offset} AS {_quoted(OFFSET_COLUMN)}",
         f"timestamp_micros({time_us}) AS {_quoted(TIMESTAMP_COLUMN)}",
     )

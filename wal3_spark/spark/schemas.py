@@ -17,6 +17,7 @@ is cast back to the log's type, checked, so a long that does not fit a uint32 co
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import pyarrow as pa
@@ -88,11 +89,13 @@ def spark_arrow_type(t: pa.DataType, column: str) -> pa.DataType:
 
 def check_parquet_readable(payload: pa.Schema | None) -> None:
     """SchemaMismatch naming the first payload column whose Parquet form Spark's own Parquet
-    reader (the native scan) cannot read as `spark_arrow_type` says: float16 (no Spark reader),
-    nanosecond timestamps (refused by the reader), times (Spark's TIME type is off by default)
-    and durations in any unit but microseconds (read as microseconds: wrong by 10^3 to 10^6)."""
+    reader (the native scan) cannot read as `spark_arrow_type` says, unless it reads it as a
+    long for `native_conversions` to convert: float16 (no Spark reader), nanosecond timestamps
+    (refused by the reader), times (Spark's TIME type is off by default) and durations in any
+    unit but microseconds (read as microseconds: wrong by 10^3 to 10^6)."""
+    convertible = native_conversions(payload)
     for f in payload or ():
-        bad = _parquet_unreadable(f.type)
+        bad = None if f.name in convertible else _parquet_unreadable(f.type)
         if bad is not None:
             raise SchemaMismatch(
                 f"column {f.name!r} is {f.type}: Spark's Parquet reader cannot read {bad} "
@@ -100,6 +103,52 @@ def check_parquet_readable(payload: pa.Schema | None) -> None:
                 'spark.read.format("wal3"), which converts it exactly or fails naming the '
                 "offsets it cannot convert"
             )
+
+
+#: SQL turning a top-level column the native scan reads from Parquet as the stored long (its
+#: unit's count) into its Spark type; `{c}` is the column. None: whole microseconds are checked
+_FROM_LONG: dict[pa.DataType, str] = {
+    pa.duration("s"): "CAST({c} * INTERVAL '1' SECOND AS INTERVAL DAY TO SECOND)",
+    pa.duration("ms"): "CAST({c} * INTERVAL '0.001' SECOND AS INTERVAL DAY TO SECOND)",
+    pa.duration("ns"): "CAST(({c} DIV 1000) * INTERVAL '0.000001' SECOND AS INTERVAL DAY TO SECOND)",
+}
+
+
+def native_conversions(payload: pa.Schema | None) -> dict[str, Callable[[str, str], str]]:
+    """The top-level payload columns the native scan reads from Parquet as longs, each with the
+    SQL (given the column's and the row offset's SQL) that makes it the Spark type
+    `format("wal3")` returns: nanosecond timestamps, which Spark's reader refuses, and durations
+    not in microseconds, which it misreads. A nanosecond value that is not whole microseconds
+    fails the query naming the column, its offset and the fix, as `format("wal3")` does."""
+    conversions: dict[str, Callable[[str, str], str]] = {}
+    for f in payload or ():
+        t = f.type
+        if pa.types.is_timestamp(t) and t.unit == "ns":
+            to_spark = ("timestamp_micros({c} DIV 1000)" if t.tz is not None else
+                        "timestampadd(MICROSECOND, {c} DIV 1000, TIMESTAMP_NTZ'1970-01-01 00:00:00')")
+        elif pa.types.is_duration(t) and t.unit != "us":
+            to_spark = _FROM_LONG[t]
+        else:
+            continue
+        conversions[f.name] = functools.partial(_from_long, to_spark, f, t.unit == "ns")
+    return conversions
+
+
+def _from_long(to_spark: str, f: pa.Field, nanos: bool, column: str, offset: str) -> str:
+    converted = to_spark.format(c=column)
+    if not nanos:
+        return converted
+    message = (f"column {f.name!r} of type {f.type} cannot be read exactly by Spark, which holds "
+               "microseconds: its value at offset ")
+    fix = (" is not whole microseconds. Fix: read these records with wal3's Python API "
+           "(LogReader, LogScan), which returns the stored types, or append microseconds")
+    return (f"CASE WHEN {column} IS NULL OR {column} % 1000 = 0 THEN {converted} ELSE "
+            f"raise_error(concat({_sql_text(message)}, CAST({offset} AS STRING), {_sql_text(fix)})) END")
+
+
+def _sql_text(value: str) -> str:
+    """`value` as a SQL string expression, whatever quotes or backslashes it holds."""
+    return f"CAST(X'{value.encode().hex()}' AS STRING)"
 
 
 def _parquet_unreadable(t: pa.DataType) -> pa.DataType | None:
