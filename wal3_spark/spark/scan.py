@@ -15,9 +15,9 @@ fragment written before a `mergeSchema` append reads the newer columns as null),
 `_metadata.row_index`, which costs no decoding) and `_timestamp` (the fragment's `timestamp_us`,
 the value `format("wal3")` returns: taken from the fragment's UUIDv7 path where that provably
 equals it, in structured logs (`reader.exact_path_timestamp_us`), else read from the file's
-column). Rows outside the range in the first and last fragment are filtered by row index. A payload column
-named `_metadata` hides Spark's file metadata from SQL text; the scan then reaches it through
-`DataFrame.metadataColumn`.
+column). Rows outside the range in the first and last fragment are filtered by row index. A
+payload column named `_metadata` hides Spark's file metadata from SQL text; the scan then
+reaches it through `DataFrame.metadataColumn`.
 
 It does NOT verify setsums: the bytes are trusted as they are read. Scrub the log with
 `jobs/verify.py` (distributed) or `wal3 verify`, or read with `format("wal3")` (which checks
