@@ -22,7 +22,7 @@ from pyspark.sql.types import StructType
 
 from wal3_spark.committer import Committer
 from wal3_spark.dirty import DirtyLog, parent_url
-from wal3_spark.errors import InvalidOption
+from wal3_spark.errors import InvalidOption, SchemaMismatch
 from wal3_spark.logset import check_log_name
 from wal3_spark.spark.options import Wal3Options
 from wal3_spark.spark.schemas import appended_schema
@@ -58,11 +58,24 @@ def prepare(options: Wal3Options, schema: StructType) -> tuple[pa.Schema | None,
     check_dirty_log(options)
     store = options.open_store()
     committer = Committer(store, writer=writer_name(options))
-    loaded = committer.load()  # a column Spark reads widened (uint32 as long) appends as stored
-    log_schema = None if loaded is None else loaded[0].arrow_schema()
-    target = committer.prepare(appended_schema(schema, log_schema), merge_schema=options.merge_schema)
+    target = _target(committer, schema, options.merge_schema)
     manifest = committer.last_seen
     return target, manifest.next_offset, manifest.append_item_hash(target is not None)
+
+
+def _target(committer: Committer, schema: StructType, merge: bool) -> pa.Schema | None:
+    """`Committer.prepare` for the DataFrame's schema; when the log refuses it, once more with
+    the columns the log reads widened (a uint32 column reads as long) as the log's types, which
+    the tasks' checked cast then stores (a second manifest GET, only for such logs)."""
+    appended = appended_schema(schema)
+    try:
+        return committer.prepare(appended, merge_schema=merge)
+    except SchemaMismatch:
+        seen = committer.last_seen
+        narrowed = appended_schema(schema, seen.arrow_schema() if seen is not None else None)
+        if appended is None or narrowed is None or narrowed.equals(appended):
+            raise
+        return committer.prepare(narrowed, merge_schema=merge)
 
 
 @contextmanager
