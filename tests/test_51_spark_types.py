@@ -165,7 +165,7 @@ def test_07_spark_appends_to_a_float16_column_are_refused(spark, log_url):
         spark.sql("SELECT CAST(0.5 AS FLOAT) AS h").write.format("wal3").mode("append").save(log_url)
 
 
-def test_08_a_log_set_reads_widened_columns(spark, tmp_path):
+def test_08_a_log_set_reads_and_routes_widened_columns(spark, tmp_path):
     prefix = (tmp_path / "set").as_uri()
     for name in ("a", "b"):
         write_log(f"{prefix}/{name}", {"u": pa.array([2**32 - 1], pa.uint32()),
@@ -173,6 +173,10 @@ def test_08_a_log_set_reads_widened_columns(spark, tmp_path):
     df = spark.read.format("wal3").option("logs", "*").load(prefix)
     assert [f.dataType.simpleString() for f in df.schema.fields[:2]] == ["bigint", "date"]
     assert sorted((r._log, r.u, r.d.day) for r in df.collect()) == [("a", 2**32 - 1, 2)] * 2 + [("b", 2**32 - 1, 2)] * 2
+    spark.sql("SELECT 'a' AS tenant, 7L AS u").write.format("wal3").mode("append") \
+        .option("logColumn", "tenant").save(prefix)  # the routing sink stores the log's type too
+    column = LogReader(open_store(f"{prefix}/a")).read_table().column("u")
+    assert column.type == pa.uint32() and column.to_pylist() == [2**32 - 1, 2**32 - 1, 7]
 
 
 def test_09_nested_values_that_do_not_convert_name_the_records(spark, log_url):

@@ -25,7 +25,7 @@ from wal3_spark.dirty import DirtyLog, parent_url
 from wal3_spark.errors import InvalidOption, SchemaMismatch
 from wal3_spark.logset import check_log_name
 from wal3_spark.spark.options import Wal3Options
-from wal3_spark.spark.schemas import appended_schema
+from wal3_spark.spark.schemas import appended_schema, as_log_types
 from wal3_spark.spark.table import drop_system_columns
 from wal3_spark.spark.write_tasks import commit_files, delete_files, write_partition
 from wal3_spark.storage.base import ObjectStore
@@ -58,24 +58,27 @@ def prepare(options: Wal3Options, schema: StructType) -> tuple[pa.Schema | None,
     check_dirty_log(options)
     store = options.open_store()
     committer = Committer(store, writer=writer_name(options))
-    target = _target(committer, schema, options.merge_schema)
+    target = prepare_target(committer, appended_schema(schema), options.merge_schema)
     manifest = committer.last_seen
     return target, manifest.next_offset, manifest.append_item_hash(target is not None)
 
 
-def _target(committer: Committer, schema: StructType, merge: bool) -> pa.Schema | None:
-    """`Committer.prepare` for the DataFrame's schema; when the log refuses it, once more with
-    the columns the log reads widened (a uint32 column reads as long) as the log's types, which
-    the tasks' checked cast then stores (a second manifest GET, only for such logs)."""
-    appended = appended_schema(schema)
+def prepare_target(
+    committer: Committer, appended: pa.Schema | None, merge: bool, create: bool = True
+) -> pa.Schema | None:
+    """`Committer.prepare` for the DataFrame's Arrow schema; when the log refuses it, once more
+    with the columns the log reads widened (a uint32 column reads as long) as the log's types
+    (`schemas.as_log_types`), which the tasks' checked cast then stores. The second manifest GET
+    is paid only by such logs."""
     try:
-        return committer.prepare(appended, merge_schema=merge)
+        return committer.prepare(appended, merge_schema=merge, create=create)
     except SchemaMismatch:
         seen = committer.last_seen
-        narrowed = appended_schema(schema, seen.arrow_schema() if seen is not None else None)
-        if appended is None or narrowed is None or narrowed.equals(appended):
+        log = seen.arrow_schema() if seen is not None else None
+        narrowed = as_log_types(appended, log) if appended is not None and log is not None else None
+        if narrowed is None or narrowed.equals(appended):
             raise
-        return committer.prepare(narrowed, merge_schema=merge)
+        return committer.prepare(narrowed, merge_schema=merge, create=create)
 
 
 @contextmanager

@@ -50,6 +50,7 @@ from wal3_spark.schema import RAW_SCHEMA, check_columns, conform
 from wal3_spark.spark.batch_writer import (
     check_not_overwrite,
     dirty_log,
+    prepare_target,
     task_context,
     writer_name,
 )
@@ -162,8 +163,7 @@ class RoutingSink:
         store = log_set.log_store(name)
         committer = Committer(store, writer=writer_name(self.options))
         try:
-            target = committer.prepare(self.appended, merge_schema=self.options.merge_schema,
-                                       create=False)
+            target = prepare_target(committer, self.appended, self.options.merge_schema, create=False)
             manifest = committer.last_seen
             assert manifest is not None
         except LogNotFound:

@@ -202,18 +202,18 @@ def spark_to_arrow(schema: StructType) -> pa.Schema:
     return to_arrow_schema(schema, timezone="UTC")
 
 
-def appended_schema(schema: StructType, log: pa.Schema | None = None) -> pa.Schema | None:
-    """The Arrow schema to append as; None for a raw log's single binary `body` column.
-
-    A column whose type is what the log's column of that name reads as in Spark (a uint32
-    column reads as long) appends as the log's type: the tasks' checked cast (`schema.conform`)
-    then stores the log's type, and fails on a value it cannot hold instead of wrapping."""
+def appended_schema(schema: StructType) -> pa.Schema | None:
+    """The Arrow schema to append as; None for a raw log's single binary `body` column."""
     arrow = spark_to_arrow(schema)
-    if is_raw_schema(arrow):
-        return None
-    if log is None:
-        return arrow
-    return pa.schema([_as_log_type(f, log) for f in arrow], metadata=arrow.metadata)
+    return None if is_raw_schema(arrow) else arrow
+
+
+def as_log_types(appended: pa.Schema, log: pa.Schema) -> pa.Schema:
+    """`appended` with each column whose type is what the log's column of that name reads as in
+    Spark (a uint32 column reads as long) given the log's type: the tasks' checked cast
+    (`schema.conform`) then stores the log's type, and fails on a value it cannot hold instead
+    of wrapping."""
+    return pa.schema([_as_log_type(f, log) for f in appended], metadata=appended.metadata)
 
 
 def _as_log_type(f: pa.Field, log: pa.Schema) -> pa.Field:
