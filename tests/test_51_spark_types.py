@@ -48,6 +48,8 @@ READABLE = {
     "uuid": (pa.array([uuid.UUID(int=2**128 - 1).bytes, None], pa.uuid()), "binary"),
     "view": (pa.array(["a", None], pa.string_view()), "string"),
     "dict_u8": (pa.array([255, None, 255, 0], pa.uint8()).dictionary_encode(), "smallint"),
+    "list_dict_u8": (pa.ListArray.from_arrays([0, 2, 2], pa.array([255, 0], pa.uint8()).dictionary_encode(),
+                                              mask=pa.array([False, True])), "array<smallint>"),
 }
 #: read exactly by `format("wal3")`; Spark's Parquet reader cannot, so the native scan refuses
 #: (top-level nanosecond timestamps and durations it reads as longs and converts: READABLE)

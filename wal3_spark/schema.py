@@ -171,7 +171,27 @@ def cast(column: pa.Array | pa.ChunkedArray, to: pa.DataType) -> pa.Array | pa.C
     integers, e.g. dictionary<uint8>, as plain values)."""
     if pa.types.is_dictionary(to) and not pa.types.is_dictionary(column.type):
         return column.cast(to.value_type).dictionary_encode().cast(to)
-    return column.cast(to)
+    try:
+        return column.cast(to)
+    except pa.ArrowNotImplementedError:
+        if isinstance(column, pa.ChunkedArray):
+            return pa.chunked_array([_cast_nested(chunk, to) for chunk in column.chunks], to)
+        return _cast_nested(column, to)
+
+
+def _cast_nested(array: pa.Array, to: pa.DataType) -> pa.Array:
+    """`cast` of a list or struct array child by child (a dictionary of integers inside it is
+    beyond pyarrow's cast); any other type raises what pyarrow's cast raised."""
+    if array.offset:  # a slice: rebuilt with offset 0, as the constructors need with a mask
+        array = pa.concat_arrays([array])
+    mask = array.is_null() if array.null_count else None
+    if pa.types.is_struct(to) and pa.types.is_struct(array.type):
+        children = [cast(array.field(f.name), f.type) for f in to]
+        return pa.StructArray.from_arrays(children, fields=list(to), mask=mask)
+    for kind, is_kind in ((pa.ListArray, pa.types.is_list), (pa.LargeListArray, pa.types.is_large_list)):
+        if is_kind(to) and is_kind(array.type):
+            return kind.from_arrays(array.offsets, cast(array.values, to.value_type), type=to, mask=mask)
+    return array.cast(to)
 
 
 #: a date64 is milliseconds, but Parquet stores dates as days (DATE): the part of a day would be
