@@ -159,7 +159,7 @@ def conform(data: Data, target: pa.Schema, *, exact: bool = False, against: str 
                 why = (f"column {f.name!r} of type {column.type} cannot be cast to {f.type}"
                        f"{_where_inexact(data, column, f.type)}: {exc}")
                 raise _data_mismatch(data, target, against, why, _cast_fix(f, against)) from None
-        if exact:
+        if exact and _holds_date64(f.type):
             _check_whole_days(f.name, column)
         columns.append(column)
     return type(data).from_arrays(columns, schema=target)
@@ -199,6 +199,15 @@ def _cast_nested(array: pa.Array, to: pa.DataType) -> pa.Array:
 _MS_PER_DAY = 86_400_000
 
 
+def _holds_date64(t: pa.DataType) -> bool:
+    """Whether type `t` is date64 or has one inside (only such columns are checked)."""
+    if pa.types.is_dictionary(t):
+        return _holds_date64(t.value_type)
+    if pa.types.is_nested(t):
+        return any(_holds_date64(t.field(i).type) for i in range(t.num_fields))
+    return pa.types.is_date64(t)
+
+
 def _check_whole_days(name: str, column: pa.Array | pa.ChunkedArray) -> None:
     """SchemaMismatch when a date64 value in `column` (or nested in it) is not a whole day."""
     for values in _date64_parts(column):
@@ -225,8 +234,8 @@ def _date64_parts(array: pa.Array | pa.ChunkedArray) -> Iterator[pa.Array]:
     elif pa.types.is_dictionary(t):
         yield from _date64_parts(array.dictionary)
     elif pa.types.is_struct(t):
-        for i in range(t.num_fields):
-            yield from _date64_parts(array.field(i))
+        for child in array.flatten():  # null where the struct is null: hidden values are not stored
+            yield from _date64_parts(child)
     elif pa.types.is_map(t):
         yield from _date64_parts(array.keys)
         yield from _date64_parts(array.items)
