@@ -10,9 +10,12 @@ decimal(20,0), float16 to float, date64 to date, a decimal of precision <= 38 to
 and time units finer or coarser than Spark's microseconds to microseconds. Reads cast each
 batch to that form with `schema.conform`, whose checked casts fail, naming the offsets, on a
 value that does not convert exactly (a nanosecond timestamp that is not whole microseconds);
-types with no Spark equivalent at all are refused here, before any job runs. Appends from Spark
-go the other way (`appended_schema`): a column whose Spark type is the log column's widened type
-is cast back to the log's type, checked, so a long that does not fit a uint32 column fails.
+types with no Spark equivalent at all are refused here, before any job runs. The native scan
+reads the same Parquet files with Spark's reader: `native_conversions` and
+`check_parquet_readable` say what it converts itself and what it refuses. Appends from Spark go
+the other way (`as_log_types`): a column whose Spark type is the log column's widened type is
+cast back to the log's type, checked, so a long that does not fit a uint32 column fails.
+docs/design.md section 21 says why.
 """
 
 from __future__ import annotations
