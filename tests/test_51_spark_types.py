@@ -31,6 +31,8 @@ READABLE = {
     "u32": (pa.array([0, 2**32 - 1, None], pa.uint32()), "bigint"),
     "u64": (pa.array([0, 2**63, 2**64 - 1, None], pa.uint64()), "decimal(20,0)"),
     "f32": (pa.array([-0.0, math.nan, -3.4e38, None], pa.float32()), "float"),
+    "f16": (pa.array([1.5, -65504.0, math.nan, -math.inf, 2**-24, -0.0, None], pa.float16()), "float"),
+    "list_f16": (pa.array([[0.5, None, math.inf], None], pa.list_(pa.float16())), "array<float>"),
     "d64": (pa.array([DAY_MS, -DAY_MS * 36525, None], pa.date64()), "date"),
     "dec32": (pa.array([Decimal("-9999.9"), None], pa.decimal32(5, 1)), "decimal(5,1)"),
     "dec64": (pa.array([Decimal("1.25"), None], pa.decimal64(15, 2)), "decimal(15,2)"),
@@ -52,11 +54,11 @@ READABLE = {
                                               mask=pa.array([False, True])), "array<smallint>"),
 }
 #: read exactly by `format("wal3")`; Spark's Parquet reader cannot, so the native scan refuses
-#: (top-level nanosecond timestamps and durations it reads as longs and converts: READABLE)
+#: (it converts top-level nanosecond timestamps, durations, float16 and lists of float16: READABLE)
 SOURCE_ONLY = {
-    "f16": (pa.array([1.5, -65504.0, math.nan, -math.inf, None], pa.float16()), "float"),
     "time_ms": (pa.array([1, 86_399_999, None], pa.time32("ms")), "time(6)"),
-    "list_f16": (pa.array([[0.5], None], pa.list_(pa.float16())), "array<float>"),
+    "struct_f16": (pa.array([{"a": 0.5}, None], pa.struct([("a", pa.float16())])), "struct<a:float>"),
+    "list_ts_ns": (pa.array([[1_000], None], pa.list_(NS)), "array<timestamp>"),
 }
 
 

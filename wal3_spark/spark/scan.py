@@ -35,7 +35,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import DecimalType, LongType, StructField, StructType
+from pyspark.sql.types import DecimalType, StructField, StructType
 
 from wal3_spark.errors import InvalidOption, ScanUnsupported
 from wal3_spark.format import RELATIVE_OFFSET, TIMESTAMP
@@ -133,8 +133,9 @@ def scan_dataframe(spark: Any, plan: ScanPlan, reader_options: Mapping[str, str]
         return spark.createDataFrame([], schema)
     _check_case_insensitive_names(spark, [field.name for field in payload])
     in_files = plan.timestamps_in_files
-    longs = native_conversions(plan.payload)  # read as stored longs, converted in the select
-    read = [StructField(f.name, LongType(), f.nullable) if f.name in longs else f for f in payload]
+    converted = native_conversions(plan.payload)  # read as the reader can, converted in the select
+    read = [StructField(f.name, converted[f.name].read_type, f.nullable) if f.name in converted else f
+            for f in payload]
     read_schema = StructType(read + ([StructField(TIMESTAMP, DecimalType(20, 0))] if in_files else []))
     df = spark.read.options(**reader_options).schema(read_schema).parquet(*[f.url for f in plan.files])
     taken = {name.lower() for name in read_schema.names}
@@ -146,8 +147,8 @@ def scan_dataframe(spark: Any, plan: ScanPlan, reader_options: Mapping[str, str]
     if in_files:  # uint64 in Parquet; Spark reads it as decimal(20, 0)
         time_us = f"CAST({_quoted(TIMESTAMP)} AS BIGINT)"
     return df.selectExpr(
-        *[_quoted(f.name) if f.name not in longs
-          else f"{longs[f.name](_quoted(f.name), offset)} AS {_quoted(f.name)}" for f in payload],
+        *[_quoted(f.name) if f.name not in converted
+          else f"{converted[f.name].sql(_quoted(f.name), offset)} AS {_quoted(f.name)}" for f in payload],
         f"{offset} AS {_quoted(OFFSET_COLUMN)}",
         f"timestamp_micros({time_us}) AS {_quoted(TIMESTAMP_COLUMN)}",
     )

@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import pyarrow as pa
 from pyspark.sql.pandas.types import from_arrow_schema, from_arrow_type, to_arrow_schema
-from pyspark.sql.types import StructType
+from pyspark.sql.types import ArrayType, BinaryType, DataType, LongType, StructType
 
 from wal3_spark.errors import SchemaMismatch
 from wal3_spark.reader import output_schema
@@ -92,10 +93,10 @@ def spark_arrow_type(t: pa.DataType, column: str) -> pa.DataType:
 
 def check_parquet_readable(payload: pa.Schema | None) -> None:
     """SchemaMismatch naming the first payload column whose Parquet form Spark's own Parquet
-    reader (the native scan) cannot read as `spark_arrow_type` says, unless it reads it as a
-    long for `native_conversions` to convert: float16 (no Spark reader), nanosecond timestamps
-    (refused by the reader), times (Spark's TIME type is off by default) and durations in any
-    unit but microseconds (read as microseconds: wrong by 10^3 to 10^6)."""
+    reader (the native scan) cannot read as `spark_arrow_type` says, unless `native_conversions`
+    converts it: float16 (no Spark reader), nanosecond timestamps (refused by the reader), times
+    (Spark's TIME type is off by default) and durations in any unit but microseconds (read as
+    microseconds: wrong by 10^3 to 10^6)."""
     convertible = native_conversions(payload)
     for f in payload or ():
         bad = None if f.name in convertible else _parquet_unreadable(f.type)
@@ -117,13 +118,23 @@ _FROM_LONG: dict[pa.DataType, str] = {
 }
 
 
-def native_conversions(payload: pa.Schema | None) -> dict[str, Callable[[str, str], str]]:
-    """The top-level payload columns the native scan reads from Parquet as longs, each with the
-    SQL (given the column's and the row offset's SQL) that makes it the Spark type
-    `format("wal3")` returns: nanosecond timestamps, which Spark's reader refuses, and durations
-    not in microseconds, which it misreads. A nanosecond value that is not whole microseconds
-    fails the query naming the column, its offset and the fix, as `format("wal3")` does."""
-    conversions: dict[str, Callable[[str, str], str]] = {}
+@dataclass(frozen=True)
+class NativeColumn:
+    """How the native scan reads a top-level payload column Spark's Parquet reader cannot read
+    as its Spark type: as `read_type` (what the reader does read), then `sql(column, offset)`
+    (the SQL of the column and of the row's offset) makes it the Spark type."""
+
+    read_type: DataType
+    sql: Callable[[str, str], str]
+
+
+def native_conversions(payload: pa.Schema | None) -> dict[str, NativeColumn]:
+    """The top-level payload columns the native scan converts itself to what `format("wal3")`
+    returns: nanosecond timestamps (the reader refuses them) and durations not in microseconds
+    (it misreads them), read as the stored longs; float16 and lists of them (no reader), read as
+    their 2 bytes and decoded. A nanosecond value that is not whole microseconds fails the query
+    naming the column, its offset and the fix, as `format("wal3")` does."""
+    conversions: dict[str, NativeColumn] = {}
     for f in payload or ():
         t = f.type
         if pa.types.is_timestamp(t) and t.unit == "ns":
@@ -131,10 +142,29 @@ def native_conversions(payload: pa.Schema | None) -> dict[str, Callable[[str, st
                         "timestampadd(MICROSECOND, {c} DIV 1000, TIMESTAMP_NTZ'1970-01-01 00:00:00')")
         elif pa.types.is_duration(t) and t.unit != "us":
             to_spark = _FROM_LONG[t]
+        elif pa.types.is_float16(t):
+            conversions[f.name] = NativeColumn(BinaryType(), lambda c, _: _float16(c))
+            continue
+        elif (pa.types.is_list(t) or pa.types.is_large_list(t)) and pa.types.is_float16(t.value_type):
+            conversions[f.name] = NativeColumn(ArrayType(BinaryType(), t.value_field.nullable),
+                                               lambda c, _: f"transform({c}, x -> {_float16('x')})")
+            continue
         else:
             continue
-        conversions[f.name] = functools.partial(_from_long, to_spark, f, t.unit == "ns")
+        conversions[f.name] = NativeColumn(LongType(), functools.partial(_from_long, to_spark, f, t.unit == "ns"))
     return conversions
+
+
+def _float16(column: str) -> str:
+    """SQL decoding a float16's 2 little-endian bytes (IEEE 754 binary16: sign, 5-bit exponent,
+    10-bit fraction) to the float it is, exactly: NaN, infinities, -0.0 and subnormals too."""
+    word = f"CAST(conv(hex({column}), 16, 10) AS INT)"  # the bytes read big-endian: swap them
+    h = f"(shiftleft({word} & 255, 8) | shiftright({word}, 8))"
+    exponent, fraction = f"(shiftright({h}, 10) & 31)", f"({h} & 1023)"
+    return (f"CAST(CASE WHEN {h} >= 32768 THEN -1D ELSE 1D END * CASE "
+            f"WHEN {exponent} = 0 THEN {fraction} * power(2, -24) "
+            f"WHEN {exponent} = 31 THEN CASE WHEN {fraction} = 0 THEN double('Infinity') ELSE double('NaN') END "
+            f"ELSE (1024 + {fraction}) * power(2, {exponent} - 25) END AS FLOAT)")
 
 
 def _from_long(to_spark: str, f: pa.Field, nanos: bool, column: str, offset: str) -> str:
