@@ -125,13 +125,15 @@ def structured_table(rows: int) -> pa.Table:
 
 def _alternating(sides: dict, repeat: int) -> dict[str, list[tuple[float, float]]]:
     """(wall, CPU) seconds per run of each side, the sides taking turns after one warm-up each,
-    so that both sides of a ratio see the same load on a shared machine. CPU seconds are the
-    whole process's (every thread), which a loaded machine disturbs far less than wall time."""
+    so that both sides of a ratio see the same load on a shared machine; the order flips every
+    round (ABBA), so neither side always runs first, after the other's garbage. CPU seconds are
+    the whole process's (every thread), which a loaded machine disturbs far less than wall time."""
     times: dict[str, list[tuple[float, float]]] = {name: [] for name in sides}
     for fn in sides.values():
         fn()
-    for _ in range(repeat):
-        for name, fn in sides.items():
+    order = list(sides.items())
+    for round_ in range(repeat):
+        for name, fn in order if round_ % 2 == 0 else order[::-1]:
             start, cpu = time.perf_counter(), time.process_time()
             fn()
             times[name].append((time.perf_counter() - start, time.process_time() - cpu))
