@@ -254,11 +254,17 @@ def _as_log_type(f: pa.Field, log: pa.Schema) -> pa.Field:
     if at < 0 or log.field(at).type.equals(f.type):
         return f
     stored = log.field(at).type
-    if _find(stored, pa.types.is_float16) is not None:
-        return f  # float -> float16 casts round and overflow to inf unchecked: refuse instead
     try:
         reads_as = spark_arrow_type(stored, f.name)
     except SchemaMismatch:
         return f
-    same = from_arrow_type(reads_as) == from_arrow_type(spark_arrow_type(f.type, f.name))
-    return f.with_type(stored) if same else f
+    if from_arrow_type(reads_as) != from_arrow_type(spark_arrow_type(f.type, f.name)):
+        return f
+    if _find(stored, pa.types.is_float16) is not None:  # the cast would round, and overflow to inf
+        raise SchemaMismatch(
+            f"column {f.name!r} is {stored} in the log, which Spark reads as {f.type} but cannot "
+            "append to: a float does not convert to a float16 exactly, and the conversion is not "
+            "checked. Fix: append to this log with the Python API (LogWriter), converting the "
+            "values yourself, or write the column to a log that stores it as float"
+        )
+    return f.with_type(stored)
