@@ -10,7 +10,8 @@ This class only parses options (once, on the driver) and hands out the reader an
 classes; see the sibling modules for each role, and `table` for how a catalog table finds its
 log.
 
-Each role's module is imported by the method that hands it out, not here. A streaming query
+Each role's module is imported where it is handed out (a log set's only for a log set), not
+here. A streaming query
 runs its source in a fresh Python process (Spark's `PythonStreamingSourceRunner`, one per query,
 not forked from a warm daemon) that imports this module to unpickle the data source and then
 asks only for `streamReader`, before the query's first trigger. With the writers, the log-set
@@ -49,7 +50,6 @@ class Wal3DataSource(DataSource):
 
     def schema(self) -> StructType:
         from wal3_spark.reader import LogReader
-        from wal3_spark.spark.logset_reader import logset_schema
         from wal3_spark.spark.schemas import payload_to_spark
 
         if table.is_table_definition(self.options):  # CREATE TABLE … USING wal3
@@ -59,6 +59,8 @@ class Wal3DataSource(DataSource):
         # reader()/streamReader(); here only the location matters.
         where = opts.location(self.options)
         if where.logs is not None:
+            from wal3_spark.spark.logset_reader import logset_schema
+
             return logset_schema(where)
         manifest = LogReader(where.open_store()).manifest()
         return payload_to_spark(manifest.arrow_schema())
@@ -66,12 +68,13 @@ class Wal3DataSource(DataSource):
     # -- batch --------------------------------------------------------------------------
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        from wal3_spark.spark.batch_writer import Wal3BatchWriter
-        from wal3_spark.spark.routing_writer import RoutingBatchWriter
-
         options = self._parse(opts.WRITE, schema)
         if options.log_column is not None:
+            from wal3_spark.spark.routing_writer import RoutingBatchWriter
+
             return RoutingBatchWriter.create(options, schema, overwrite)
+        from wal3_spark.spark.batch_writer import Wal3BatchWriter
+
         log = table.table_log(schema)
         if log is not None and options.url == log.url:
             # an INSERT into a catalog table: its rows come with the table's _offset/_timestamp
@@ -81,29 +84,32 @@ class Wal3DataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         from wal3_spark.spark.batch_reader import reader_class
-        from wal3_spark.spark.logset_reader import LogSetBatchReader, LogSetPushdownReader
 
         options = self._parse(opts.READ, schema)
         if options.logs is not None:
+            from wal3_spark.spark.logset_reader import LogSetBatchReader, LogSetPushdownReader
+
             return reader_class(LogSetBatchReader, LogSetPushdownReader)(options, schema)
         return reader_class()(options, schema)
 
     # -- streaming ----------------------------------------------------------------------
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        from wal3_spark.spark.logset_stream import LogSetStreamReader
-        from wal3_spark.spark.stream_reader import Wal3StreamReader
-
         options = self._parse(opts.STREAM_READ, schema)
         if options.logs is not None:
+            from wal3_spark.spark.logset_stream import LogSetStreamReader
+
             return LogSetStreamReader(options, schema)
+        from wal3_spark.spark.stream_reader import Wal3StreamReader
+
         return Wal3StreamReader(options, schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        from wal3_spark.spark.routing_writer import RoutingStreamWriter
-        from wal3_spark.spark.stream_writer import Wal3StreamWriter
-
         options = self._parse(opts.STREAM_WRITE)
         if options.log_column is not None:
+            from wal3_spark.spark.routing_writer import RoutingStreamWriter
+
             return RoutingStreamWriter.create(options, schema, overwrite)
+        from wal3_spark.spark.stream_writer import Wal3StreamWriter
+
         return Wal3StreamWriter.create(options, schema, overwrite)
