@@ -1,6 +1,6 @@
-"""Errors survive pickling with their message and attributes: Spark ships an exception raised in
-an executor to the driver by pickling it, and a class whose constructor builds its message (or
-takes keyword-only arguments) does not rebuild from its message alone."""
+"""Errors survive pickling with their message and attributes, so that they can cross a process
+boundary whole; a class whose constructor builds its message (or takes keyword-only arguments)
+does not rebuild from its message alone."""
 
 from __future__ import annotations
 

@@ -21,8 +21,10 @@ def _unpickle(cls: type[Wal3Error], args: tuple[Any, ...]) -> Wal3Error:
 class Wal3Error(Exception):
     """Base class of every error raised on purpose by wal3-spark.
 
-    Picklable with its message and attributes, whatever its constructor takes: Spark ships an
-    executor's exception to the driver by pickling it."""
+    Picklable with its message and attributes, whatever its constructor takes, so that it can
+    cross a process boundary whole (process pools, `multiprocessing`, anything that pickles a
+    result). A Spark Python worker sends the driver only an exception's text (a
+    `PythonException`), so code on the driver matches a task's error by its message."""
 
     def __reduce__(self) -> tuple[Any, ...]:
         return _unpickle, (type(self), self.args), self.__dict__
