@@ -53,9 +53,6 @@ from wal3_spark.storage import (
     join_url,
     open_store,
 )
-from wal3_spark.fragment import encode_raw
-from wal3_spark.storage.hedged import HedgedStore
-from wal3_spark.storage.latency import LatencyStore
 from wal3_spark.storage.prefixed import PrefixedStore
 from wal3_spark.storage.retry import backoff_delays, retry
 
@@ -1027,25 +1024,3 @@ def test_48_s3_a_put_answered_without_an_etag_is_ambiguous(conditional: str) -> 
         else:
             store.put_if_absent("k", b"v")
     assert client.calls == 1
-
-
-@pytest.mark.parametrize("wrapped", [False, True], ids=["plain", "wrapped"])
-def test_49_writes_take_a_read_only_memoryview(store: ObjectStore, wrapped: bool) -> None:
-    """A fragment's bytes are a view of Arrow's buffer (`FragmentBuilder.finish`, no copy into
-    `bytes`): every store, and every wrapper on the write path, writes them as their bytes."""
-    data = encode_raw([b"a" * 1000, b"\xff" * 10], 1).data
-    assert isinstance(data, memoryview) and data.readonly
-    expected = bytes(data)
-    target = store
-    if wrapped:
-        target = HedgedStore(
-            LatencyStore(FaultyStore(PrefixedStore(store, "p"), seed=0), 0.0),
-            create_prefixes=("log/",),
-        )
-    target.create("log/created.parquet", data)
-    assert target.put_if_absent("log/put.parquet", data) == md5(expected)
-    for key in ("log/created.parquet", "log/put.parquet"):
-        blob = target.get(key)
-        assert isinstance(blob.data, bytes) and blob.data == expected
-    if isinstance(target, HedgedStore):
-        target.shutdown()

@@ -98,7 +98,7 @@ def _copy_fragment(
     return FragmentRef(path, str(fragment_uuid), ref.start, ref.limit, len(encoded.data), encoded.setsum)
 
 
-def _put(store: ObjectStore, key: str, data: bytes | memoryview) -> None:
+def _put(store: ObjectStore, key: str, data: bytes) -> None:
     try:
         store.put_if_absent(key, data)
     except (PreconditionFailed, AmbiguousWrite):

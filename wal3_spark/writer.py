@@ -666,7 +666,7 @@ def write_fragment(
     )
 
 
-def _landed(store: ObjectStore, path: str, data: bytes | memoryview) -> bool:
+def _landed(store: ObjectStore, path: str, data: bytes) -> bool:
     try:
         stored = store.get(path).data
     except ObjectNotFound:

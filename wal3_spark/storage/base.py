@@ -86,13 +86,10 @@ class ObjectStore(abc.ABC):
         """The object's metadata without its bytes."""
 
     @abc.abstractmethod
-    def put_if_absent(self, key: str, data: bytes | memoryview) -> str:
-        """Create the object only if it does not exist; return its ETag. `data` is `bytes` or a
-        read-only `memoryview` of bytes (a fragment's, not copied out of Arrow's buffer): a
-        store that keeps it (in memory) or hands it to a client that wants `bytes` (boto3)
-        copies it with `bytes(data)`, which costs nothing for `bytes`."""
+    def put_if_absent(self, key: str, data: bytes) -> str:
+        """Create the object only if it does not exist; return its ETag."""
 
-    def create(self, key: str, data: bytes | memoryview) -> None:
+    def create(self, key: str, data: bytes) -> None:
         """`put_if_absent` for a caller that never reads the ETag (a fragment: nothing is ever
         written conditionally on it). Stores that compute ETags themselves skip that work;
         the others, and every wrapper, are their own `put_if_absent`."""

@@ -72,6 +72,6 @@ def file_url(path: str) -> str:
     return "file://" + quote(path, safe="/")
 
 
-def md5_etag(data: bytes | memoryview) -> str:
+def md5_etag(data: bytes) -> str:
     """The ETag S3 gives a single-PUT object: the hex MD5 of its bytes (without quotes)."""
     return hashlib.md5(data, usedforsecurity=False).hexdigest()

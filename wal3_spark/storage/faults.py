@@ -193,7 +193,7 @@ class FaultyStore(ObjectStore):
     def delete(self, key: str) -> None:
         self._idempotent(f"delete {key!r}", lambda: self.inner.delete(key))
 
-    def put_if_absent(self, key: str, data: bytes | memoryview) -> str:
+    def put_if_absent(self, key: str, data: bytes) -> str:
         return self._write(key, True, lambda: self.inner.put_if_absent(key, data))
 
     def put_if_match(self, key: str, data: bytes, etag: str) -> str:
@@ -312,7 +312,7 @@ class LateLandingStore(ObjectStore):
 
     # ---------------------------------------------------------------------------- plumbing
 
-    def _choose(self, method: str, key: str, data: bytes | memoryview, etag: str | None) -> _HeldWrite | None:
+    def _choose(self, method: str, key: str, data: bytes, etag: str | None) -> _HeldWrite | None:
         """The write to hold back, if this one is chosen."""
         if method not in self.methods or (self.keys is not None and key not in self.keys):
             return None
@@ -391,7 +391,7 @@ class LateLandingStore(ObjectStore):
     def delete(self, key: str) -> None:
         self._request(lambda: self.inner.delete(key))
 
-    def put_if_absent(self, key: str, data: bytes | memoryview) -> str:
+    def put_if_absent(self, key: str, data: bytes) -> str:
         held = self._choose("put_if_absent", key, data, None)
         if held is not None:
             raise self._hold(held)

@@ -28,7 +28,7 @@ class ForwardingStore(ObjectStore):
     def head(self, key: str) -> ObjectMeta:
         return self.inner.head(key)
 
-    def put_if_absent(self, key: str, data: bytes | memoryview) -> str:
+    def put_if_absent(self, key: str, data: bytes) -> str:
         return self.inner.put_if_absent(key, data)
 
     def put_if_match(self, key: str, data: bytes, etag: str) -> str:

@@ -149,7 +149,7 @@ class HedgedStore(ForwardingStore):
     def head(self, key: str) -> ObjectMeta:
         return self._hedged("head", lambda: self.inner.head(key), _definitive_read)
 
-    def put_if_absent(self, key: str, data: bytes | memoryview) -> str:
+    def put_if_absent(self, key: str, data: bytes) -> str:
         if not key.startswith(self.create_prefixes):
             return self.inner.put_if_absent(key, data)
         attempts = self._attempts("create", lambda: self.inner.put_if_absent(key, data), _succeeded)
@@ -222,7 +222,7 @@ class HedgedStore(ForwardingStore):
             samples = self._latencies.setdefault(kind, deque(maxlen=self.policy.window))
             samples.append(latency)
 
-    def _resolve_create(self, key: str, data: bytes | memoryview, attempts: list[Future]) -> str:
+    def _resolve_create(self, key: str, data: bytes, attempts: list[Future]) -> str:
         """One answer for a create sent once or twice: created if either copy created it, or if
         a copy saw 412 while the other may have written it and the object holds our bytes."""
         for attempt in attempts:
@@ -236,7 +236,7 @@ class HedgedStore(ForwardingStore):
         ambiguous = [e for e in errors if isinstance(e, AmbiguousWrite)]
         raise ambiguous[0] if ambiguous else errors[0]
 
-    def _read_back(self, key: str, data: bytes | memoryview, errors: list[BaseException | None]) -> str:
+    def _read_back(self, key: str, data: bytes, errors: list[BaseException | None]) -> str:
         try:
             blob = self.inner.get(key)
         except ObjectNotFound:

@@ -70,7 +70,7 @@ class LatencyStore(ForwardingStore):
         self._wait("head")
         return self.inner.head(key)
 
-    def put_if_absent(self, key: str, data: bytes | memoryview) -> str:
+    def put_if_absent(self, key: str, data: bytes) -> str:
         self._wait("put_if_absent")
         return self.inner.put_if_absent(key, data)
 

@@ -68,7 +68,7 @@ class MemoryStore(ObjectStore):
             raise ObjectNotFound(key, self.url)
         return ObjectMeta(key, len(entry[0]), entry[1], entry[2])
 
-    def put_if_absent(self, key: str, data: bytes | memoryview) -> str:
+    def put_if_absent(self, key: str, data: bytes) -> str:
         full, data = self._full(key), bytes(data)
         etag = md5_etag(data)
         with self._ns.lock:

@@ -40,7 +40,7 @@ class PrefixedStore(ObjectStore):
         meta = self.inner.head(self._full(key))
         return ObjectMeta(key, meta.size, meta.etag, meta.last_modified)
 
-    def put_if_absent(self, key: str, data: bytes | memoryview) -> str:
+    def put_if_absent(self, key: str, data: bytes) -> str:
         return self.inner.put_if_absent(self._full(key), data)
 
     def put_if_match(self, key: str, data: bytes, etag: str) -> str:

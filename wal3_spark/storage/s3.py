@@ -370,7 +370,7 @@ class S3Store(ObjectStore):
         # from a request that may have been sent: only a look at the store can tell
         return AmbiguousWrite(key, exc)
 
-    def _conditional_put(self, key: str, data: bytes | memoryview, condition: str, **kwargs: str) -> str:
+    def _conditional_put(self, key: str, data: bytes, condition: str, **kwargs: str) -> str:
         full, body = self._full(key), bytes(data)
 
         def attempt() -> str:
@@ -433,7 +433,7 @@ class S3Store(ObjectStore):
 
         return self._idempotent("head", key, head)
 
-    def put_if_absent(self, key: str, data: bytes | memoryview) -> str:
+    def put_if_absent(self, key: str, data: bytes) -> str:
         return self._conditional_put(key, data, "If-None-Match: *", IfNoneMatch="*")
 
     def put_if_match(self, key: str, data: bytes, etag: str) -> str:
