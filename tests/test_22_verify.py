@@ -164,3 +164,35 @@ def test_09_a_fragment_in_a_snapshot_and_again_at_the_tail_is_found_and_named(lo
     assert not report.ok
     assert any(p.kind == "invariant" and f"fragment {rolled.path} is referenced twice" in p.detail
                for p in report.problems), report.problems
+
+
+def test_10_a_manifest_schema_that_does_not_decode_is_corrupt():
+    """The schema is decoded only when a read needs it: verify decodes it (every read would fail)."""
+    store = open_store("memory://verify-bad-schema")
+    LogWriter(store).append(pa.table({"id": [1, 2]}))
+    doc = json.loads(store.get(MANIFEST_KEY).data)
+    doc["schema"] = "bm90IGFycm93"  # base64 of "not arrow"
+    store.put_if_match(MANIFEST_KEY, json.dumps(doc).encode(), store.get(MANIFEST_KEY).etag)
+    report = verify(store)
+    assert [(p.kind, p.obj) for p in report.problems] == [("corrupt", MANIFEST_KEY)]
+    assert "not base64 Arrow IPC" in report.problems[0].detail
+
+
+def test_11_a_structured_fragment_whose_path_time_is_not_its_rows_time_is_corrupt(monkeypatch):
+    """The native scan and `_timestamp` pushdown take a structured fragment's time from its
+    path; the setsum covers the rows' timestamp_us, not the path, so a verifying read checks
+    that the two agree."""
+    import wal3_spark.writer as writer_module
+
+    store = open_store("memory://verify-path-time")
+    LogWriter(store).append(pa.table({"id": [1]}))
+    new_uuid7 = writer_module.new_uuid7
+    monkeypatch.setattr(writer_module, "new_uuid7", lambda ts: new_uuid7(ts + 5))
+    LogWriter(store).append(pa.table({"id": [2, 3]}))
+    report = verify(store)
+    assert [p.kind for p in report.problems] == ["corrupt"]
+    assert report.problems[0].obj == _fragment_paths(store)[-1]
+    assert "2 of its rows have a timestamp_us other than its path's" in report.problems[0].detail
+    with pytest.raises(CorruptLog, match="other than its path's"):
+        LogReader(store).read_table()
+    assert LogReader(store).read_table(verify=False).num_rows == 3

@@ -450,7 +450,26 @@ def check_fragment_data(
                 f"{actual.hexdigest()}, manifest {ref.setsum.hexdigest()}); the file is corrupt: "
                 "restore it from a copy or run `wal3 verify` for the full report",
             )
+        _check_path_time(decoded, ref, raw)
     return decoded
+
+
+def _check_path_time(decoded: DecodedFragment, ref: FragmentRef, raw: bool) -> None:
+    """A structured fragment's rows carry the time its path encodes (`exact_path_timestamp_us`):
+    the native scan and `_timestamp` pushdown take it from the path, so a fragment that breaks
+    the rule would read differently there. The setsum covers the column, not the path."""
+    path_us = exact_path_timestamp_us(ref, structured=not raw)
+    if path_us is None or not len(decoded.timestamp_us):
+        return
+    wrong = decoded.timestamp_us != path_us
+    if wrong.any():
+        raise CorruptLog(
+            "a structured fragment's rows carry its path's write time",
+            ref.path,
+            f"{int(wrong.sum())} of its rows have a timestamp_us other than its path's "
+            f"({int(decoded.timestamp_us[wrong.argmax()])} vs {path_us}); wal3-spark never "
+            "writes such a fragment: it was rewritten or renamed by something else",
+        )
 
 
 def read_range(

@@ -112,6 +112,7 @@ def _verify_once(store: ObjectStore, check: FragmentChecker | None) -> VerifyRep
     report.setsum = manifest.setsum.hexdigest()
     report.oldest_offset, report.next_offset = manifest.oldest_offset, manifest.next_offset
     _check(report, "invariant", manifest.scrub)
+    _check(report, "corrupt", manifest.arrow_schema)  # decoded only when used, so check it here
 
     snapshot_paths: set[str] = set()
     before = len(report.problems)
