@@ -769,3 +769,14 @@ def test_44_builders_work_in_forked_children_after_the_parent_used_them():
     expected = encode_raw([b"a", b"b"], TS).setsum.hexdigest()
     with multiprocessing.get_context("fork").Pool(1) as pool:
         assert pool.apply_async(_encode_in_child, ([b"a", b"b"],)).get(timeout=60) == expected
+
+
+def test_45_more_values_than_a_dictionary_index_holds_is_a_schema_mismatch():
+    """300 distinct strings cannot be a dictionary<int8, string>: the append is refused naming
+    the column, as any other cast pyarrow refuses (not pyarrow's own IndexError)."""
+    target = pa.schema([pa.field("d", pa.dictionary(pa.int8(), pa.string()))])
+    batch = pa.record_batch([pa.array([str(i) for i in range(300)])], names=["d"])
+    with pytest.raises(SchemaMismatch, match="column 'd' of type string cannot be cast"):
+        conform(batch, target)
+    fits = pa.record_batch([pa.array([str(i % 100) for i in range(300)])], names=["d"])
+    assert conform(fits, target).column(0).to_pylist() == fits.column(0).to_pylist()

@@ -127,6 +127,11 @@ def reconcile(log: pa.Schema | None, incoming: pa.Schema, *, merge: bool, raw_lo
     return pa.schema(fields, metadata=log.metadata)
 
 
+#: what pyarrow's checked cast raises for values it refuses (ArrowIndexError: more distinct
+#: values than a dictionary's index type holds, e.g. 300 strings into dictionary<int8, string>)
+_CAST_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, pa.ArrowIndexError)
+
+
 def conform(data: Data, target: pa.Schema, *, exact: bool = False, against: str = "log") -> Data:
     """`data` (a batch or a table) with exactly the schema `target`, or SchemaMismatch.
 
@@ -155,7 +160,7 @@ def conform(data: Data, target: pa.Schema, *, exact: bool = False, against: str 
         if not column.type.equals(f.type):
             try:
                 column = cast(column, f.type)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+            except _CAST_ERRORS as exc:
                 why = (f"column {f.name!r} of type {column.type} cannot be cast to {f.type}"
                        f"{_where_inexact(data, column, f.type)}: {exc}")
                 raise _data_mismatch(data, target, against, why, _cast_fix(f, against)) from None
@@ -257,7 +262,7 @@ def _where_inexact(data: Data, column: pa.Array | pa.ChunkedArray, to: pa.DataTy
     try:
         back = column.cast(to, safe=False).cast(column.type, safe=False)
         rows = pc.indices_nonzero(pc.fill_null(pc.not_equal(back, column), False))
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+    except _CAST_ERRORS:
         rows = None
     if rows is not None and not len(rows):
         return ""
