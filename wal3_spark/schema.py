@@ -10,7 +10,7 @@ manifest) never changes.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 import numpy as np
@@ -164,7 +164,7 @@ def conform(data: Data, target: pa.Schema, *, exact: bool = False, against: str 
                 why = (f"column {f.name!r} of type {column.type} cannot be cast to {f.type}"
                        f"{_where_inexact(data, column, f.type)}: {exc}")
                 raise _data_mismatch(data, target, against, why, _cast_fix(f, against)) from None
-        if exact and _holds_date64(f.type):
+        if exact and find_type(f.type, pa.types.is_date64) is not None:  # only those are checked
             _check_whole_days(f.name, column)
         columns.append(column)
     return type(data).from_arrays(columns, schema=target)
@@ -204,13 +204,21 @@ def _cast_nested(array: pa.Array, to: pa.DataType) -> pa.Array:
 _MS_PER_DAY = 86_400_000
 
 
-def _holds_date64(t: pa.DataType) -> bool:
-    """Whether type `t` is date64 or has one inside (only such columns are checked)."""
+def find_type(t: pa.DataType, pred: Callable[[pa.DataType], bool]) -> pa.DataType | None:
+    """The first part of type `t` (itself, a stored or dictionary value type, a nested field's
+    type, depth first) for which `pred` holds, or None."""
+    if isinstance(t, pa.BaseExtensionType):
+        return find_type(t.storage_type, pred)
     if pa.types.is_dictionary(t):
-        return _holds_date64(t.value_type)
+        return find_type(t.value_type, pred)
+    if pred(t):
+        return t
     if pa.types.is_nested(t):
-        return any(_holds_date64(t.field(i).type) for i in range(t.num_fields))
-    return pa.types.is_date64(t)
+        for i in range(t.num_fields):
+            found = find_type(t.field(i).type, pred)
+            if found is not None:
+                return found
+    return None
 
 
 def _check_whole_days(name: str, column: pa.Array | pa.ChunkedArray) -> None:

@@ -30,7 +30,7 @@ from pyspark.sql.types import ArrayType, BinaryType, DataType, LongType, StructT
 
 from wal3_spark.errors import SchemaMismatch
 from wal3_spark.reader import output_schema
-from wal3_spark.schema import is_raw_schema
+from wal3_spark.schema import find_type, is_raw_schema
 
 #: fixed-width Arrow types Spark lacks, as the Spark-held type Spark's Parquet reader reads
 #: the same Parquet column as (ParquetToSparkSchemaConverter, Spark 4.x)
@@ -186,29 +186,12 @@ def _sql_text(value: str) -> str:
 
 def _parquet_unreadable(t: pa.DataType) -> pa.DataType | None:
     """The part of type `t` Spark's Parquet reader misreads or refuses, or None."""
-    return _find(t, lambda k: (
+    return find_type(t, lambda k: (
         pa.types.is_float16(k)
         or (pa.types.is_timestamp(k) and k.unit == "ns")
         or pa.types.is_time(k)
         or (pa.types.is_duration(k) and k.unit != "us")
     ))
-
-
-def _find(t: pa.DataType, pred: Callable[[pa.DataType], bool]) -> pa.DataType | None:
-    """The first part of type `t` (itself, a stored or dictionary value type, a nested field's
-    type, depth first) for which `pred` holds, or None."""
-    if isinstance(t, pa.BaseExtensionType):
-        return _find(t.storage_type, pred)
-    if pa.types.is_dictionary(t):
-        return _find(t.value_type, pred)
-    if pred(t):
-        return t
-    if pa.types.is_nested(t):
-        for i in range(t.num_fields):
-            found = _find(t.field(i).type, pred)
-            if found is not None:
-                return found
-    return None
 
 
 def _field(f: pa.Field, column: str) -> pa.Field:
@@ -260,7 +243,7 @@ def _as_log_type(f: pa.Field, log: pa.Schema) -> pa.Field:
         return f
     if from_arrow_type(reads_as) != from_arrow_type(spark_arrow_type(f.type, f.name)):
         return f
-    if _find(stored, pa.types.is_float16) is not None:  # the cast would round, and overflow to inf
+    if find_type(stored, pa.types.is_float16) is not None:  # the cast would round, and overflow to inf
         raise SchemaMismatch(
             f"column {f.name!r} is {stored} in the log, which Spark reads as {f.type} but cannot "
             "append to: a float does not convert to a float16 exactly, and the conversion is not "
