@@ -38,15 +38,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.support.fakes import CountingStore  # noqa: E402
 from tests.support.seaweed import running_seaweed  # noqa: E402
-from wal3_spark.dirty import DirtyLog, changes_since, dirty_store  # noqa: E402
 from wal3_spark.errors import PreconditionFailed  # noqa: E402
-from wal3_spark.format import MANIFEST_KEY  # noqa: E402
-from wal3_spark.logset import LogSet  # noqa: E402
-from wal3_spark.manifest import Manifest  # noqa: E402
-from wal3_spark.reader import LogReader  # noqa: E402
+from wal3_spark.format.layout import MANIFEST_KEY  # noqa: E402
+from wal3_spark.format.manifest import Manifest  # noqa: E402
+from wal3_spark.log.reader import LogReader  # noqa: E402
+from wal3_spark.log.writer import LogWriter  # noqa: E402
+from wal3_spark.logset.dirty import DirtyLog, changes_since, dirty_store  # noqa: E402
+from wal3_spark.logset.logs import LogSet  # noqa: E402
 from wal3_spark.storage import open_store  # noqa: E402
 from wal3_spark.storage.base import ObjectStore  # noqa: E402
-from wal3_spark.writer import LogWriter  # noqa: E402
 
 
 def row(name: str, value: str, note: str = "") -> None:

@@ -35,7 +35,6 @@ import os
 import resource
 import sys
 import tempfile
-import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -45,12 +44,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from wal3_spark.reader import LogReader  # noqa: E402
+from wal3_spark.log.reader import LogReader  # noqa: E402
+from wal3_spark.log.writer import LogWriter  # noqa: E402
 from wal3_spark.storage import open_store  # noqa: E402
 from wal3_spark.storage.base import ObjectStore  # noqa: E402
 from wal3_spark.storage.hedged import HedgedStore, HedgePolicy  # noqa: E402
 from wal3_spark.storage.latency import LatencyStore  # noqa: E402
-from wal3_spark.writer import LogWriter  # noqa: E402
 
 _names = itertools.count()
 

@@ -38,7 +38,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     writer.save(args.log)
     elapsed = time.perf_counter() - t0
-    from wal3_spark.reader import LogReader
+    from wal3_spark.log.reader import LogReader
     from wal3_spark.storage import open_store
 
     m = LogReader(open_store(args.log, _common.store_options(args.option) or None)).manifest()

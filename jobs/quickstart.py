@@ -20,7 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common  # noqa: E402
-from wal3_spark.cli import positive_arg  # noqa: E402 (after the path set-up)
+
+from wal3_spark.cli.main import positive_arg  # noqa: E402 (after the path set-up)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,9 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     spark = _common.session("wal3-quickstart")
     from pyspark.sql import functions as F
 
-    from wal3_spark.reader import LogReader
+    from wal3_spark.log.reader import LogReader
+    from wal3_spark.ops.verify import verify
     from wal3_spark.storage import open_store
-    from wal3_spark.verify import verify
 
     def orders(start: int, n: int):
         return spark.range(start, start + n, numPartitions=args.partitions).select(
@@ -92,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
 
     store = open_store(url, options or None)
     manifest = LogReader(store).manifest()
-    from wal3_spark.cursors import CursorStore
+    from wal3_spark.log.cursors import CursorStore
 
     cursor = CursorStore(store).get(args.cursor)
     report = verify(store)

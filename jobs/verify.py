@@ -18,13 +18,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common  # noqa: E402
-from wal3_spark.cli import positive_arg  # noqa: E402 (after the path set-up)
+
+from wal3_spark.cli.main import positive_arg  # noqa: E402 (after the path set-up)
 
 
 def verify_one(url: str, options: dict[str, str]) -> dict:
     """`verify` of one log as a small dict; never raises (the error is its problem)."""
     from wal3_spark.errors import Wal3Error
-    from wal3_spark.verify import verify
+    from wal3_spark.ops.verify import verify
 
     try:
         report = verify(url, options=options)
@@ -35,7 +36,7 @@ def verify_one(url: str, options: dict[str, str]) -> dict:
 
 
 def verify_set(args: argparse.Namespace, options: dict[str, str]) -> int:
-    from wal3_spark.logset import LogSelection, LogSet
+    from wal3_spark.logset.logs import LogSelection, LogSet
 
     logs = LogSet(args.prefix, LogSelection.parse(args.logs, args.pattern), options=options)
     scan = logs.scan()  # logs whose manifest cannot be read are verified too: they fail

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.support.fakes import shared_testdata
-from wal3_spark.setsum import PRIMES, Setsum
+from wal3_spark.format.setsum import PRIMES, Setsum
 
 VECTORS = json.loads(shared_testdata("setsum_vectors.json").read_text())
 SEVEN = [s.encode() for s in VECTORS["seven_values"]["items_utf8"]]

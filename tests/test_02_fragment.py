@@ -18,19 +18,23 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.support.fakes import shared_testdata
-from wal3_spark.chunk_encoding import CHUNK_ROWS, encode_column, structured_setsum
 from wal3_spark.errors import CorruptLog, SchemaMismatch
-from wal3_spark.format import fragment_path, parse_fragment_path
-from wal3_spark.fragment import (
+from wal3_spark.format.chunk_encoding import (
+    CHUNK_ROWS,
+    encode_column,
+    structured_setsum,
+)
+from wal3_spark.format.fragment import (
     FragmentBuilder,
     decode_fragment,
     encode_raw,
     encode_table,
     recompute_setsum,
 )
-from wal3_spark.schema import conform
-from wal3_spark.setsum import Setsum
-from wal3_spark.uuid7 import new_uuid7
+from wal3_spark.format.layout import fragment_path, parse_fragment_path
+from wal3_spark.format.schema import conform
+from wal3_spark.format.setsum import Setsum
+from wal3_spark.format.uuid7 import new_uuid7
 
 VECTORS = json.loads(shared_testdata("setsum_vectors.json").read_text())
 RAW_VECTORS = VECTORS["wal3_fragments"]

@@ -13,18 +13,24 @@ import pytest
 
 from tests.support.fakes import chroma_testdata, shared_testdata
 from tests.test_02_fragment import small_table, three_chunks_table
-from wal3_spark.chunk_encoding import BLAKE3, CHUNK_ROWS, encode_column, structured_setsum
-from wal3_spark.committer import Committer
-from wal3_spark.copy import copy_log
 from wal3_spark.errors import CommitFailed, CorruptLog
-from wal3_spark.format import MANIFEST_KEY
-from wal3_spark.fragment import decode_fragment, encode_table, recompute_setsum
-from wal3_spark.manifest import Manifest
-from wal3_spark.reader import LogReader
-from wal3_spark.setsum import Setsum
+from wal3_spark.format.chunk_encoding import (
+    BLAKE3,
+    CHUNK_ROWS,
+    encode_column,
+    structured_setsum,
+)
+from wal3_spark.format.fragment import decode_fragment, encode_table, recompute_setsum
+from wal3_spark.format.layout import MANIFEST_KEY
+from wal3_spark.format.manifest import Manifest
+from wal3_spark.format.setsum import Setsum
+from wal3_spark.log.committer import Committer
+from wal3_spark.log.fragment_io import write_fragments
+from wal3_spark.log.reader import LogReader
+from wal3_spark.log.writer import LogWriter
+from wal3_spark.ops.copy import copy_log
+from wal3_spark.ops.verify import verify
 from wal3_spark.storage import open_store
-from wal3_spark.verify import verify
-from wal3_spark.writer import LogWriter, write_fragments
 
 VECTORS = json.loads(shared_testdata("setsum_vectors.json").read_text())["structured_chunks_blake3"]
 SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("name", pa.string())])

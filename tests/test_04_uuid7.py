@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from wal3_spark.uuid7 import new_uuid7, uuid7_timestamp_us
+from wal3_spark.format.uuid7 import new_uuid7, uuid7_timestamp_us
 
 TS = 1_700_000_000_123_456
 

@@ -9,12 +9,17 @@ from collections.abc import Iterator
 
 import pytest
 
-from wal3_spark.errors import AmbiguousWrite, PreconditionFailed, StorageError, TransientError
-from wal3_spark.format import fragment_path
-from wal3_spark.fragment import EncodedFragment, encode_raw
+from wal3_spark.errors import (
+    AmbiguousWrite,
+    PreconditionFailed,
+    StorageError,
+    TransientError,
+)
+from wal3_spark.format.fragment import EncodedFragment, encode_raw
+from wal3_spark.format.layout import fragment_path
+from wal3_spark.format.uuid7 import new_uuid7, uuid7_timestamp_us
+from wal3_spark.log.fragment_io import FragmentFile, write_fragment
 from wal3_spark.storage import Blob, ObjectMeta, ObjectStore, open_store
-from wal3_spark.uuid7 import new_uuid7, uuid7_timestamp_us
-from wal3_spark.writer import FragmentFile, write_fragment
 
 TS = 1_700_000_000_123_456
 
@@ -104,7 +109,7 @@ def test_03_write_fragment_gives_up_after_its_attempts(fault, error):
 def test_04_write_fragment_refuses_a_path_holding_other_bytes(monkeypatch):
     store = ScriptedStore()
     fixed = new_uuid7(TS)
-    monkeypatch.setattr("wal3_spark.writer.new_uuid7", lambda _ts: fixed)
+    monkeypatch.setattr("wal3_spark.log.fragment_io.new_uuid7", lambda _ts: fixed)
     write_fragment(store, encode_raw([b"a"], TS))
     with pytest.raises(PreconditionFailed):
         write_fragment(store, encode_raw([b"b"], TS))

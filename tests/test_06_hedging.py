@@ -14,10 +14,10 @@ import threading
 import pytest
 
 from wal3_spark.errors import AmbiguousWrite, InvalidOption, PreconditionFailed
+from wal3_spark.log.writer import LogWriter
 from wal3_spark.storage import open_store
 from wal3_spark.storage.forwarding import ForwardingStore
 from wal3_spark.storage.hedged import HedgedStore, HedgePolicy
-from wal3_spark.writer import LogWriter
 
 _names = itertools.count()
 

@@ -12,10 +12,11 @@ from hypothesis import strategies as st
 from tests.support.fakes import FakeFragment as Frag
 from tests.support.fakes import chroma_testdata
 from wal3_spark.errors import CorruptLog
-from wal3_spark.format import FragmentRef
-from wal3_spark.manifest import Manifest, Snapshot, SnapshotOptions, Txn
-from wal3_spark.setsum import Setsum
-from wal3_spark.uuid7 import new_uuid7, uuid7_timestamp_us
+from wal3_spark.format.layout import FragmentRef
+from wal3_spark.format.manifest import Manifest, Snapshot, SnapshotOptions, Txn
+from wal3_spark.format.setsum import Setsum
+from wal3_spark.format.uuid7 import new_uuid7, uuid7_timestamp_us
+
 
 def frag(i: int, records: int = 3) -> Frag:
     return Frag(f"log/Uuid={i:032x}.parquet", f"{i:032x}", records, 100 + i, Setsum.of(str(i).encode()))
@@ -253,7 +254,7 @@ def test_13_collected_written_us_survives_every_rewrite_and_apply_garbage_raises
     """The newest write time GC ever collected is kept by appends, rolls, sealing and the orphan
     horizon, survives a round trip, only grows with each collection (0 for a fragment of unknown
     age), and a log collected before the field gets GC's clock as its bound."""
-    from wal3_spark.garbage import apply_garbage, compute_garbage
+    from wal3_spark.format.garbage import apply_garbage, compute_garbage
 
     options = SnapshotOptions(snapshot_rollover_threshold=4, fragment_rollover_threshold=2)
     uuids = [str(new_uuid7(t)) for t in (30, 10, 20, 40)]

@@ -9,13 +9,14 @@ import threading
 import pyarrow as pa
 import pytest
 
-from wal3_spark.committer import Committer
 from wal3_spark.errors import AmbiguousWrite, LogNotFound, LogSealed, SchemaMismatch
-from wal3_spark.format import MANIFEST_KEY
-from wal3_spark.manifest import SnapshotOptions
-from wal3_spark.reader import LogReader
+from wal3_spark.format.layout import MANIFEST_KEY
+from wal3_spark.format.manifest import SnapshotOptions
+from wal3_spark.log.committer import Committer
+from wal3_spark.log.fragment_io import write_fragments
+from wal3_spark.log.reader import LogReader
+from wal3_spark.log.writer import LogWriter, to_batches
 from wal3_spark.storage import open_store
-from wal3_spark.writer import LogWriter, to_batches, write_fragments
 
 _names = itertools.count()
 

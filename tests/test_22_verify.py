@@ -10,16 +10,17 @@ import pyarrow as pa
 import pytest
 
 from tests.support.fakes import FailingStore, HookedStore
-from wal3_spark.cursors import CursorStore
 from wal3_spark.errors import AccessDenied, CorruptLog, TransientError
-from wal3_spark.format import FRAGMENT_PREFIX, MANIFEST_KEY
-from wal3_spark.gc import GarbageCollector
-from wal3_spark.manifest import SnapshotOptions
-from wal3_spark.reader import LogReader, load_snapshot
-from wal3_spark.setsum import Setsum
+from wal3_spark.format.layout import FRAGMENT_PREFIX, MANIFEST_KEY
+from wal3_spark.format.manifest import SnapshotOptions
+from wal3_spark.format.setsum import Setsum
+from wal3_spark.log.cursors import CursorStore
+from wal3_spark.log.fragment_io import write_fragments
+from wal3_spark.log.reader import LogReader, load_snapshot
+from wal3_spark.log.writer import LogWriter, to_batches
+from wal3_spark.ops.gc import GarbageCollector
+from wal3_spark.ops.verify import verify
 from wal3_spark.storage import open_store
-from wal3_spark.verify import verify
-from wal3_spark.writer import LogWriter, to_batches, write_fragments
 
 _names = itertools.count()
 
@@ -148,7 +149,7 @@ def test_09_a_fragment_in_a_snapshot_and_again_at_the_tail_is_found_and_named(lo
     is well-formed, the setsum balances, so only the walk through the snapshots sees it."""
     from types import SimpleNamespace
 
-    from wal3_spark.manifest import Manifest
+    from wal3_spark.format.manifest import Manifest
 
     blob = log_store.get(MANIFEST_KEY)
     manifest = Manifest.from_bytes(blob.data)
@@ -182,12 +183,12 @@ def test_11_a_structured_fragment_whose_path_time_is_not_its_rows_time_is_corrup
     """The native scan and `_timestamp` pushdown take a structured fragment's time from its
     path; the setsum covers the rows' timestamp_us, not the path, so a verifying read checks
     that the two agree."""
-    import wal3_spark.writer as writer_module
+    import wal3_spark.log.fragment_io as fragment_io
 
     store = open_store("memory://verify-path-time")
     LogWriter(store).append(pa.table({"id": [1]}))
-    new_uuid7 = writer_module.new_uuid7
-    monkeypatch.setattr(writer_module, "new_uuid7", lambda ts: new_uuid7(ts + 5))
+    new_uuid7 = fragment_io.new_uuid7
+    monkeypatch.setattr(fragment_io, "new_uuid7", lambda ts: new_uuid7(ts + 5))
     LogWriter(store).append(pa.table({"id": [2, 3]}))
     report = verify(store)
     assert [p.kind for p in report.problems] == ["corrupt"]

@@ -17,15 +17,15 @@ from tests.support.fakes import (
     snapshotted_log,
     write_chroma_s3_log,
 )
-from wal3_spark.cursors import CursorStore
 from wal3_spark.errors import CorruptLog, DataLost, Wal3Error
-from wal3_spark.format import FRAGMENT_PREFIX, MANIFEST_KEY, SNAPSHOT_PREFIX
-from wal3_spark.gc import GarbageCollector
-from wal3_spark.manifest import SnapshotOptions
-from wal3_spark.reader import LogReader, iter_fragments
+from wal3_spark.format.layout import FRAGMENT_PREFIX, MANIFEST_KEY, SNAPSHOT_PREFIX
+from wal3_spark.format.manifest import SnapshotOptions
+from wal3_spark.log.cursors import CursorStore
+from wal3_spark.log.reader import LogReader, iter_fragments
+from wal3_spark.log.writer import LogWriter
+from wal3_spark.ops.gc import GarbageCollector
+from wal3_spark.ops.verify import verify
 from wal3_spark.storage import open_store
-from wal3_spark.verify import verify
-from wal3_spark.writer import LogWriter
 
 _names = itertools.count()
 

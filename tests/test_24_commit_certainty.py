@@ -12,19 +12,25 @@ from dataclasses import replace
 import pytest
 
 from tests.support.fakes import CountingStore
-from wal3_spark.committer import Committer, roll_snapshots, write_snapshot
-from wal3_spark.cursors import CursorStore
-from wal3_spark.errors import AlreadyCollected, CommitOutcomeUnknown, PastOrphanHorizon, TransientError
-from wal3_spark.format import MANIFEST_KEY
-from wal3_spark.gc import GarbageCollector
-from wal3_spark.manifest import Manifest, Snapshot, SnapshotOptions
-from wal3_spark.reader import LogReader, load_snapshot
+from wal3_spark.errors import (
+    AlreadyCollected,
+    CommitOutcomeUnknown,
+    PastOrphanHorizon,
+    TransientError,
+)
+from wal3_spark.format.layout import MANIFEST_KEY
+from wal3_spark.format.manifest import Manifest, Snapshot, SnapshotOptions
+from wal3_spark.log.committer import Committer, roll_snapshots, write_snapshot
+from wal3_spark.log.cursors import CursorStore
+from wal3_spark.log.fragment_io import write_fragments
+from wal3_spark.log.reader import LogReader, load_snapshot
+from wal3_spark.log.writer import LogWriter, to_batches
+from wal3_spark.ops.gc import GarbageCollector
+from wal3_spark.ops.verify import verify
 from wal3_spark.spark import write_tasks
 from wal3_spark.spark.write_tasks import commit_files
 from wal3_spark.storage import LateLandingStore, open_store
 from wal3_spark.storage.forwarding import ForwardingStore
-from wal3_spark.verify import verify
-from wal3_spark.writer import LogWriter, to_batches, write_fragments
 
 _names = itertools.count()
 

@@ -14,7 +14,6 @@ import time
 import pyarrow as pa
 import pytest
 
-from wal3_spark.cas import CasPolicy
 from wal3_spark.errors import (
     AccessDenied,
     AmbiguousWrite,
@@ -23,14 +22,15 @@ from wal3_spark.errors import (
     SchemaMismatch,
     TransientError,
 )
-from wal3_spark.format import MANIFEST_KEY
-from wal3_spark.manifest import SnapshotOptions
-from wal3_spark.reader import LogReader
+from wal3_spark.format.layout import MANIFEST_KEY
+from wal3_spark.format.manifest import SnapshotOptions
+from wal3_spark.log.cas import CasPolicy
+from wal3_spark.log.reader import LogReader
+from wal3_spark.log.writer import LogWriter
+from wal3_spark.ops.verify import verify
 from wal3_spark.storage import FaultyStore, LateLandingStore, open_store
 from wal3_spark.storage.base import Blob
 from wal3_spark.storage.forwarding import ForwardingStore
-from wal3_spark.verify import verify
-from wal3_spark.writer import LogWriter
 
 _names = itertools.count()
 
@@ -713,7 +713,7 @@ def test_25_submit_futures_are_futures_with_the_state_future_init_sets():
     on it, on every Python this runs on."""
     from concurrent.futures import Future
 
-    from wal3_spark.writer import _AppendFuture
+    from wal3_spark.log.writer import _AppendFuture
 
     ours, theirs = _AppendFuture(), Future()
     assert isinstance(ours, Future)

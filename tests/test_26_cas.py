@@ -1,4 +1,4 @@
-"""The compare-and-swap primitive on its own (`wal3_spark.cas`), with a toy object: a JSON list
+"""The compare-and-swap primitive on its own (`wal3_spark.log.cas`), with a toy object: a JSON list
 of tokens, where each update appends one unique token (as a commit appends unique fragments).
 Every write fault a store can show, including writes that land late, must leave each token that
 was acknowledged exactly once, and each token whose outcome was unknown at most once."""
@@ -12,8 +12,8 @@ from collections import Counter
 
 import pytest
 
-from wal3_spark.cas import CasObject, CasPolicy, Outcome
 from wal3_spark.errors import AmbiguousWrite, CommitFailed, TransientError
+from wal3_spark.log.cas import CasObject, CasPolicy, Outcome
 from wal3_spark.storage import FaultyStore, LateLandingStore, MemoryStore
 from wal3_spark.storage.forwarding import ForwardingStore
 

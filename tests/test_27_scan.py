@@ -16,14 +16,14 @@ import pyarrow.compute as pc
 import pytest
 
 from tests.support.fakes import HookedStore
-from wal3_spark.cursors import CursorStore
 from wal3_spark.errors import CorruptLog, DataLost, InvalidOption
-from wal3_spark.format import FRAGMENT_PREFIX
-from wal3_spark.gc import GarbageCollector
-from wal3_spark.reader import LogReader
+from wal3_spark.format.layout import FRAGMENT_PREFIX
+from wal3_spark.format.uuid7 import uuid7_timestamp_us
+from wal3_spark.log.cursors import CursorStore
+from wal3_spark.log.reader import LogReader
+from wal3_spark.log.writer import LogWriter
+from wal3_spark.ops.gc import GarbageCollector
 from wal3_spark.storage import open_store
-from wal3_spark.uuid7 import uuid7_timestamp_us
-from wal3_spark.writer import LogWriter
 
 _names = itertools.count()
 

@@ -7,10 +7,10 @@ import itertools
 
 import pytest
 
-from wal3_spark.cursors import CursorStore
 from wal3_spark.errors import CursorError
+from wal3_spark.log.cursors import CursorStore
+from wal3_spark.log.writer import LogWriter
 from wal3_spark.storage import open_store
-from wal3_spark.writer import LogWriter
 
 _names = itertools.count()
 

@@ -10,11 +10,11 @@ from dataclasses import replace
 import pyarrow as pa
 import pytest
 
-from wal3_spark.committer import Committer
 from wal3_spark.errors import DataLost
-from wal3_spark.reader import LogReader
+from wal3_spark.log.committer import Committer
+from wal3_spark.log.reader import LogReader
+from wal3_spark.log.writer import LogWriter
 from wal3_spark.storage import open_store
-from wal3_spark.writer import LogWriter
 
 _names = itertools.count()
 

@@ -10,9 +10,9 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
 
-from wal3_spark.format import MANIFEST_KEY
-from wal3_spark.manifest import Manifest
-from wal3_spark.reader import LogReader
+from wal3_spark.format.layout import MANIFEST_KEY
+from wal3_spark.format.manifest import Manifest
+from wal3_spark.log.reader import LogReader
 from wal3_spark.spark.session import activate_session
 from wal3_spark.storage import open_store
 
@@ -39,7 +39,7 @@ def read(spark, url: str, **options):
 
 def check_log(url: str, options: dict | None = None) -> None:
     """The log balances and every fragment's setsum recomputes (verify)."""
-    from wal3_spark.verify import verify
+    from wal3_spark.ops.verify import verify
 
     report = verify(url, options=options)
     assert report.ok, [str(p) for p in report.problems]
@@ -153,7 +153,7 @@ def test_06_offsets_and_timestamps_bound_reads(spark, log_url):
     assert read(spark, log_url, startingOffsets="latest").count() == 0
     manifest = LogReader(open_store(log_url)).manifest()
     second = [f for f in manifest.fragments if f.start >= 101]
-    from wal3_spark.reader import fragment_timestamp_us
+    from wal3_spark.log.fragment_io import fragment_timestamp_us
 
     ts_ms = min(fragment_timestamp_us(open_store(log_url), f) for f in second) // 1000
     rows = read(spark, log_url, startingTimestamp=str(ts_ms)).collect()
@@ -247,7 +247,7 @@ def test_14_missing_log_fails_on_read(spark, log_url):
 
 
 def test_15_sealed_log_refuses_appends(spark, log_url):
-    from wal3_spark.committer import Committer
+    from wal3_spark.log.committer import Committer
 
     append(sample(spark, 5), log_url)
     Committer(open_store(log_url)).seal()
@@ -331,7 +331,7 @@ def test_20_pushdown_skips_fragments(spark, log_url):
     for i in range(4):
         append(sample(spark, 100, start=100 * i, parts=1), log_url)
     store = open_store(log_url)
-    from wal3_spark.reader import fragment_timestamp_us
+    from wal3_spark.log.fragment_io import fragment_timestamp_us
 
     frags = LogReader(store).manifest().fragments
     assert len(frags) == 4

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from tests.test_30_spark_batch import append, check_log, read, sample
-from wal3_spark.reader import LogReader
+from wal3_spark.log.reader import LogReader
 from wal3_spark.storage import open_store
 
 pytestmark = pytest.mark.timeout(300)
@@ -88,7 +88,7 @@ def test_03_complete_mode_is_refused(spark, log_url, tmp_path):
 
 
 def test_04_a_sealed_sink_log_fails_the_stream_and_keeps_its_records(spark, log_url, tmp_path):
-    from wal3_spark.committer import Committer
+    from wal3_spark.log.committer import Committer
 
     source, sink = log_url, log_url + "-sealed"
     append(sample(spark, 100), source)

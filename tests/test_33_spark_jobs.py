@@ -9,7 +9,7 @@ import pytest
 
 from tests.support.spark import ROOT, run_spark_script, spark_env
 from tests.test_30_spark_batch import append, corrupt_fragment, read, sample
-from wal3_spark.reader import LogReader
+from wal3_spark.log.reader import LogReader
 from wal3_spark.storage import open_store
 
 pytestmark = pytest.mark.timeout(400)

@@ -46,7 +46,7 @@ CLUSTER_SCRIPT = textwrap.dedent(
     q.awaitTermination()
     streamed = spark.sql("select count(*) n, count(distinct _offset) d from cluster_stream").first()
     executors = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size()
-    from wal3_spark.verify import verify
+    from wal3_spark.ops.verify import verify
     print(json.dumps(dict(n=stats.n, ids=stats.ids, lo=stats.lo, hi=stats.hi, bad=stats.bad,
                           streamed=streamed.n, distinct=streamed.d, executors=executors,
                           batches=[p["numInputRows"] for p in q.recentProgress if p["numInputRows"]],

@@ -8,9 +8,9 @@ import pyarrow as pa
 import pytest
 
 from wal3_spark.errors import InvalidOption
-from wal3_spark.format import FragmentRef
-from wal3_spark.reader import ReadRange
-from wal3_spark.setsum import Setsum
+from wal3_spark.format.layout import FragmentRef
+from wal3_spark.format.setsum import Setsum
+from wal3_spark.log.fragment_io import ReadRange
 from wal3_spark.spark import options as opts
 from wal3_spark.spark.planning import pack
 from wal3_spark.spark.stream_reader import admit
@@ -129,10 +129,11 @@ def test_06_write_task_memory_is_bounded_by_fragment_bytes(tmp_path):
 def test_07_a_read_keeps_the_query_schema_when_the_log_gained_a_column():
     """A stream fixes its schema when it starts; a later mergeSchema append adds a column.
     Batches must still come out in the query's schema, columns taken by name."""
-    from wal3_spark.reader import LogReader, output_schema
+    from wal3_spark.log.fragment_io import output_schema
+    from wal3_spark.log.reader import LogReader
+    from wal3_spark.log.writer import LogWriter
     from wal3_spark.spark.planning import Part
     from wal3_spark.spark.read_tasks import read_partition
-    from wal3_spark.writer import LogWriter
 
     store = open_store("memory://units-evolving-schema")
     LogWriter(store).append(pa.table({"id": pa.array([1, 2], pa.int64()), "name": ["a", "b"]}))
@@ -152,13 +153,13 @@ def test_07_a_read_keeps_the_query_schema_when_the_log_gained_a_column():
 
 def test_08_an_executor_reading_fragments_gc_deleted_after_planning_gets_the_collected_range(tmp_path):
     """The driver plans partitions from one manifest; GC collects before the tasks run."""
-    from wal3_spark.cursors import CursorStore
     from wal3_spark.errors import DataLost
-    from wal3_spark.gc import GarbageCollector
-    from wal3_spark.reader import LogReader, output_schema
-    from wal3_spark.spark.planning import Part
+    from wal3_spark.log.cursors import CursorStore
+    from wal3_spark.log.fragment_io import output_schema
+    from wal3_spark.log.reader import LogReader
+    from wal3_spark.log.writer import LogWriter
+    from wal3_spark.ops.gc import GarbageCollector
     from wal3_spark.spark.read_tasks import read_partition
-    from wal3_spark.writer import LogWriter
 
     store = open_store(str(tmp_path / "log"))
     writer = LogWriter(store)
@@ -182,12 +183,16 @@ def test_09_min_records_per_trigger_waits_for_records_or_the_delay():
     """latestOffset under minRecordsPerTrigger + maxTriggerDelay, driven by an injected clock:
     a batch waits for the minimum, never longer than the delay since the last batch; the max
     limits still cap it; AvailableNow and Trigger.Once (ReadAllAvailable) ignore the minimum."""
-    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadMaxRows,
+        ReadMinRows,
+    )
 
-    from wal3_spark.reader import LogReader
+    from wal3_spark.log.reader import LogReader
+    from wal3_spark.log.writer import LogWriter
     from wal3_spark.spark.schemas import payload_to_spark
     from wal3_spark.spark.stream_reader import Wal3StreamReader
-    from wal3_spark.writer import LogWriter
 
     url = "memory://units-min-records"
     writer = LogWriter(open_store(url))
@@ -275,11 +280,11 @@ def test_13_a_stream_trigger_reads_the_manifest_once():
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
     from tests.support.fakes import CountingStore
-    from wal3_spark.format import MANIFEST_KEY
-    from wal3_spark.reader import LogReader
+    from wal3_spark.format.layout import MANIFEST_KEY
+    from wal3_spark.log.reader import LogReader
+    from wal3_spark.log.writer import LogWriter
     from wal3_spark.spark.schemas import payload_to_spark
     from wal3_spark.spark.stream_reader import Wal3StreamReader
-    from wal3_spark.writer import LogWriter
 
     url = "memory://units-manifest-once"
     writer = LogWriter(open_store(url))
@@ -312,7 +317,7 @@ def test_14_the_source_imports_neither_pandas_nor_boto3():
     code = (
         "import sys\n"
         "import wal3_spark.spark.source, wal3_spark.spark.stream_reader, wal3_spark.spark.batch_reader\n"
-        "import wal3_spark.spark.read_tasks, wal3_spark.spark.write_tasks, wal3_spark.reader, wal3_spark.writer\n"
+        "import wal3_spark.spark.read_tasks, wal3_spark.spark.write_tasks, wal3_spark.log.reader, wal3_spark.log.writer\n"
         "from wal3_spark.storage import open_store\n"
         "open_store('s3://bucket/log')\n"
         "print(sorted(m for m in ('pandas', 'boto3') if m in sys.modules))\n"
@@ -326,10 +331,11 @@ def test_15_a_query_column_the_log_lacks_reads_as_nulls_unless_not_null():
     the codec do: a nullable column the log lacks reads as nulls (as in a fragment written
     before a mergeSchema append); a NOT NULL one fails naming both schemas."""
     from wal3_spark.errors import SchemaMismatch
-    from wal3_spark.reader import LogReader, output_schema
+    from wal3_spark.log.fragment_io import output_schema
+    from wal3_spark.log.reader import LogReader
+    from wal3_spark.log.writer import LogWriter
     from wal3_spark.spark.planning import Part
     from wal3_spark.spark.read_tasks import read_partition
-    from wal3_spark.writer import LogWriter
 
     store = open_store("memory://units-query-column-missing")
     LogWriter(store).append(pa.table({"id": pa.array([1, 2], pa.int64())}))

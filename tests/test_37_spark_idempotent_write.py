@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.test_30_spark_batch import append, check_log, read, sample
-from wal3_spark.reader import LogReader, iter_fragments
+from wal3_spark.log.reader import LogReader, iter_fragments
 from wal3_spark.storage import open_store
 
 pytestmark = pytest.mark.timeout(300)

@@ -14,8 +14,8 @@ import pytest
 
 from tests.support.spark import spark_env
 from tests.test_30_spark_batch import append, check_log, read
-from wal3_spark.format import MANIFEST_KEY
-from wal3_spark.reader import LogReader
+from wal3_spark.format.layout import MANIFEST_KEY
+from wal3_spark.log.reader import LogReader
 from wal3_spark.storage import open_store
 
 pytestmark = pytest.mark.timeout(300)

@@ -8,8 +8,8 @@ import pytest
 
 from tests.test_03_item_hash import SCHEMA, legacy_log
 from tests.test_30_spark_batch import append, read
-from wal3_spark.chunk_encoding import BLAKE3
-from wal3_spark.reader import LogReader
+from wal3_spark.format.chunk_encoding import BLAKE3
+from wal3_spark.log.reader import LogReader
 from wal3_spark.spark.scrub import scrub
 from wal3_spark.storage import open_store
 

@@ -10,10 +10,11 @@ import pytest
 from tests.support.fakes import FakeFragment as Frag
 from tests.support.fakes import chroma_testdata
 from wal3_spark.errors import CorruptLog, GarbageStale
-from wal3_spark.format import seq_no_fragment_path
-from wal3_spark.garbage import Garbage, apply_garbage, compute_garbage
-from wal3_spark.manifest import Manifest, Snapshot, SnapshotOptions
-from wal3_spark.setsum import Setsum
+from wal3_spark.format.garbage import Garbage, apply_garbage, compute_garbage
+from wal3_spark.format.layout import seq_no_fragment_path
+from wal3_spark.format.manifest import Manifest, Snapshot, SnapshotOptions
+from wal3_spark.format.setsum import Setsum
+
 
 def frag(i: int, records: int = 10) -> Frag:
     u = str(uuid.UUID(int=(0x0190_0000_0000 + i) << 80 | 0x7 << 76 | 0b10 << 62 | i))

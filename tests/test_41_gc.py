@@ -11,19 +11,19 @@ from dataclasses import replace
 import pytest
 
 from tests.support.fakes import chroma_testdata
-from wal3_spark.cursors import CursorStore
-from wal3_spark.format import FRAGMENT_PREFIX, GARBAGE_KEY, SNAPSHOT_PREFIX
 from wal3_spark.errors import GCRefused
-from wal3_spark.fragment import encode_raw
-from wal3_spark.garbage import Garbage, compute_garbage, load_garbage
-from wal3_spark.gc import PHASES, GarbageCollector, referenced
-from wal3_spark.manifest import Manifest, Snapshot, SnapshotOptions
-from wal3_spark.reader import LogReader, iter_fragments, load_snapshot
-from wal3_spark.setsum import Setsum
+from wal3_spark.format.fragment import encode_raw
+from wal3_spark.format.garbage import Garbage, compute_garbage, load_garbage
+from wal3_spark.format.layout import FRAGMENT_PREFIX, GARBAGE_KEY, SNAPSHOT_PREFIX
+from wal3_spark.format.manifest import Manifest, Snapshot, SnapshotOptions
+from wal3_spark.format.setsum import Setsum
+from wal3_spark.log.cursors import CursorStore
+from wal3_spark.log.fragment_io import write_fragment
+from wal3_spark.log.reader import LogReader, iter_fragments, load_snapshot
+from wal3_spark.log.writer import LogWriter
+from wal3_spark.ops.gc import PHASES, GarbageCollector, referenced
+from wal3_spark.ops.verify import verify
 from wal3_spark.storage import open_store
-from wal3_spark.verify import verify
-from wal3_spark.writer import LogWriter, write_fragment
-
 
 
 class Crash(Exception):
@@ -347,7 +347,7 @@ def test_12_snapshots_left_by_lost_commit_attempts_go_after_the_orphan_grace(sto
     """A commit attempt that lost its race (or whose write never landed) leaves the snapshot it
     rolled; nothing references it, so the orphan sweep deletes it once it is older than the
     orphan grace, and never a snapshot the log references, however old (issue 7, review)."""
-    from wal3_spark.committer import write_snapshot
+    from wal3_spark.log.committer import write_snapshot
 
     writer = fill(store, appends=6, per=2, snapshot_options=SnapshotOptions(2, 2))
     referenced_snapshots = keys(store, SNAPSHOT_PREFIX)
@@ -369,7 +369,7 @@ def test_13_a_commit_never_reuses_a_snapshot_written_before_the_orphan_horizon(s
     """The race the horizon closes for snapshots: a commit rolls exactly the snapshot a lost
     attempt left, which a sweep is deleting. Once the manifest carries a horizon past that
     object, the commit rolls another snapshot (another path) instead of trusting it."""
-    from wal3_spark.committer import Committer, roll_snapshots, write_snapshot
+    from wal3_spark.log.committer import Committer, roll_snapshots, write_snapshot
 
     options = SnapshotOptions(2, 2)
     fill(store, appends=3, per=1)
@@ -389,7 +389,7 @@ def test_14_an_apply_never_publishes_a_rebuilt_snapshot_a_concurrent_sweep_delet
     the snapshot for an orphan (unreferenced, not yet listed by any garbage), raised the horizon
     past it and deleted it. The apply step sees the horizon and computes the garbage again
     instead of publishing a pointer to nothing."""
-    from wal3_spark.committer import Committer
+    from wal3_spark.log.committer import Committer
 
     store = open_store(str(tmp_path / "log"))
     fill(store, appends=40, per=4, snapshot_options=SnapshotOptions(3, 3))  # offsets 1..160

@@ -6,19 +6,20 @@ import pyarrow as pa
 import pytest
 
 from tests.support.fakes import chroma_fragment
-from wal3_spark.committer import Committer
-from wal3_spark.copy import copy_log
-from wal3_spark.cursors import CursorStore
 from wal3_spark.errors import CopyError, DataLost, LogSealed
-from wal3_spark.format import MANIFEST_KEY, FragmentRef
-from wal3_spark.fragment import encode_raw
-from wal3_spark.gc import GarbageCollector
-from wal3_spark.manifest import Manifest, SnapshotOptions
-from wal3_spark.reader import LogReader
-from wal3_spark.setsum import Setsum
+from wal3_spark.format.fragment import encode_raw
+from wal3_spark.format.layout import MANIFEST_KEY, FragmentRef
+from wal3_spark.format.manifest import Manifest, SnapshotOptions
+from wal3_spark.format.setsum import Setsum
+from wal3_spark.log.committer import Committer
+from wal3_spark.log.cursors import CursorStore
+from wal3_spark.log.fragment_io import write_fragment
+from wal3_spark.log.reader import LogReader
+from wal3_spark.log.writer import LogWriter
+from wal3_spark.ops.copy import copy_log
+from wal3_spark.ops.gc import GarbageCollector
+from wal3_spark.ops.verify import verify
 from wal3_spark.storage import open_store
-from wal3_spark.verify import verify
-from wal3_spark.writer import LogWriter, write_fragment
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The `wal3` command line through its real entry point (`python -m wal3_spark.cli`)."""
+"""The `wal3` command line through its real entry point (`python -m wal3_spark.cli.main`)."""
 
 from __future__ import annotations
 
@@ -16,13 +16,13 @@ import pytest
 
 from tests.support.seaweed import _free_ports
 from tests.support.unprivileged import shared_tmp_dir, unprivileged
-from wal3_spark.cli import main
-from wal3_spark.cursors import CursorStore
+from wal3_spark.cli.main import main
 from wal3_spark.errors import LogSealed
-from wal3_spark.fragment import encode_raw
-from wal3_spark.reader import LogReader
+from wal3_spark.format.fragment import encode_raw
+from wal3_spark.log.cursors import CursorStore
+from wal3_spark.log.reader import LogReader
+from wal3_spark.log.writer import LogWriter
 from wal3_spark.storage import S3Store, open_store
-from wal3_spark.writer import LogWriter
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -31,7 +31,7 @@ def wal3(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
     full_env = {**os.environ, **(env or {})}
     full_env["PYTHONPATH"] = str(ROOT) + os.pathsep + full_env.get("PYTHONPATH", "")
     return subprocess.run(
-        [sys.executable, "-m", "wal3_spark.cli", *args],
+        [sys.executable, "-m", "wal3_spark.cli.main", *args],
         cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=120,
     )
 
@@ -203,9 +203,9 @@ def test_06_s3_through_environment_and_endpoint_flag(seaweed):
 
 
 def test_07_schema_parsing_and_record_encoding_in_process():
-    from wal3_spark.cli import record_json
+    from wal3_spark.cli.main import record_json
     from wal3_spark.errors import Wal3Error
-    from wal3_spark.schema import parse_schema
+    from wal3_spark.format.schema import parse_schema
 
     assert parse_schema("a: int64 not null, b: timestamp[us, tz=UTC]") == pa.schema(
         [pa.field("a", pa.int64(), nullable=False), pa.field("b", pa.timestamp("us", tz="UTC"))]

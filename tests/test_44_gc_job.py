@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from tests.support.spark import run_spark_script
-from wal3_spark.cursors import CursorStore
-from wal3_spark.dirty import DirtyLog
-from wal3_spark.reader import LogReader
+from wal3_spark.log.cursors import CursorStore
+from wal3_spark.log.reader import LogReader
+from wal3_spark.log.writer import LogWriter
+from wal3_spark.logset.dirty import DirtyLog
 from wal3_spark.storage import open_store
-from wal3_spark.writer import LogWriter
 
 ROOT = Path(__file__).resolve().parents[1]
 JOB = ROOT / "jobs" / "gc.py"

@@ -10,14 +10,15 @@ import time
 
 import pytest
 
-from wal3_spark.cli import main as wal3_main
-from wal3_spark.committer import Committer
+from wal3_spark.cli.main import main as wal3_main
 from wal3_spark.errors import CommitFailed, InvalidOption
-from wal3_spark.gc import GarbageCollector
-from wal3_spark.reader import LogReader
+from wal3_spark.log.committer import Committer
+from wal3_spark.log.fragment_io import write_fragments
+from wal3_spark.log.reader import LogReader
+from wal3_spark.log.writer import LogWriter, to_batches
+from wal3_spark.ops.gc import GarbageCollector
+from wal3_spark.ops.verify import verify
 from wal3_spark.storage import open_store
-from wal3_spark.verify import verify
-from wal3_spark.writer import LogWriter, to_batches, write_fragments
 
 
 @pytest.fixture
@@ -92,8 +93,8 @@ def test_02_appender_processes_and_repeated_gc_lose_no_acknowledged_record(store
     refusals. It runs until refusals were seen (the race really happened)."""
     import multiprocessing
 
-    from wal3_spark.cursors import CursorStore
-    from wal3_spark.gc import MIN_ORPHAN_GRACE_S
+    from wal3_spark.log.cursors import CursorStore
+    from wal3_spark.ops.gc import MIN_ORPHAN_GRACE_S
 
     LogWriter(store).append(b"r0")
     ctx = multiprocessing.get_context("spawn")
@@ -143,7 +144,7 @@ def test_02_appender_processes_and_repeated_gc_lose_no_acknowledged_record(store
 def test_03_every_gc_setting_between_upload_and_commit_is_safe(local_url, options, clock_ahead_s):
     """Whatever the options and the collector's clock: the commit lands with its records, or
     fails definitely with nothing committed; never a manifest pointing at a deleted fragment."""
-    from wal3_spark.cursors import CursorStore
+    from wal3_spark.log.cursors import CursorStore
 
     store = open_store(local_url)
     LogWriter(store).append([b"r0", b"r0b"])

@@ -10,10 +10,10 @@ import re
 import pytest
 
 from tests.test_43_cli import fails, ok, wal3
-from wal3_spark.cursors import CursorStore
 from wal3_spark.errors import CursorError
+from wal3_spark.log.cursors import CursorStore
+from wal3_spark.log.writer import LogWriter
 from wal3_spark.storage import open_store
-from wal3_spark.writer import LogWriter
 
 pytestmark = pytest.mark.slow  # every test runs the wal3 command in subprocesses
 

@@ -18,8 +18,8 @@ import pytest
 
 from wal3_spark import CursorStore, LogReader, LogWriter, open_store
 from wal3_spark.errors import DataLost
-from wal3_spark.gc import GarbageCollector
-from wal3_spark.reader import read_range
+from wal3_spark.log.fragment_io import read_range
+from wal3_spark.ops.gc import GarbageCollector
 
 
 def test_00_fragments_dropped_by_gc_outlive_the_grace_interval_for_older_readers() -> None:

@@ -15,14 +15,14 @@ import pytest
 from tests.support.fakes import HookedStore, snapshotted_log
 from tests.test_43_cli import ok
 from wal3_spark.clock import micros
-from wal3_spark.cursors import CursorStore
-from wal3_spark.format import SNAPSHOT_PREFIX, Cursor, cursor_key, dumps
-from wal3_spark.gc import GarbageCollector
-from wal3_spark.lag import bytes_from, cursor_lags
-from wal3_spark.manifest import SnapshotOptions
-from wal3_spark.reader import LogReader, iter_fragments
+from wal3_spark.format.layout import SNAPSHOT_PREFIX, Cursor, cursor_key, dumps
+from wal3_spark.format.manifest import SnapshotOptions
+from wal3_spark.log.cursors import CursorStore
+from wal3_spark.log.lag import bytes_from, cursor_lags
+from wal3_spark.log.reader import LogReader, iter_fragments
+from wal3_spark.log.writer import LogWriter
+from wal3_spark.ops.gc import GarbageCollector
 from wal3_spark.storage import open_store
-from wal3_spark.writer import LogWriter
 
 _names = itertools.count()
 HOUR_US = 3600 * 1_000_000

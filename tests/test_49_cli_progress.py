@@ -16,9 +16,9 @@ import pyarrow as pa
 import pytest
 
 from tests.test_43_cli import ROOT, wal3
-from wal3_spark.cursors import CursorStore
+from wal3_spark.log.cursors import CursorStore
+from wal3_spark.log.writer import LogWriter
 from wal3_spark.storage import open_store
-from wal3_spark.writer import LogWriter
 
 FRAGMENTS = 6
 
@@ -32,7 +32,7 @@ def on_terminal(*args: str, stdout_path: Path | None = None) -> tuple[int, str]:
     stdout = open(stdout_path, "wb") if stdout_path else None
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "wal3_spark.cli", *args], cwd=ROOT, env=env,
+            [sys.executable, "-m", "wal3_spark.cli.main", *args], cwd=ROOT, env=env,
             stdin=subprocess.DEVNULL, stdout=stdout or follower, stderr=follower,
         )
         os.close(follower)

@@ -18,19 +18,27 @@ from decimal import Decimal
 import pyarrow as pa
 import pytest
 
-from tests.support.spark import ROOT, connect_env
 from tests.support.fakes import write_chroma_s3_log
-from wal3_spark.committer import Committer
-from wal3_spark.errors import DataLost, InvalidOption, InvalidUrl, LogNotFound, ObjectNotFound, ScanUnsupported
-from wal3_spark.format import MANIFEST_KEY, TIMESTAMP, fragment_path
-from wal3_spark.fragment import encode_raw
-from wal3_spark.reader import LogReader, exact_path_timestamp_us
+from tests.support.spark import ROOT, connect_env
+from wal3_spark.errors import (
+    DataLost,
+    InvalidOption,
+    InvalidUrl,
+    LogNotFound,
+    ObjectNotFound,
+    ScanUnsupported,
+)
+from wal3_spark.format.fragment import encode_raw
+from wal3_spark.format.layout import MANIFEST_KEY, TIMESTAMP, fragment_path
+from wal3_spark.format.uuid7 import uuid7_timestamp_us
+from wal3_spark.log.committer import Committer
+from wal3_spark.log.fragment_io import FragmentFile, exact_path_timestamp_us
+from wal3_spark.log.reader import LogReader
+from wal3_spark.log.writer import LogWriter
 from wal3_spark.spark import Wal3Log, scan
 from wal3_spark.spark.hadoop import HadoopFileStore, hadoop_options, hadoop_url
 from wal3_spark.spark.options import READ, parse
 from wal3_spark.storage import open_store
-from wal3_spark.uuid7 import uuid7_timestamp_us
-from wal3_spark.writer import FragmentFile, LogWriter
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -275,8 +283,8 @@ def test_11_a_fragment_gc_deleted_after_to_df_fails_the_query_or_is_skipped(spar
     """The DataFrame is fixed to the fragments of toDF's manifest; GC deletes the first one
     before the action: the query fails naming the file, or with failOnDataLoss=false skips it
     as format("wal3") does."""
-    from wal3_spark.cursors import CursorStore
-    from wal3_spark.gc import GarbageCollector
+    from wal3_spark.log.cursors import CursorStore
+    from wal3_spark.ops.gc import GarbageCollector
 
     url = (tmp_path / "log").as_uri()
     writer, start = LogWriter(url), 0
@@ -419,8 +427,8 @@ def test_17_an_empty_log_then_collected_and_sealed(spark, tmp_path):
     """A log created with a schema and no records; then appended to, its prefix collected and
     the log sealed: the same rows, and a range below the oldest offset is the same DataLost
     (or, with failOnDataLoss=false, the same rows skipped to the oldest offset)."""
-    from wal3_spark.cursors import CursorStore
-    from wal3_spark.gc import GarbageCollector
+    from wal3_spark.log.cursors import CursorStore
+    from wal3_spark.ops.gc import GarbageCollector
 
     url = (tmp_path / "log").as_uri()
     Committer(open_store(url)).create(pa.schema([("id", pa.int64()), ("name", pa.string())]))

@@ -14,10 +14,10 @@ import pyarrow as pa
 import pytest
 
 from wal3_spark.errors import SchemaMismatch
-from wal3_spark.reader import LogReader
+from wal3_spark.log.reader import LogReader
+from wal3_spark.log.writer import LogWriter
 from wal3_spark.spark import Wal3Log
 from wal3_spark.storage import open_store
-from wal3_spark.writer import LogWriter
 
 pytestmark = pytest.mark.timeout(300)
 

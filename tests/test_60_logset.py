@@ -11,7 +11,8 @@ import pytest
 
 from tests.support.fakes import CountingStore, FailingStore
 from wal3_spark.errors import InvalidLogName, StorageError
-from wal3_spark.logset import (
+from wal3_spark.log.writer import LogWriter
+from wal3_spark.logset.logs import (
     ALL_LOGS,
     MAX_NAME_LENGTH,
     LogSelection,
@@ -23,8 +24,6 @@ from wal3_spark.logset import (
 from wal3_spark.storage import open_store
 from wal3_spark.storage.base import Blob
 from wal3_spark.storage.forwarding import ForwardingStore
-from wal3_spark.writer import LogWriter
-
 
 # ------------------------------------------------------------------------------------ names
 

@@ -18,10 +18,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.support.fakes import CountingStore
-
-from wal3_spark.committer import Committer
-from wal3_spark.cursors import CursorStore
-from wal3_spark.dirty import (
+from wal3_spark.errors import InvalidLogName, InvalidOption, StorageError
+from wal3_spark.log.committer import Committer
+from wal3_spark.log.cursors import CursorStore
+from wal3_spark.log.fragment_io import FragmentFile, write_fragments
+from wal3_spark.log.reader import LogReader
+from wal3_spark.log.writer import LogWriter, to_batches
+from wal3_spark.logset.dirty import (
     DEFAULT_FULL_SCAN_EVERY_S,
     DIRTY_SCHEMA,
     DirtyLog,
@@ -32,14 +35,11 @@ from wal3_spark.dirty import (
     roll_up,
     rolled_up_to,
 )
-from wal3_spark.errors import InvalidLogName, InvalidOption, StorageError
-from wal3_spark.gc import collect_garbage
-from wal3_spark.logset import LogSelection, LogSet
-from wal3_spark.reader import LogReader
+from wal3_spark.logset.logs import LogSelection, LogSet
+from wal3_spark.ops.gc import collect_garbage
 from wal3_spark.storage import open_store
 from wal3_spark.storage.base import ObjectStore
 from wal3_spark.storage.forwarding import ForwardingStore
-from wal3_spark.writer import FragmentFile, LogWriter, to_batches, write_fragments
 
 
 class Clock:
@@ -242,11 +242,11 @@ def test_positions_round_trip_and_bad_ones_are_refused() -> None:
 CRASH_CHILD = textwrap.dedent(
     """
     import sys, threading
-    from wal3_spark.dirty import DirtyLog
-    from wal3_spark.logset import LogSet
+    from wal3_spark.logset.dirty import DirtyLog
+    from wal3_spark.logset.logs import LogSet
     from wal3_spark.storage import open_store
     from wal3_spark.storage.forwarding import ForwardingStore
-    from wal3_spark.writer import LogWriter
+    from wal3_spark.log.writer import LogWriter
 
     class Stall(ForwardingStore):
         def put_if_absent(self, key, data):

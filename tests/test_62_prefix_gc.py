@@ -6,17 +6,16 @@ retried by the next run."""
 from __future__ import annotations
 
 from tests.support.fakes import CountingStore
-from wal3_spark.cursors import CursorStore
-from wal3_spark.dirty import GC_CURSOR, DirtyLog, dirty_store, rolled_up_to
 from wal3_spark.errors import Wal3Error
-from wal3_spark.gc import GCReport, collect_garbage
-from wal3_spark.logset import LogSet
-from wal3_spark.prefix_gc import finish, plan
-from wal3_spark.reader import LogReader
+from wal3_spark.log.cursors import CursorStore
+from wal3_spark.log.reader import LogReader
+from wal3_spark.log.writer import LogWriter
+from wal3_spark.logset.dirty import GC_CURSOR, DirtyLog, dirty_store, rolled_up_to
+from wal3_spark.logset.gc import finish, plan
+from wal3_spark.logset.logs import LogSet
+from wal3_spark.ops.gc import GCReport, collect_garbage
 from wal3_spark.storage import open_store
 from wal3_spark.storage.base import ObjectStore
-from wal3_spark.writer import LogWriter
-
 
 
 def make_logs(prefix: ObjectStore, dirty: DirtyLog | None, names: list[str]) -> None:

@@ -7,13 +7,13 @@ import json
 
 import pytest
 
-from wal3_spark import cli
-from wal3_spark.committer import Committer
-from wal3_spark.cursors import CursorStore
-from wal3_spark.dirty import DirtyLog
-from wal3_spark.logset import LogSet
+import wal3_spark.cli.main as cli
+from wal3_spark.log.committer import Committer
+from wal3_spark.log.cursors import CursorStore
+from wal3_spark.log.writer import LogWriter
+from wal3_spark.logset.dirty import DirtyLog
+from wal3_spark.logset.logs import LogSet
 from wal3_spark.storage import open_store
-from wal3_spark.writer import LogWriter
 
 
 @pytest.fixture

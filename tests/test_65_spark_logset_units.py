@@ -9,23 +9,32 @@ import uuid
 
 import pyarrow as pa
 import pytest
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxFiles, ReadMaxRows
+from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-from wal3_spark.committer import Committer
-from wal3_spark.cursors import CursorStore
-from wal3_spark.errors import DataLost, InvalidLogName, InvalidOption, RoutedCommitFailed
-from wal3_spark.format import MANIFEST_KEY
-from wal3_spark.gc import collect_garbage
-from wal3_spark.logset import ALL_LOGS, LogSelection
-from wal3_spark.reader import LogReader
+from wal3_spark.errors import (
+    DataLost,
+    InvalidLogName,
+    InvalidOption,
+    RoutedCommitFailed,
+)
+from wal3_spark.format.layout import MANIFEST_KEY
+from wal3_spark.log.committer import Committer
+from wal3_spark.log.cursors import CursorStore
+from wal3_spark.log.reader import LogReader
+from wal3_spark.log.writer import LogWriter
+from wal3_spark.logset.logs import ALL_LOGS, LogSelection
+from wal3_spark.ops.gc import collect_garbage
+from wal3_spark.ops.verify import verify
 from wal3_spark.spark import options as opts
 from wal3_spark.spark.fair_share import Chunk, Limits, Rotation, admit, water_fill
 from wal3_spark.spark.logset_reader import logset_schema, union_payload
 from wal3_spark.spark.logset_stream import LogSetStreamReader, encode
-from wal3_spark.spark.routing_writer import RoutingBatchWriter, RoutingStreamWriter, split_by
+from wal3_spark.spark.routing_writer import (
+    RoutingBatchWriter,
+    RoutingStreamWriter,
+    split_by,
+)
 from wal3_spark.storage import open_store
-from wal3_spark.verify import verify
-from wal3_spark.writer import LogWriter
 
 
 def prefix_url() -> str:
@@ -390,8 +399,8 @@ def test_with_a_dirty_log_a_trigger_reads_only_the_logs_that_changed():
     """After the first look (every manifest), a trigger costs the dirty log's reads plus one
     manifest GET per changed log; planning the batch reads nothing more."""
     from tests.test_61_dirty_log import CountingStore
-    from wal3_spark.dirty import DirtyLog
-    from wal3_spark.logset import LogSet
+    from wal3_spark.logset.dirty import DirtyLog
+    from wal3_spark.logset.logs import LogSet
 
     prefix = prefix_url()
     root = open_store(prefix)

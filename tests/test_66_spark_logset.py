@@ -10,14 +10,14 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
 
-from wal3_spark.dirty import dirty_store, read_dirty
-from wal3_spark.format import MANIFEST_KEY
-from wal3_spark.logset import LogSet
-from wal3_spark.reader import LogReader
+from wal3_spark.format.layout import MANIFEST_KEY
+from wal3_spark.log.reader import LogReader
+from wal3_spark.log.writer import LogWriter
+from wal3_spark.logset.dirty import dirty_store, read_dirty
+from wal3_spark.logset.logs import LogSet
+from wal3_spark.ops.verify import verify
 from wal3_spark.spark import offsets_behind
 from wal3_spark.storage import open_store
-from wal3_spark.verify import verify
-from wal3_spark.writer import LogWriter
 
 pytestmark = pytest.mark.timeout(400)
 

@@ -14,11 +14,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.support.spark import ROOT, run_spark_script
-from wal3_spark.logset import LogSet
-from wal3_spark.reader import LogReader
+from wal3_spark.log.reader import LogReader
+from wal3_spark.log.writer import LogWriter
+from wal3_spark.logset.logs import LogSet
+from wal3_spark.ops.verify import verify
 from wal3_spark.storage import open_store
-from wal3_spark.verify import verify
-from wal3_spark.writer import LogWriter
 
 pytestmark = pytest.mark.timeout(900)
 

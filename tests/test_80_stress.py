@@ -16,13 +16,16 @@ from pathlib import Path
 
 import pytest
 
-from wal3_spark.committer import Committer
 from wal3_spark.errors import PastOrphanHorizon
-from wal3_spark.format import MANIFEST_KEY
-from wal3_spark.manifest import Manifest
-from wal3_spark.reader import LogReader
+from wal3_spark.format.layout import MANIFEST_KEY
+from wal3_spark.format.manifest import Manifest
+from wal3_spark.log.committer import Committer
+from wal3_spark.log.fragment_io import write_fragments
+from wal3_spark.log.reader import LogReader
+from wal3_spark.log.writer import LogWriter, to_batches
 from wal3_spark.storage import open_store
 from wal3_spark.storage.common import file_url
+from wal3_spark.stress import supervisor
 from wal3_spark.stress.collector import StressCollector
 from wal3_spark.stress.config import FaultRates, StressConfig
 from wal3_spark.stress.journal import (
@@ -40,12 +43,21 @@ from wal3_spark.stress.journal import (
 from wal3_spark.stress.ledger import VIOLATIONS, IntervalSet, Ledger
 from wal3_spark.stress.reader import StressReader
 from wal3_spark.stress.rundir import RunDir, read_json, write_json
-from wal3_spark.stress.streams import Message, MessageMismatch, StreamPicker, decode, encode
+from wal3_spark.stress.streams import (
+    Message,
+    MessageMismatch,
+    StreamPicker,
+    decode,
+    encode,
+)
 from wal3_spark.stress.summary import LATE_LANDED, ORPHAN_RACE, STORE_FAULTS
-from wal3_spark.stress import supervisor
-from wal3_spark.stress.supervisor import READER_STALL_S, FragmentAudit, Supervisor, run_stress
+from wal3_spark.stress.supervisor import (
+    READER_STALL_S,
+    FragmentAudit,
+    Supervisor,
+    run_stress,
+)
 from wal3_spark.stress.writer import Regime, StressWriter, open_writer
-from wal3_spark.writer import LogWriter, to_batches, write_fragments
 
 SEED = 7
 

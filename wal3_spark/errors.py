@@ -159,7 +159,7 @@ class CommitFailed(Wal3Error):
 class PartlyCommitted(Wal3Error, ValueError):
     """A commit's fragments are in the log only in part, so the list was never committed as one
     (`Committer.commit` refuses it; nothing was written or deleted). A pipelined writer
-    (`wal3_spark.chain`) that committed several links' fragments together commits them one
+    (`wal3_spark.log.chain`) that committed several links' fragments together commits them one
     link at a time instead: each link's fragments landed all together or not at all."""
 
 
@@ -210,7 +210,7 @@ class CursorError(Wal3Error):
 
 
 class InvalidLogName(Wal3Error, ValueError):
-    """A name cannot be the name of a log in a log set (see `wal3_spark.logset.check_log_name`)."""
+    """A name cannot be the name of a log in a log set (see `wal3_spark.logset.logs.check_log_name`)."""
 
 
 class RoutedCommitFailed(Wal3Error):

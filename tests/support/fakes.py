@@ -15,13 +15,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from wal3_spark.format import MANIFEST_KEY, FragmentRef
-from wal3_spark.manifest import Manifest, SnapshotOptions
-from wal3_spark.setsum import Setsum
+from wal3_spark.format.layout import MANIFEST_KEY, FragmentRef
+from wal3_spark.format.manifest import Manifest, SnapshotOptions
+from wal3_spark.format.setsum import Setsum
+from wal3_spark.log.writer import LogWriter
 from wal3_spark.storage import open_store
 from wal3_spark.storage.base import Blob, ObjectMeta, ObjectStore
 from wal3_spark.storage.forwarding import ForwardingStore
-from wal3_spark.writer import LogWriter
 
 #: shared/ lies beside the repository, for developers and in CI alike
 TESTDATA = Path(__file__).resolve().parents[3] / "shared" / "testdata"

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from wal3_spark.committer import Committer
-from wal3_spark.cursors import CursorStore
-from wal3_spark.dirty import DirtyLog
-from wal3_spark.gc import collect_garbage
-from wal3_spark.reader import LogReader
+from wal3_spark.log.committer import Committer
+from wal3_spark.log.cursors import CursorStore
+from wal3_spark.log.reader import LogReader
+from wal3_spark.log.writer import LogWriter
+from wal3_spark.logset.dirty import DirtyLog
+from wal3_spark.ops.gc import collect_garbage
 from wal3_spark.storage import open_store
-from wal3_spark.writer import LogWriter
 
 HOT = ("t00", "t01", "t02")
 GC_LOG, SEALED_LOG = "t03", "t10"

@@ -12,13 +12,14 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
-from wal3_spark.committer import Committer
-from wal3_spark.manifest import SnapshotOptions
-from wal3_spark.reader import LogReader
+from wal3_spark.format.manifest import SnapshotOptions
+from wal3_spark.log.committer import Committer
+from wal3_spark.log.fragment_io import write_fragments
+from wal3_spark.log.reader import LogReader
+from wal3_spark.log.writer import to_batches
+from wal3_spark.ops.verify import verify
 from wal3_spark.storage import open_store
 from wal3_spark.storage.base import ObjectStore
-from wal3_spark.verify import verify
-from wal3_spark.writer import to_batches, write_fragments
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,15 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, Filter
 from pyspark.sql.types import StructType
 
-from wal3_spark.reader import LogReader
+from wal3_spark.log.reader import LogReader
 from wal3_spark.spark.options import Wal3Options
-from wal3_spark.spark.planning import Bounds, Wal3Partition, narrow, partitions_of, plan_range
+from wal3_spark.spark.planning import (
+    Bounds,
+    Wal3Partition,
+    narrow,
+    partitions_of,
+    plan_range,
+)
 from wal3_spark.spark.read_tasks import read_partition
 from wal3_spark.spark.schemas import spark_to_arrow
 

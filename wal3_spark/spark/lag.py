@@ -19,7 +19,7 @@ from typing import Any
 
 from pyspark.sql.streaming import StreamingQueryListener
 
-from wal3_spark.format import FIRST_OFFSET
+from wal3_spark.format.layout import FIRST_OFFSET
 
 log = logging.getLogger(__name__)
 

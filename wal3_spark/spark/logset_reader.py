@@ -1,6 +1,6 @@
 """Batch source over a log set: `spark.read.format("wal3").option("logs", "*").load(prefix)`.
 
-A log set (`wal3_spark.logset`) is the logs directly under a prefix: all of them, a list of
+A log set (`wal3_spark.logset.logs`) is the logs directly under a prefix: all of them, a list of
 names, or those matching a glob (`logs`). The rows of
 every selected log come out with the log's columns, then `_log` (the log's name), `_offset` and
 `_timestamp`. The query's columns are the union of the selected logs' columns (a log lacking a
@@ -30,11 +30,11 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from wal3_spark.errors import LogNotFound, SchemaMismatch, Wal3Error
-from wal3_spark.format import FragmentRef
-from wal3_spark.logset import LogSet
-from wal3_spark.manifest import Manifest
-from wal3_spark.reader import ReadRange, output_schema, read_range
-from wal3_spark.schema import OFFSET_COLUMN, conform, reconcile
+from wal3_spark.format.layout import FragmentRef
+from wal3_spark.format.manifest import Manifest
+from wal3_spark.format.schema import OFFSET_COLUMN, conform, reconcile
+from wal3_spark.log.fragment_io import ReadRange, output_schema, read_range
+from wal3_spark.logset.logs import LogSet
 from wal3_spark.spark.options import Wal3Options
 from wal3_spark.spark.planning import Bounds, narrow, pack, plan_range
 from wal3_spark.spark.read_tasks import READ_BATCH_ROWS, prefetched

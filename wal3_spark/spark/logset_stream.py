@@ -4,7 +4,7 @@ Offsets are per log, `{"logs": {"a": 17, "b": 3}}`: for each log, the next offse
 micro-batch reads, for every log, its offsets [start, end). What each decision rests on:
 
 - **Finding what changed** costs O(logs written), not O(logs): each trigger asks
-  `wal3_spark.dirty.changes_since`, which reads the prefix's dirty log (or, at the first look,
+  `wal3_spark.logset.dirty.changes_since`, which reads the prefix's dirty log (or, at the first look,
   every `fullScanInterval`, and when there is no dirty log, every manifest in parallel), and
   only the logs that changed have their manifest read again. A log that disappears, or whose
   manifest cannot be read, keeps its offset, with a warning naming it; the others go on.
@@ -34,15 +34,19 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, SupportsTriggerAvailableNow
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    SupportsTriggerAvailableNow,
+)
 from pyspark.sql.types import StructType
 
-from wal3_spark.cursors import CursorStore
-from wal3_spark.dirty import DirtyPosition, changes_since
 from wal3_spark.errors import DataLost, LogNotFound
-from wal3_spark.format import FIRST_OFFSET
-from wal3_spark.manifest import Manifest
-from wal3_spark.reader import LogReader, SnapshotCache, iter_fragments
+from wal3_spark.format.layout import FIRST_OFFSET
+from wal3_spark.format.manifest import Manifest
+from wal3_spark.log.cursors import CursorStore
+from wal3_spark.log.reader import LogReader, SnapshotCache, iter_fragments
+from wal3_spark.logset.dirty import DirtyPosition, changes_since
 from wal3_spark.spark.fair_share import Chunk, Rotation, admit
 from wal3_spark.spark.logset_reader import (
     LogSetPartition,

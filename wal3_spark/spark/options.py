@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from wal3_spark.errors import InvalidOption
-from wal3_spark.logset import (
+from wal3_spark.logset.logs import (
     ALL_LOGS,
     DEFAULT_FULL_SCAN_EVERY_S,
     LogSelection,
@@ -40,7 +40,7 @@ _ROLE_TEXT = {
 MB = 1 << 20
 #: Kafka's default maxTriggerDelay (15 minutes)
 DEFAULT_TRIGGER_DELAY_MS = 15 * 60 * 1000
-#: the dirty log's full-scan interval (`wal3_spark.logset.DEFAULT_FULL_SCAN_EVERY_S`)
+#: the dirty log's full-scan interval (`wal3_spark.logset.logs.DEFAULT_FULL_SCAN_EVERY_S`)
 DEFAULT_FULL_SCAN_MS = int(DEFAULT_FULL_SCAN_EVERY_S * 1000)
 
 #: option name -> (roles it applies to, one-line description); README.md has the full table
@@ -139,7 +139,7 @@ class Wal3Options:
     new_log_offsets: str = "earliest"
     #: how often a log-set stream reads every manifest although a dirty log says what changed
     full_scan_interval_ms: int = DEFAULT_FULL_SCAN_MS
-    #: a sink: record each commit in the dirty log of the log's prefix (`wal3_spark.dirty`)
+    #: a sink: record each commit in the dirty log of the log's prefix (`wal3_spark.logset.dirty`)
     dirty_log: bool = False
     #: a routing sink: the column naming each row's log under `url` (a prefix)
     log_column: str | None = None

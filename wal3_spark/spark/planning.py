@@ -27,10 +27,15 @@ from pyspark.sql.datasource import (
     LessThanOrEqual,
 )
 
-from wal3_spark.format import FragmentRef
-from wal3_spark.manifest import Manifest
-from wal3_spark.reader import LogReader, ReadRange, exact_path_timestamp_us, fragment_timestamp_us
-from wal3_spark.schema import OFFSET_COLUMN, TIMESTAMP_COLUMN
+from wal3_spark.format.layout import FragmentRef
+from wal3_spark.format.manifest import Manifest
+from wal3_spark.format.schema import OFFSET_COLUMN, TIMESTAMP_COLUMN
+from wal3_spark.log.fragment_io import (
+    ReadRange,
+    exact_path_timestamp_us,
+    fragment_timestamp_us,
+)
+from wal3_spark.log.reader import LogReader
 from wal3_spark.storage.base import ObjectStore
 
 #: Spark's spark.sql.files.openCostInBytes: the smallest partition worth a task

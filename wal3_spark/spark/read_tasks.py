@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator, Sequence
-from typing import TypeVar
 from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 import pyarrow as pa
 
-from wal3_spark.reader import ReadRange, read_range
-from wal3_spark.schema import conform
+from wal3_spark.format.schema import conform
+from wal3_spark.log.fragment_io import ReadRange, read_range
 from wal3_spark.spark.planning import Part
 from wal3_spark.storage.base import ObjectStore
 

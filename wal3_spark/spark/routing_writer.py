@@ -35,8 +35,6 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StringType, StructType
 
-from wal3_spark.committer import Committer
-from wal3_spark.dirty import DirtyLog
 from wal3_spark.errors import (
     InvalidLogName,
     InvalidOption,
@@ -44,9 +42,12 @@ from wal3_spark.errors import (
     RoutedCommitFailed,
     Wal3Error,
 )
-from wal3_spark.logset import LogSet, check_log_name
-from wal3_spark.manifest import Manifest
-from wal3_spark.schema import RAW_SCHEMA, check_columns, conform
+from wal3_spark.format.manifest import Manifest
+from wal3_spark.format.schema import RAW_SCHEMA, check_columns, conform
+from wal3_spark.log.committer import Committer
+from wal3_spark.log.fragment_io import iter_write_fragments
+from wal3_spark.logset.dirty import DirtyLog
+from wal3_spark.logset.logs import LogSet, check_log_name
 from wal3_spark.spark.batch_writer import (
     check_not_overwrite,
     dirty_log,
@@ -59,7 +60,6 @@ from wal3_spark.spark.options import Wal3Options
 from wal3_spark.spark.schemas import appended_schema
 from wal3_spark.spark.write_tasks import commit_files, delete_files
 from wal3_spark.storage.base import ObjectStore
-from wal3_spark.writer import iter_write_fragments
 
 log = logging.getLogger(__name__)
 

@@ -38,14 +38,19 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DecimalType, StructField, StructType
 
 from wal3_spark.errors import InvalidOption, ScanUnsupported
-from wal3_spark.format import RELATIVE_OFFSET, TIMESTAMP
-from wal3_spark.manifest import Manifest
-from wal3_spark.reader import LogReader, ReadRange, exact_path_timestamp_us
-from wal3_spark.schema import OFFSET_COLUMN, TIMESTAMP_COLUMN
+from wal3_spark.format.layout import RELATIVE_OFFSET, TIMESTAMP
+from wal3_spark.format.manifest import Manifest
+from wal3_spark.format.schema import OFFSET_COLUMN, TIMESTAMP_COLUMN
+from wal3_spark.log.fragment_io import ReadRange, exact_path_timestamp_us
+from wal3_spark.log.reader import LogReader
 from wal3_spark.spark import options as opts
 from wal3_spark.spark.hadoop import driver_store, hadoop_options, hadoop_url
 from wal3_spark.spark.planning import resolve
-from wal3_spark.spark.schemas import check_parquet_readable, native_conversions, payload_to_spark
+from wal3_spark.spark.schemas import (
+    check_parquet_readable,
+    native_conversions,
+    payload_to_spark,
+)
 from wal3_spark.storage.base import ObjectStore
 from wal3_spark.storage.common import join_url
 

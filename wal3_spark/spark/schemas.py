@@ -29,8 +29,8 @@ from pyspark.sql.pandas.types import from_arrow_schema, from_arrow_type, to_arro
 from pyspark.sql.types import ArrayType, BinaryType, DataType, LongType, StructType
 
 from wal3_spark.errors import SchemaMismatch
-from wal3_spark.reader import output_schema
-from wal3_spark.schema import find_type, is_raw_schema
+from wal3_spark.format.schema import find_type, is_raw_schema
+from wal3_spark.log.fragment_io import output_schema
 
 #: fixed-width Arrow types Spark lacks, as the Spark-held type Spark's Parquet reader reads
 #: the same Parquet column as (ParquetToSparkSchemaConverter, Spark 4.x)

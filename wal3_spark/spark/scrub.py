@@ -1,7 +1,7 @@
 """Distributed scrub: `verify` with every fragment's setsum recomputed on Spark executors.
 
 The driver reads the manifest and the snapshots it points at and checks every invariant, as
-`wal3_spark.verify.verify` does; only the per-fragment work (fetch, decode, recompute the setsum,
+`wal3_spark.ops.verify.verify` does; only the per-fragment work (fetch, decode, recompute the setsum,
 compare with the manifest) is spread over the cluster.
 """
 
@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from wal3_spark.format import FragmentRef
+from wal3_spark.format.layout import FragmentRef
+from wal3_spark.ops.verify import Problem, VerifyReport, check_fragment, verify
 from wal3_spark.spark.options import location
 from wal3_spark.storage.base import ObjectStore
-from wal3_spark.verify import Problem, VerifyReport, check_fragment, verify
 
 
 def scrub(spark: Any, url: str, options: dict[str, str] | None = None,

@@ -49,7 +49,7 @@ class Wal3DataSource(DataSource):
         return opts.parse(table.with_table_location(self.options, schema), role)
 
     def schema(self) -> StructType:
-        from wal3_spark.reader import LogReader
+        from wal3_spark.log.reader import LogReader
         from wal3_spark.spark.schemas import payload_to_spark
 
         if table.is_table_definition(self.options):  # CREATE TABLE … USING wal3
@@ -87,7 +87,10 @@ class Wal3DataSource(DataSource):
 
         options = self._parse(opts.READ, schema)
         if options.logs is not None:
-            from wal3_spark.spark.logset_reader import LogSetBatchReader, LogSetPushdownReader
+            from wal3_spark.spark.logset_reader import (
+                LogSetBatchReader,
+                LogSetPushdownReader,
+            )
 
             return reader_class(LogSetBatchReader, LogSetPushdownReader)(options, schema)
         return reader_class()(options, schema)

@@ -36,11 +36,12 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from wal3_spark.cursors import CursorStore
 from wal3_spark.errors import DataLost
-from wal3_spark.format import KnownRefs
-from wal3_spark.manifest import Manifest
-from wal3_spark.reader import LogReader, ReadRange, SnapshotCache, iter_fragments
+from wal3_spark.format.layout import KnownRefs
+from wal3_spark.format.manifest import Manifest
+from wal3_spark.log.cursors import CursorStore
+from wal3_spark.log.fragment_io import ReadRange
+from wal3_spark.log.reader import LogReader, SnapshotCache, iter_fragments
 from wal3_spark.spark.fair_share import Limits
 from wal3_spark.spark.options import Wal3Options
 from wal3_spark.spark.planning import Wal3Partition, partitions_of, resolve

@@ -29,8 +29,13 @@ import pyarrow as pa
 from pyspark.sql.types import StructField, StructType
 
 from wal3_spark.errors import InvalidOption, LogNotFound, SchemaMismatch
-from wal3_spark.manifest import Manifest
-from wal3_spark.schema import OFFSET_COLUMN, TIMESTAMP_COLUMN, parse_schema, reconcile
+from wal3_spark.format.manifest import Manifest
+from wal3_spark.format.schema import (
+    OFFSET_COLUMN,
+    TIMESTAMP_COLUMN,
+    parse_schema,
+    reconcile,
+)
 from wal3_spark.spark import options as opts
 
 SYSTEM_COLUMNS = (OFFSET_COLUMN, TIMESTAMP_COLUMN)
@@ -123,7 +128,7 @@ def table_manifest(log: TableLog) -> Manifest:
     Only CREATE TABLE gets here, so the committer is imported here: every role parses its
     options through this module, a streaming query's source runner included
     (`wal3_spark.spark.source`)."""
-    from wal3_spark.committer import Committer
+    from wal3_spark.log.committer import Committer
 
     committer = Committer(opts.location(log.options()).open_store(), writer="wal3-spark table")
     if log.declared is None:

@@ -20,7 +20,6 @@ from collections.abc import Iterable, Sequence
 
 import pyarrow as pa
 
-from wal3_spark.committer import Committer, CommitResult, DirtyRecorder
 from wal3_spark.errors import (
     CommitFailed,
     CommitOutcomeUnknown,
@@ -29,11 +28,12 @@ from wal3_spark.errors import (
     SchemaMismatch,
     Wal3Error,
 )
-from wal3_spark.garbage import load_garbage
-from wal3_spark.reader import LogReader, iter_fragments
-from wal3_spark.schema import RAW_SCHEMA, conform
+from wal3_spark.format.garbage import load_garbage
+from wal3_spark.format.schema import RAW_SCHEMA, conform
+from wal3_spark.log.committer import CommitResult, Committer, DirtyRecorder
+from wal3_spark.log.fragment_io import FragmentFile, iter_write_fragments
+from wal3_spark.log.reader import LogReader, iter_fragments
 from wal3_spark.storage.base import ObjectStore
-from wal3_spark.writer import FragmentFile, iter_write_fragments
 
 log = logging.getLogger(__name__)
 

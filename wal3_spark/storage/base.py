@@ -66,7 +66,7 @@ class ObjectStore(abc.ABC):
     url: str
     #: whether the ETag of a write is the MD5 of the bytes written (S3's single-part PUT without
     #: SSE-KMS, SeaweedFS, the local and memory stores): a writer may then predict the ETag of
-    #: a write still in flight and condition its next write on it (`wal3_spark.chain`). A
+    #: a write still in flight and condition its next write on it (`wal3_spark.log.chain`). A
     #: wrong prediction only costs a 412; stores say True only where it holds.
     md5_etags: bool = False
 

@@ -38,7 +38,12 @@ from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-from wal3_spark.errors import AmbiguousWrite, PreconditionFailed, StorageError, TransientError
+from wal3_spark.errors import (
+    AmbiguousWrite,
+    PreconditionFailed,
+    StorageError,
+    TransientError,
+)
 from wal3_spark.storage.base import Blob, ObjectMeta, ObjectStore
 from wal3_spark.storage.retry import retry
 

@@ -30,7 +30,12 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from wal3_spark.errors import AmbiguousWrite, InvalidOption, ObjectNotFound, PreconditionFailed
+from wal3_spark.errors import (
+    AmbiguousWrite,
+    InvalidOption,
+    ObjectNotFound,
+    PreconditionFailed,
+)
 from wal3_spark.storage.base import Blob, ObjectMeta, ObjectStore
 from wal3_spark.storage.forwarding import ForwardingStore
 

@@ -36,9 +36,19 @@ import stat
 import uuid
 from collections.abc import Iterator
 
-from wal3_spark.errors import AccessDenied, ObjectNotFound, PreconditionFailed, StorageError
+from wal3_spark.errors import (
+    AccessDenied,
+    ObjectNotFound,
+    PreconditionFailed,
+    StorageError,
+)
 from wal3_spark.storage.base import Blob, ContentBlob, ObjectMeta, ObjectStore
-from wal3_spark.storage.common import check_children_prefix, check_key, file_url, md5_etag
+from wal3_spark.storage.common import (
+    check_children_prefix,
+    check_key,
+    file_url,
+    md5_etag,
+)
 
 _CHUNK = 1 << 20
 

@@ -14,7 +14,7 @@ because only we know which failures are safe to retry:
   error (botocore's `SSLError` is a `ConnectionError`, but TLS fails while reading the answer
   too), a short response, a 5xx, an error botocore does not classify, an answer without an
   ETag. Had a PUT that had in fact landed been retried, the retry
-  would report a false 412, and a pipelined writer (`wal3_spark.chain`) would commit its
+  would report a false 412, and a pipelined writer (`wal3_spark.log.chain`) would commit its
   records again.
 
 The store pickles small (bucket, prefix, settings): the boto3 client is created lazily in each

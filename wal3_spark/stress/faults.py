@@ -16,7 +16,6 @@ from collections.abc import Callable
 from wal3_spark.storage import FaultyStore, LateLandingStore, ObjectStore, open_store
 from wal3_spark.stress.config import StressConfig
 
-
 #: a late write chosen to land "random"ly lands within this many more requests
 LATE_AFTER_REQUESTS = 8
 

@@ -22,9 +22,10 @@ import time
 from collections import Counter
 from typing import Any
 
-from wal3_spark.cursors import CursorStore
 from wal3_spark.errors import CorruptLog, Wal3Error
-from wal3_spark.reader import LogReader, read_range
+from wal3_spark.log.cursors import CursorStore
+from wal3_spark.log.fragment_io import read_range
+from wal3_spark.log.reader import LogReader
 from wal3_spark.storage import ObjectStore
 from wal3_spark.stress.journal import read_new
 from wal3_spark.stress.ledger import Ledger

@@ -12,7 +12,16 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from wal3_spark.stress.journal import ACK, FAILED, KILLED, UNKNOWN, End, Intent, Outcome, read_new
+from wal3_spark.stress.journal import (
+    ACK,
+    FAILED,
+    KILLED,
+    UNKNOWN,
+    End,
+    Intent,
+    Outcome,
+    read_new,
+)
 from wal3_spark.stress.ledger import VIOLATIONS
 from wal3_spark.stress.rundir import RunDir
 

@@ -30,12 +30,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO
 
-from wal3_spark.committer import Committer
-from wal3_spark.cursors import CursorStore
 from wal3_spark.errors import StorageError, Wal3Error
-from wal3_spark.format import FRAGMENT_PREFIX
-from wal3_spark.gc import referenced
-from wal3_spark.reader import LogReader
+from wal3_spark.format.layout import FRAGMENT_PREFIX
+from wal3_spark.log.committer import Committer
+from wal3_spark.log.cursors import CursorStore
+from wal3_spark.log.reader import LogReader
+from wal3_spark.ops.gc import referenced
+from wal3_spark.ops.verify import verify
 from wal3_spark.storage import ObjectStore, open_store
 from wal3_spark.storage.retry import retry
 from wal3_spark.stress.config import StressConfig
@@ -51,7 +52,6 @@ from wal3_spark.stress.summary import (
     Summary,
     gather,
 )
-from wal3_spark.verify import verify
 
 log = logging.getLogger(__name__)
 

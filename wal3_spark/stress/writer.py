@@ -26,13 +26,22 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 from wal3_spark.errors import CommitFailed, LogSealed, PastOrphanHorizon, SchemaMismatch
-from wal3_spark.manifest import SnapshotOptions
+from wal3_spark.format.manifest import SnapshotOptions
+from wal3_spark.log.writer import LogWriter
 from wal3_spark.storage import ObjectStore
 from wal3_spark.stress.config import StressConfig
-from wal3_spark.stress.journal import ACK, EXIT, FAILED, UNKNOWN, End, Intent, Journal, Outcome
+from wal3_spark.stress.journal import (
+    ACK,
+    EXIT,
+    FAILED,
+    UNKNOWN,
+    End,
+    Intent,
+    Journal,
+    Outcome,
+)
 from wal3_spark.stress.streams import Message, StreamPicker, encode
 from wal3_spark.stress.summary import ORPHAN_RACE_REFUSED
-from wal3_spark.writer import LogWriter
 
 log = logging.getLogger(__name__)
 

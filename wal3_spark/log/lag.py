@@ -15,9 +15,9 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
 from wal3_spark.clock import micros
-from wal3_spark.cursors import CursorState
-from wal3_spark.manifest import Manifest, Snapshot
-from wal3_spark.reader import SnapshotCache, load_snapshot
+from wal3_spark.format.manifest import Manifest, Snapshot
+from wal3_spark.log.cursors import CursorState
+from wal3_spark.log.reader import SnapshotCache, load_snapshot
 from wal3_spark.storage.base import ObjectStore
 
 

@@ -27,11 +27,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from wal3_spark.chunk_encoding import CHUNK_ROWS, check_item_hash, raw_setsum, structured_setsum
 from wal3_spark.errors import CorruptLog, SchemaMismatch
-from wal3_spark.format import ABSOLUTE_OFFSET, RELATIVE_OFFSET, TIMESTAMP
-from wal3_spark.schema import RAW_SCHEMA, cast, check_columns, conform
-from wal3_spark.setsum import Setsum
+from wal3_spark.format.chunk_encoding import (
+    CHUNK_ROWS,
+    check_item_hash,
+    raw_setsum,
+    structured_setsum,
+)
+from wal3_spark.format.layout import ABSOLUTE_OFFSET, RELATIVE_OFFSET, TIMESTAMP
+from wal3_spark.format.schema import RAW_SCHEMA, cast, check_columns, conform
+from wal3_spark.format.setsum import Setsum
 
 logger = logging.getLogger(__name__)
 

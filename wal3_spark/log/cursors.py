@@ -1,7 +1,7 @@
 """Named cursors (FORMAT.md section 8): positions that pin the log against garbage collection.
 
 Each cursor is its own object, changed through the compare-and-swap primitive
-(`wal3_spark.cas`), so that pinning the log never contends with appends on the manifest.
+(`wal3_spark.log.cas`), so that pinning the log never contends with appends on the manifest.
 
 Every position set here is checked against the log (one manifest GET): never beyond the tail,
 since GC would then drop records appended later that no consumer read, and not below the oldest
@@ -22,12 +22,12 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from wal3_spark.cas import CasObject, Outcome, Versioned
 from wal3_spark.clock import Clock, micros
 from wal3_spark.errors import CorruptLog, CursorError, LogNotFound, ObjectNotFound
-from wal3_spark.format import CURSOR_PREFIX, Cursor, cursor_key, dumps, loads
-from wal3_spark.reader import LogReader
-from wal3_spark.scan import LogScan
+from wal3_spark.format.layout import CURSOR_PREFIX, Cursor, cursor_key, dumps, loads
+from wal3_spark.log.cas import CasObject, Outcome, Versioned
+from wal3_spark.log.reader import LogReader
+from wal3_spark.log.scan import LogScan
 from wal3_spark.storage.base import ObjectStore
 
 log = logging.getLogger(__name__)

@@ -19,11 +19,24 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
-from wal3_spark.errors import CorruptLog, DataLost, LogNotFound, ObjectNotFound, StorageError
-from wal3_spark.format import FRAGMENT_PREFIX, MANIFEST_KEY, SNAPSHOT_PREFIX, FragmentRef, SnapshotPointer
-from wal3_spark.manifest import Manifest
-from wal3_spark.reader import MISSING_FRAGMENT, MISSING_SNAPSHOT, load_fragment, load_snapshot
-from wal3_spark.setsum import Setsum
+from wal3_spark.errors import (
+    CorruptLog,
+    DataLost,
+    LogNotFound,
+    ObjectNotFound,
+    StorageError,
+)
+from wal3_spark.format.layout import (
+    FRAGMENT_PREFIX,
+    MANIFEST_KEY,
+    SNAPSHOT_PREFIX,
+    FragmentRef,
+    SnapshotPointer,
+)
+from wal3_spark.format.manifest import Manifest
+from wal3_spark.format.setsum import Setsum
+from wal3_spark.log.fragment_io import MISSING_FRAGMENT, MISSING_SNAPSHOT, load_fragment
+from wal3_spark.log.reader import load_snapshot
 from wal3_spark.storage import open_store
 from wal3_spark.storage.base import ObjectStore
 

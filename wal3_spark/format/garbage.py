@@ -3,7 +3,7 @@
 `compute_garbage` decides, from a manifest value and a cutoff, what garbage collection removes;
 `apply_garbage` turns a manifest into the one without that garbage. Neither does I/O except
 through the snapshot loader it is given, so both are tested on plain values (FORMAT.md section 8,
-seed 001 "Garbage Collection Dance"). `wal3_spark.gc` holds the I/O, except `load_garbage`, the
+seed 001 "Garbage Collection Dance"). `wal3_spark.ops.gc` holds the I/O, except `load_garbage`, the
 one reader of the record: it lives here so that the committer, which `gc` imports, uses it too.
 
 The JSON is Chroma's `Garbage` (field names, order and meaning), with two wal3-spark extensions
@@ -30,23 +30,23 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from wal3_spark.errors import CorruptLog, GarbageError, GarbageStale, ObjectNotFound
-from wal3_spark.format import (
+from wal3_spark.format.layout import (
     FIRST_OFFSET,
     GARBAGE_KEY,
     FragmentRef,
     SnapshotPointer,
     dumps,
     loads,
-    parse_offset,
     parse_fragment_uuid,
+    parse_offset,
     parse_setsum,
     position,
     seq_no_fragment_path,
     snapshot_key,
 )
-from wal3_spark.manifest import Manifest, Snapshot
-from wal3_spark.setsum import Setsum
-from wal3_spark.uuid7 import uuid7_timestamp_us
+from wal3_spark.format.manifest import Manifest, Snapshot
+from wal3_spark.format.setsum import Setsum
+from wal3_spark.format.uuid7 import uuid7_timestamp_us
 
 if TYPE_CHECKING:
     from wal3_spark.storage.base import ObjectStore
@@ -90,7 +90,7 @@ class Garbage:
 
     def fragment_paths(self) -> list[str]:
         """Paths of the fragments to delete: sequence-numbered ones from their range, UUID
-        ones as listed (orphans are found by listing, see `wal3_spark.gc`)."""
+        ones as listed (orphans are found by listing, see `wal3_spark.ops.gc`)."""
         return [seq_no_fragment_path(s) for s in self.seq_nos] + list(self.fragment_paths_to_drop)
 
     def snapshot_paths(self) -> list[str]:
@@ -296,7 +296,7 @@ def compute_garbage(
 ) -> Garbage | None:
     """The garbage below `cutoff` (the first offset that must stay readable), or None.
 
-    `load` returns the snapshot a pointer names (e.g. `wal3_spark.reader.load_snapshot`
+    `load` returns the snapshot a pointer names (e.g. `wal3_spark.log.reader.load_snapshot`
     bound to a store). Fragments are never split: one holding any offset >= cutoff is kept.
     With `rebuild=False` a snapshot straddling the cutoff is kept whole (used when a rebuilt
     snapshot's path holds another snapshot with the same setsum).

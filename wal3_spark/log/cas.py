@@ -85,7 +85,7 @@ class CasResult(Generic[T]):
 class InFlight:
     """A conditional write sent outside `CasObject.apply` whose outcome is not known: `data`
     conditioned on `on` (an ETag; "" for absence). A writer that pipelines its manifest writes
-    (`wal3_spark.chain`) hands it back to `apply`, which resolves it by the ambiguity rules."""
+    (`wal3_spark.log.chain`) hands it back to `apply`, which resolves it by the ambiguity rules."""
 
     data: bytes
     on: str

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from wal3_spark.errors import CorruptLog, CursorError
-from wal3_spark.setsum import Setsum
+from wal3_spark.format.setsum import Setsum
 
 MANIFEST_KEY = "manifest/MANIFEST"
 GARBAGE_KEY = "gc/GARBAGE"
@@ -31,7 +31,7 @@ TIMESTAMP = "timestamp_us"
 ABSOLUTE_OFFSET = "offset"
 
 #: the `item_hash` of structured logs created from now on (FORMAT.md section 3; what a chunk
-#: item is: `wal3_spark.chunk_encoding`)
+#: item is: `wal3_spark.format.chunk_encoding`)
 BLAKE3 = "blake3"
 #: every `item_hash` a structured log may have; None: chunk items are inserted as they are
 ITEM_HASHES = (None, BLAKE3)

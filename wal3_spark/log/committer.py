@@ -4,7 +4,7 @@ in one compare-and-swap of the manifest.
 A `Committer` is what a Spark driver (or `LogWriter`) holds: it creates the log, checks schemas
 before any data is written, and places already-written fragments at the tail, atomically. The
 compare-and-swap itself (rebasing on lost races, resolving ambiguous writes by looking at what
-landed) is `wal3_spark.cas`; this module supplies the decisions. Every manifest it writes is
+landed) is `wal3_spark.log.cas`; this module supplies the decisions. Every manifest it writes is
 scrubbed first, so a bug here cannot publish a manifest that does not balance or that references
 a fragment twice.
 
@@ -31,7 +31,6 @@ from typing import Protocol
 
 import pyarrow as pa
 
-from wal3_spark.cas import CasObject, CasPolicy, CasResult, InFlight, Outcome, Versioned
 from wal3_spark.clock import Clock, micros
 from wal3_spark.errors import (
     AlreadyCollected,
@@ -49,15 +48,30 @@ from wal3_spark.errors import (
     SchemaMismatch,
     TransientError,
 )
-from wal3_spark.format import GARBAGE_KEY, MANIFEST_KEY, FragmentRef, KnownRefs
-from wal3_spark.garbage import load_garbage
-from wal3_spark.manifest import Manifest, NewFragment, Snapshot, SnapshotOptions, Txn, newest_written_us
-from wal3_spark.reader import iter_fragments
-from wal3_spark.schema import reconcile
-from wal3_spark.setsum import Setsum
+from wal3_spark.format.garbage import load_garbage
+from wal3_spark.format.layout import GARBAGE_KEY, MANIFEST_KEY, FragmentRef, KnownRefs
+from wal3_spark.format.manifest import (
+    Manifest,
+    NewFragment,
+    Snapshot,
+    SnapshotOptions,
+    Txn,
+    newest_written_us,
+)
+from wal3_spark.format.schema import reconcile
+from wal3_spark.format.setsum import Setsum
+from wal3_spark.format.uuid7 import uuid7_timestamp_us
+from wal3_spark.log.cas import (
+    CasObject,
+    CasPolicy,
+    CasResult,
+    InFlight,
+    Outcome,
+    Versioned,
+)
+from wal3_spark.log.reader import iter_fragments
 from wal3_spark.storage.base import ObjectStore
 from wal3_spark.storage.retry import retry
-from wal3_spark.uuid7 import uuid7_timestamp_us
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +93,7 @@ class CommitResult:
 
 
 class DirtyRecorder(Protocol):
-    """What a committer needs of a dirty log (`wal3_spark.dirty.DirtyLog` is one)."""
+    """What a committer needs of a dirty log (`wal3_spark.logset.dirty.DirtyLog` is one)."""
 
     def name_of(self, log_url: str) -> str:
         """The log's name in the dirty log's prefix; raises when it is not directly under it."""
@@ -121,7 +135,7 @@ class Committer:
         clock: Clock = time.time,
     ) -> None:
         """`dirty_log`: record every commit's new tail there (the log must sit directly under
-        the dirty log's prefix: checked here). See `wal3_spark.dirty`. `clock` stamps txns."""
+        the dirty log's prefix: checked here). See `wal3_spark.logset.dirty`. `clock` stamps txns."""
         self.store = store
         self.writer = writer
         self.clock = clock
@@ -220,7 +234,7 @@ class Committer:
         `version` or later, and the version is recorded in the same manifest write. See the
         module docstring for what each outcome allows the caller to do with the fragments.
 
-        `since`: the offset a pipelined writer (`wal3_spark.chain`) placed these fragments at in
+        `since`: the offset a pipelined writer (`wal3_spark.log.chain`) placed these fragments at in
         a manifest write it sent earlier. With `in_flight` (that write, whose outcome is not
         known) this commit resolves it by the compare-and-swap's ambiguity rules instead of
         appending the fragments a second time. Alone (a write answered as not landed): the
@@ -318,7 +332,7 @@ class Committer:
         _check_item_hash(fragments, current.append_item_hash(new_schema is not None), self.url)
         return new_schema
 
-    # -- pipelined commits (wal3_spark.chain) -------------------------------------------
+    # -- pipelined commits (wal3_spark.log.chain) -------------------------------------------
 
     def current(self) -> Versioned[Manifest] | None:
         """The version the next commit starts from: the last one read or written, else a

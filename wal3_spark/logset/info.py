@@ -4,7 +4,7 @@ and a summary of the whole set and of its dirty log.
 Per log this costs the manifest GET, one listing of its cursors and a GET per cursor (run
 `LogSet.max_workers` logs at a time); bytes come from the manifest's fragment sizes and snapshot
 pointers' subtree totals, so no snapshot is read except those a cursor's lag straddles
-(`wal3_spark.lag`).
+(`wal3_spark.log.lag`).
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wal3_spark.clock import micros
-from wal3_spark.cursors import CursorStore
-from wal3_spark.dirty import GC_CURSOR, dirty_store, rolled_up_to
 from wal3_spark.errors import LogNotFound, Wal3Error
-from wal3_spark.lag import CursorLag, bytes_from, cursor_lags
-from wal3_spark.logset import LogSet
-from wal3_spark.reader import LogReader
+from wal3_spark.log.cursors import CursorStore
+from wal3_spark.log.lag import CursorLag, bytes_from, cursor_lags
+from wal3_spark.log.reader import LogReader
+from wal3_spark.logset.dirty import GC_CURSOR, dirty_store, rolled_up_to
+from wal3_spark.logset.logs import LogSet
 from wal3_spark.storage.base import ObjectStore
 
 

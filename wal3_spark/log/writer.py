@@ -8,7 +8,7 @@ Two ways to append:
   once `batch_bytes` wait; each batch becomes a fragment, uploaded while earlier batches are
   still uploading or committing; every batch that has landed is committed, in cut order, by one
   manifest write sent at once, conditioned on the manifest write still in flight where the
-  store's ETags are predictable (`wal3_spark.chain`). Under object-store latency an append then
+  store's ETags are predictable (`wal3_spark.log.chain`). Under object-store latency an append then
   costs about half a batch interval, one fragment upload and one manifest write.
 
 Both upload through `write_fragment` (as the Spark sink's tasks do): create-if-absent at a fresh
@@ -21,40 +21,31 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
 from collections import deque
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures._base import PENDING
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from wal3_spark.cas import InFlight
-from wal3_spark.chain import ManifestChain
-from wal3_spark.clock import micros
-from wal3_spark.committer import Committer, CommitResult, DirtyRecorder
 from wal3_spark.errors import (
-    AmbiguousWrite,
     CommitFailed,
     CommitOutcomeUnknown,
     LogNotFound,
     LogSealed,
-    ObjectNotFound,
-    PreconditionFailed,
     SchemaMismatch,
-    StorageError,
-    TransientError,
 )
-from wal3_spark.format import FRAGMENT_PREFIX, SNAPSHOT_PREFIX, fragment_path
-from wal3_spark.fragment import EncodedFragment, FragmentBuilder
-from wal3_spark.manifest import NewFragment, SnapshotOptions
-from wal3_spark.schema import RAW_SCHEMA, conform, is_raw_schema, same_schema
-from wal3_spark.setsum import Setsum
+from wal3_spark.format.layout import FRAGMENT_PREFIX, SNAPSHOT_PREFIX
+from wal3_spark.format.manifest import NewFragment, SnapshotOptions
+from wal3_spark.format.schema import RAW_SCHEMA, conform, is_raw_schema, same_schema
+from wal3_spark.log.cas import InFlight
+from wal3_spark.log.chain import ManifestChain
+from wal3_spark.log.committer import CommitResult, Committer, DirtyRecorder
+from wal3_spark.log.fragment_io import FragmentFile, write_fragments
 from wal3_spark.storage import open_store
 from wal3_spark.storage.base import ObjectStore
 from wal3_spark.storage.hedged import HedgedStore, HedgePolicy
-from wal3_spark.storage.retry import backoff_delays
-from wal3_spark.uuid7 import new_uuid7
 
 log = logging.getLogger(__name__)
 
@@ -87,46 +78,6 @@ def to_batches(data: Appendable) -> tuple[list[pa.RecordBatch], pa.Schema | None
     if body.null_count:
         raise ValueError("raw records cannot be None")
     return [pa.RecordBatch.from_arrays([body], schema=RAW_SCHEMA)], None
-
-
-def write_fragments(
-    store: ObjectStore,
-    batches: Iterable[pa.RecordBatch],
-    schema: pa.Schema | None,
-    *,
-    fragment_bytes: int,
-    timestamp_us: int | None = None,
-    item_hash: str | None = None,
-) -> list[FragmentFile]:
-    """Write `batches` (already in `schema`) as fragments of about `fragment_bytes` each."""
-    return list(iter_write_fragments(store, batches, schema, fragment_bytes=fragment_bytes,
-                                     timestamp_us=timestamp_us, item_hash=item_hash))
-
-
-def iter_write_fragments(
-    store: ObjectStore,
-    batches: Iterable[pa.RecordBatch],
-    schema: pa.Schema | None,
-    *,
-    fragment_bytes: int,
-    timestamp_us: int | None = None,
-    item_hash: str | None = None,
-) -> Iterator[FragmentFile]:
-    """Each fragment as soon as it is uploaded, so that a caller holds at most one fragment in
-    memory and knows what to clean up if a later one fails. `item_hash` is the log's
-    (`Manifest.append_item_hash`)."""
-    builder: FragmentBuilder | None = None
-    for batch in batches:
-        if batch.num_rows == 0:
-            continue
-        if builder is None:
-            builder = FragmentBuilder(schema, timestamp_us or micros(), item_hash=item_hash)
-        builder.add(batch)
-        if builder.bytes_buffered >= fragment_bytes:
-            encoded, builder = builder.finish(), None
-            yield write_fragment(store, encoded)
-    if builder is not None:
-        yield write_fragment(store, builder.finish())
 
 
 @dataclass(frozen=True)
@@ -258,7 +209,7 @@ class LogWriter:
     default one manifest write is in flight at a time, and what lands meanwhile shares the next
     one: an append waits for one fragment upload and about one and a half manifest writes. With
     `max_manifest_writes` > 1, up to that many are in flight, each conditioned on the ETag the
-    one before will have (`wal3_spark.chain`; one at a time where the store's ETags are not
+    one before will have (`wal3_spark.log.chain`; one at a time where the store's ETags are not
     predictable): an append then waits for one fragment upload and one manifest write while the
     writes arrive in order, but a chained write that reaches the store before its predecessor is
     applied loses and costs a round trip (docs/benchmarks.md: on the local filesystem and
@@ -282,7 +233,7 @@ class LogWriter:
         snapshot_options: SnapshotOptions | None = None,
         dirty_log: DirtyRecorder | None = None,
     ) -> None:
-        """`dirty_log` (a `wal3_spark.dirty.DirtyLog` of the log's parent prefix): record each
+        """`dirty_log` (a `wal3_spark.logset.dirty.DirtyLog` of the log's parent prefix): record each
         commit there. Records are written in the background, batched with those of other
         writers sharing the `DirtyLog` (`CommitResult.dirty` is the record's future); `flush`
         and `close` wait until the records of everything committed are durable."""
@@ -601,76 +552,3 @@ def _groups(runs: list[_Run]) -> list[list[_Run]]:
 def _same_format(a: _FragmentFormat | None, b: _FragmentFormat | None) -> bool:
     return a is not None and b is not None and a.item_hash == b.item_hash and same_schema(a.schema, b.schema)
 
-
-# ------------------------------------------------------------------------------ uploading
-
-
-@dataclass(frozen=True)
-class FragmentFile:
-    """An uploaded fragment: what the committer places in the manifest."""
-
-    path: str
-    uuid: str
-    records: int
-    num_bytes: int
-    setsum: Setsum
-    timestamp_us: int
-    item_hash: str | None = None
-
-    def __reduce__(self):  # positional: no field names in every Spark commit message
-        return (
-            FragmentFile,
-            (self.path, self.uuid, self.records, self.num_bytes, self.setsum, self.timestamp_us,
-             self.item_hash),
-        )  # fmt: skip
-
-
-def write_fragment(
-    store: ObjectStore, encoded: EncodedFragment, *, attempts: int = 6
-) -> FragmentFile:
-    """Upload `encoded` with create-if-absent (`create`: its ETag is never read) at a fresh
-    UUIDv7 path made from its timestamp.
-
-    The path is unique to this call, so every failure is safe to retry: a transient error
-    changed nothing, and an ambiguous write is resolved by reading the object back (the same
-    bytes mean our write landed). Gives up after `attempts` tries with the last error.
-    """
-    fragment_uuid = new_uuid7(encoded.timestamp_us)
-    path = fragment_path(fragment_uuid)
-    delays = backoff_delays(attempts, _BACKOFF_BASE_S, _BACKOFF_CAP_S)
-    for attempt in range(1, attempts + 1):
-        try:
-            store.create(path, encoded.data)
-            break
-        except PreconditionFailed:
-            # Only an earlier ambiguous attempt of ours can have created this fresh path.
-            if attempt > 1 and _landed(store, path, encoded.data):
-                break
-            raise
-        except (AmbiguousWrite, TransientError) as exc:
-            log.warning("fragment upload %s failed (attempt %d): %s", path, attempt, exc)
-            if isinstance(exc, AmbiguousWrite) and _landed(store, path, encoded.data):
-                break
-            delay = next(delays, None)
-            if delay is None:
-                raise
-            time.sleep(delay)
-    return FragmentFile(
-        path=path,
-        uuid=str(fragment_uuid),
-        records=encoded.records,
-        num_bytes=len(encoded.data),
-        setsum=encoded.setsum,
-        timestamp_us=encoded.timestamp_us,
-        item_hash=encoded.item_hash,
-    )
-
-
-def _landed(store: ObjectStore, path: str, data: bytes) -> bool:
-    try:
-        stored = store.get(path).data
-    except ObjectNotFound:
-        return False
-    if stored != data:
-        raise StorageError(f"{path} holds bytes this writer did not write; refusing to use it")
-    return True

@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from wal3_spark.errors import InvalidOption, SchemaMismatch
-from wal3_spark.format import ABSOLUTE_OFFSET, RELATIVE_OFFSET, TIMESTAMP
+from wal3_spark.format.layout import ABSOLUTE_OFFSET, RELATIVE_OFFSET, TIMESTAMP
 
 RAW_SCHEMA = pa.schema([pa.field("body", pa.binary(), nullable=False)])
 OFFSET_COLUMN = "_offset"

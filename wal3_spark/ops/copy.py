@@ -6,7 +6,7 @@ copy. The copy keeps offsets, as Chroma's `copy` does: the fragments holding off
 starts there (`initial_offset`), with `collected` empty and the setsum the sum of what it holds.
 
 Every source fragment's setsum is recomputed from its bytes before it is copied, and the copy
-is verified (`wal3_spark.verify`) before `copy_log` returns. Our UUID fragments are copied byte
+is verified (`wal3_spark.ops.verify`) before `copy_log` returns. Our UUID fragments are copied byte
 for byte, so their setsums (and the copy's setsum, when it starts at the oldest offset of a log
 never garbage-collected) equal the source's. Fragments of Chroma's S3 backend (absolute offsets,
 sequence-number paths) are rewritten as UUID fragments with relative offsets, whose setsums
@@ -27,9 +27,6 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from wal3_spark.cas import Outcome
-from wal3_spark.committer import manifest_object, roll_snapshots
-from wal3_spark.cursors import CursorStore
 from wal3_spark.errors import (
     AmbiguousWrite,
     CommitOutcomeUnknown,
@@ -39,14 +36,18 @@ from wal3_spark.errors import (
     ObjectNotFound,
     PreconditionFailed,
 )
-from wal3_spark.format import MANIFEST_KEY, FragmentRef, fragment_path
-from wal3_spark.fragment import encode_table
-from wal3_spark.uuid7 import new_uuid7
-from wal3_spark.manifest import Manifest, SnapshotOptions
-from wal3_spark.reader import LogReader, check_fragment_data, fetch_fragment, iter_fragments
-from wal3_spark.setsum import Setsum
+from wal3_spark.format.fragment import encode_table
+from wal3_spark.format.layout import MANIFEST_KEY, FragmentRef, fragment_path
+from wal3_spark.format.manifest import Manifest, SnapshotOptions
+from wal3_spark.format.setsum import Setsum
+from wal3_spark.format.uuid7 import new_uuid7
+from wal3_spark.log.cas import Outcome
+from wal3_spark.log.committer import manifest_object, roll_snapshots
+from wal3_spark.log.cursors import CursorStore
+from wal3_spark.log.fragment_io import check_fragment_data, fetch_fragment
+from wal3_spark.log.reader import LogReader, iter_fragments
+from wal3_spark.ops.verify import verify
 from wal3_spark.storage.base import ObjectStore
-from wal3_spark.verify import verify
 
 COPY_WRITER = "wal3-spark copy"
 

@@ -1,6 +1,6 @@
 """Garbage collection of a log set: the logs under a prefix, and its dirty log.
 
-With a dirty log (`wal3_spark.dirty`), a run collects only the logs recorded there since the
+With a dirty log (`wal3_spark.logset.dirty`), a run collects only the logs recorded there since the
 previous run, which it remembers as the cursor `gc` on the dirty log; that cursor is also what
 lets the dirty log itself be collected. A run:
 
@@ -24,13 +24,20 @@ import logging
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
-from wal3_spark.cursors import CursorStore
-from wal3_spark.dirty import GC_CURSOR, DirtyLog, dirty_store, read_dirty, roll_up, rolled_up_to
 from wal3_spark.errors import LogNotFound, Wal3Error
-from wal3_spark.format import FIRST_OFFSET
-from wal3_spark.gc import GCReport, collect_garbage
-from wal3_spark.logset import LogSet
-from wal3_spark.reader import LogReader
+from wal3_spark.format.layout import FIRST_OFFSET
+from wal3_spark.log.cursors import CursorStore
+from wal3_spark.log.reader import LogReader
+from wal3_spark.logset.dirty import (
+    GC_CURSOR,
+    DirtyLog,
+    dirty_store,
+    read_dirty,
+    roll_up,
+    rolled_up_to,
+)
+from wal3_spark.logset.logs import LogSet
+from wal3_spark.ops.gc import GCReport, collect_garbage
 from wal3_spark.storage.base import ObjectStore
 
 log = logging.getLogger(__name__)

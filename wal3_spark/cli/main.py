@@ -20,7 +20,7 @@ it base64-encoded; structured logs give each column (binary values base64, decim
 non-JSON values as strings).
 
 Long commands (verify, gc, copy, cat) draw a progress bar on stderr only when it is a terminal
-(`cat` only when its records do not go to the terminal): see `wal3_spark.progress`.
+(`cat` only when its records do not go to the terminal): see `wal3_spark.cli.progress`.
 
 Exit status: 0 on success; 1 when the operation failed for an expected reason (the message goes
 to stderr, never a traceback) or when `verify` finds a problem; 2 for usage errors: every
@@ -44,9 +44,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from wal3_spark.committer import Committer
-from wal3_spark.copy import copy_log
-from wal3_spark.cursors import CursorStore
+from wal3_spark.cli.progress import ProgressBar
 from wal3_spark.errors import (
     CorruptLog,
     CursorError,
@@ -56,20 +54,22 @@ from wal3_spark.errors import (
     LogNotFound,
     Wal3Error,
 )
-from wal3_spark.format import FIRST_OFFSET, MANIFEST_KEY
-from wal3_spark.garbage import load_garbage
-from wal3_spark.gc import DEFAULT_GRACE_S, GarbageCollector, referenced
-from wal3_spark.lag import CursorLag, cursor_lags
-from wal3_spark.logset import LogSelection, LogSet
-from wal3_spark.logset_info import set_info, summarise
-from wal3_spark.progress import ProgressBar
-from wal3_spark.reader import LogReader, iter_fragments
-from wal3_spark.schema import parse_schema
+from wal3_spark.format.garbage import load_garbage
+from wal3_spark.format.layout import FIRST_OFFSET, MANIFEST_KEY
+from wal3_spark.format.schema import parse_schema
+from wal3_spark.log.committer import Committer
+from wal3_spark.log.cursors import CursorStore
+from wal3_spark.log.lag import CursorLag, cursor_lags
+from wal3_spark.log.reader import LogReader, iter_fragments
+from wal3_spark.logset.info import set_info, summarise
+from wal3_spark.logset.logs import LogSelection, LogSet
+from wal3_spark.ops.copy import copy_log
+from wal3_spark.ops.gc import DEFAULT_GRACE_S, GarbageCollector, referenced
+from wal3_spark.ops.verify import verify
 from wal3_spark.storage import open_store
 from wal3_spark.storage.common import split_url
 from wal3_spark.storage.s3 import S3Settings
 from wal3_spark.stress import command as stress_command
-from wal3_spark.verify import verify
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pyarrow as pa
 
 from wal3_spark.errors import InvalidOption
-from wal3_spark.schema import OFFSET_COLUMN
+from wal3_spark.format.schema import OFFSET_COLUMN
 
 
 class LogScan:

@@ -7,7 +7,7 @@ the contract:
 
 - **Where**: `<prefix>/_dirty`, a structured wal3 log (`DIRTY_SCHEMA`): `log` (the log's name),
   `tail` (its next offset after the commit), `rollup` (null, except in roll-up records: see
-  below). Names starting with `_` are reserved (`wal3_spark.logset`), so no log set lists it.
+  below). Names starting with `_` are reserved (`wal3_spark.logset.logs`), so no log set lists it.
 - **Writing** (`DirtyLog`): a record is appended *after* the data commit it describes, with the
   tail that commit produced, in the background. The records of one process share dirty-log
   appends (a `LogWriter` with a 100 ms batch interval; whatever arrives while one append is in
@@ -37,16 +37,17 @@ from typing import Any
 
 import pyarrow as pa
 
-from wal3_spark.committer import Committer
 from wal3_spark.errors import DataLost, InvalidOption, LogNotFound, Wal3Error
-from wal3_spark.format import FIRST_OFFSET
-from wal3_spark.logset import DEFAULT_FULL_SCAN_EVERY_S, LogSet, check_log_name
-from wal3_spark.manifest import Manifest
-from wal3_spark.reader import LogReader
+from wal3_spark.format.layout import FIRST_OFFSET
+from wal3_spark.format.manifest import Manifest
+from wal3_spark.log.committer import Committer
+from wal3_spark.log.fragment_io import write_fragments
+from wal3_spark.log.reader import LogReader
+from wal3_spark.log.writer import LogWriter
+from wal3_spark.logset.logs import DEFAULT_FULL_SCAN_EVERY_S, LogSet, check_log_name
 from wal3_spark.storage import open_store
 from wal3_spark.storage.base import ObjectStore
 from wal3_spark.storage.prefixed import PrefixedStore
-from wal3_spark.writer import LogWriter, write_fragments
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,7 @@ BATCH_INTERVAL_S = 0.1
 #: below which records were rolled up, so the head below it may be collected)
 ROLLUP_TXN = "wal3-rollup"
 #: the cursor on the dirty log where garbage collection of the prefix stopped reading it
-#: (`wal3_spark.prefix_gc`); it also pins the dirty log's records GC has not read yet
+#: (`wal3_spark.logset.gc`); it also pins the dirty log's records GC has not read yet
 GC_CURSOR = "gc"
 
 

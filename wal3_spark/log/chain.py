@@ -22,7 +22,7 @@ Why it is safe (docs/design.md section 20):
   where the chain placed it, through the snapshot tree (should the answer have been wrong, a
   later commit may have rolled it), so it is never appended twice;
 - a link answered ambiguously (timeout, 5xx) may have landed or may land later: its outcome is
-  resolved by `wal3_spark.cas`'s ambiguity rules (`Committer.commit(in_flight=...)`), looking
+  resolved by `wal3_spark.log.cas`'s ambiguity rules (`Committer.commit(in_flight=...)`), looking
   for its fragment paths, and written again only on the version it was conditioned on. That
   version is its predecessor's predicted ETag, a real version only once the predecessor is
   resolved: after a link whose outcome stays unknown, every ambiguous link chained on it is
@@ -45,8 +45,6 @@ from typing import Generic, TypeVar
 
 import pyarrow as pa
 
-from wal3_spark.cas import InFlight, Versioned
-from wal3_spark.committer import Committer, CommitResult
 from wal3_spark.errors import (
     AmbiguousWrite,
     CommitOutcomeUnknown,
@@ -54,9 +52,11 @@ from wal3_spark.errors import (
     PreconditionFailed,
     TransientError,
 )
-from wal3_spark.format import MANIFEST_KEY
-from wal3_spark.manifest import Manifest, NewFragment
-from wal3_spark.schema import same_schema
+from wal3_spark.format.layout import MANIFEST_KEY
+from wal3_spark.format.manifest import Manifest, NewFragment
+from wal3_spark.format.schema import same_schema
+from wal3_spark.log.cas import InFlight, Versioned
+from wal3_spark.log.committer import CommitResult, Committer
 from wal3_spark.storage.common import md5_etag
 
 log = logging.getLogger(__name__)

@@ -38,11 +38,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from wal3_spark.errors import SchemaMismatch
-from wal3_spark.format import BLAKE3, ITEM_HASHES
-from wal3_spark.setsum import Setsum
+from wal3_spark.format.layout import BLAKE3, ITEM_HASHES
+from wal3_spark.format.setsum import Setsum
 
 if sys.byteorder != "little":  # Arrow buffers are hashed as they lie in memory
-    raise ImportError("wal3_spark.chunk_encoding needs a little-endian host")
+    raise ImportError("wal3_spark.format.chunk_encoding needs a little-endian host")
 
 CHUNK_ROWS = 8192
 """Rows per structured setsum item; chunk boundaries are row numbers from the fragment start."""

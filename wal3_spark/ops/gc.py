@@ -1,4 +1,4 @@
-"""Garbage collection of one log: the I/O around `wal3_spark.garbage`'s pure decisions.
+"""Garbage collection of one log: the I/O around `wal3_spark.format.garbage`'s pure decisions.
 
 FORMAT.md section 8 and seed 001 ("Garbage Collection Dance"); one run does whatever is due:
 
@@ -36,18 +36,35 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
-from wal3_spark.cas import CasObject, Outcome
 from wal3_spark.clock import Clock
-from wal3_spark.committer import Committer, write_snapshot
-from wal3_spark.cursors import CursorStore
-from wal3_spark.errors import CommitOutcomeUnknown, GarbageStale, GCRefused, InvalidOption, ObjectNotFound
-from wal3_spark.format import FRAGMENT_PREFIX, GARBAGE_KEY, SNAPSHOT_PREFIX, SnapshotPointer, parse_fragment_uuid
-from wal3_spark.garbage import Garbage, apply_garbage, compute_garbage, garbage_applied
-from wal3_spark.manifest import Manifest
-from wal3_spark.reader import SnapshotCache, iter_fragments, load_snapshot
+from wal3_spark.errors import (
+    CommitOutcomeUnknown,
+    GarbageStale,
+    GCRefused,
+    InvalidOption,
+    ObjectNotFound,
+)
+from wal3_spark.format.garbage import (
+    Garbage,
+    apply_garbage,
+    compute_garbage,
+    garbage_applied,
+)
+from wal3_spark.format.layout import (
+    FRAGMENT_PREFIX,
+    GARBAGE_KEY,
+    SNAPSHOT_PREFIX,
+    SnapshotPointer,
+    parse_fragment_uuid,
+)
+from wal3_spark.format.manifest import Manifest
+from wal3_spark.format.uuid7 import uuid7_timestamp_us
+from wal3_spark.log.cas import CasObject, Outcome
+from wal3_spark.log.committer import Committer, write_snapshot
+from wal3_spark.log.cursors import CursorStore
+from wal3_spark.log.reader import SnapshotCache, iter_fragments, load_snapshot
 from wal3_spark.storage import open_store
 from wal3_spark.storage.base import ObjectMeta, ObjectStore
-from wal3_spark.uuid7 import uuid7_timestamp_us
 
 log = logging.getLogger(__name__)
 

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from wal3_spark.errors import InvalidLogName, LogNotFound, Wal3Error
-from wal3_spark.manifest import Manifest
-from wal3_spark.reader import LogReader
+from wal3_spark.format.manifest import Manifest
+from wal3_spark.log.reader import LogReader
 from wal3_spark.storage import open_store
 from wal3_spark.storage.base import ObjectStore
 from wal3_spark.storage.common import join_url
@@ -48,7 +48,7 @@ MAX_NAME_LENGTH = 200
 #: reading thousands of manifests is bound by request latency, not CPU (docs/benchmarks.md)
 DEFAULT_WORKERS = 64
 #: how often a reader of a log set reads every manifest even though a dirty log exists
-#: (`wal3_spark.dirty`): the longest a change whose dirty record was lost (or never written)
+#: (`wal3_spark.logset.dirty`): the longest a change whose dirty record was lost (or never written)
 #: stays unnoticed
 DEFAULT_FULL_SCAN_EVERY_S = 600.0
 

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from wal3_spark.errors import CorruptLog
-from wal3_spark.format import (
+from wal3_spark.format.layout import (
     BLAKE3,
     FIRST_OFFSET,
     ITEM_HASHES,
@@ -33,8 +33,8 @@ from wal3_spark.format import (
     require_field,
     snapshot_key,
 )
-from wal3_spark.setsum import Setsum
-from wal3_spark.uuid7 import uuid7_timestamp_us
+from wal3_spark.format.setsum import Setsum
+from wal3_spark.format.uuid7 import uuid7_timestamp_us
 
 #: Chroma's defaults: (1 << 18) / 142 snapshot pointers and (1 << 19) / 256 fragments.
 DEFAULT_SNAPSHOT_ROLLOVER = 1846
@@ -54,7 +54,7 @@ class SnapshotOptions:
 
 
 class NewFragment(Protocol):
-    """What the committer needs of a written fragment (see `wal3_spark.writer.FragmentFile`)."""
+    """What the committer needs of a written fragment (see `wal3_spark.log.writer.FragmentFile`)."""
 
     path: str
     uuid: str

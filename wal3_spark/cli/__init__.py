@@ -1,0 +1,1 @@
+"""The `wal3` command line."""

@@ -1,0 +1,363 @@
+"""Fragment I/O, the part of a log an executor runs: upload a fragment, fetch one, check it
+against the manifest's pointer, and read a range of its records.
+
+Spark tasks import this module alone (`spark/write_tasks`, `spark/read_tasks`), never the driver's
+`LogWriter` or `LogReader`. Decoding (`wal3_spark.format.fragment`: pyarrow.parquet, the setsum's
+chunk encoding and pyarrow.compute) is imported on first decode: the driver side of a read needs
+none of it, and a streaming query's source runs in a fresh Python process per query that only
+plans (`wal3_spark.spark.source`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+
+from wal3_spark.clock import micros
+from wal3_spark.errors import (
+    AmbiguousWrite,
+    CorruptLog,
+    DataLost,
+    LogNotFound,
+    ObjectNotFound,
+    PreconditionFailed,
+    StorageError,
+    TransientError,
+)
+from wal3_spark.format.layout import FragmentRef, fragment_path
+from wal3_spark.format.schema import (
+    OFFSET_COLUMN,
+    RAW_SCHEMA,
+    TIMESTAMP_COLUMN,
+    conform,
+)
+from wal3_spark.format.setsum import Setsum
+from wal3_spark.format.uuid7 import new_uuid7, uuid7_timestamp_us
+from wal3_spark.log.head import read_manifest
+from wal3_spark.storage.base import ObjectStore
+from wal3_spark.storage.retry import backoff_delays
+
+if TYPE_CHECKING:
+    from wal3_spark.format.fragment import DecodedFragment, EncodedFragment
+
+log = logging.getLogger(__name__)
+
+_BACKOFF_BASE_S = 0.1
+_BACKOFF_CAP_S = 2.0
+
+OFFSET_FIELD = pa.field(OFFSET_COLUMN, pa.int64(), nullable=False)
+TIMESTAMP_FIELD = pa.field(TIMESTAMP_COLUMN, pa.timestamp("us", tz="UTC"), nullable=False)
+
+#: the invariants a fragment or snapshot the manifest references but the store lacks breaks
+MISSING_FRAGMENT = "every referenced fragment exists"
+MISSING_SNAPSHOT = "every referenced snapshot exists"
+
+def missing_error(store: ObjectStore, invariant: str, path: str, start: int) -> Exception:
+    """What a referenced object (holding offsets from `start`) that the store lacks means, by
+    the current manifest: DataLost when GC moved the oldest offset past it since the caller
+    read its manifest, LogNotFound when the log itself is gone, else CorruptLog."""
+    try:
+        oldest = read_manifest(store).oldest_offset
+    except LogNotFound as exc:
+        return exc
+    if start < oldest:
+        return DataLost(store.url, start, oldest)
+    return CorruptLog(invariant, path, "is missing, and the manifest still references it")
+
+
+def output_schema(payload: pa.Schema | None) -> pa.Schema:
+    """What reads return: the payload columns, then `_offset` and `_timestamp`."""
+    payload = RAW_SCHEMA if payload is None else payload
+    return pa.schema(list(payload) + [OFFSET_FIELD, TIMESTAMP_FIELD])
+
+
+@dataclass(frozen=True)
+class ReadRange:
+    """One fragment and the part of it [start, limit) a read wants."""
+
+    ref: FragmentRef
+    start: int
+    limit: int
+
+    @property
+    def records(self) -> int:
+        return self.limit - self.start
+
+
+
+def write_fragments(
+    store: ObjectStore,
+    batches: Iterable[pa.RecordBatch],
+    schema: pa.Schema | None,
+    *,
+    fragment_bytes: int,
+    timestamp_us: int | None = None,
+    item_hash: str | None = None,
+) -> list[FragmentFile]:
+    """Write `batches` (already in `schema`) as fragments of about `fragment_bytes` each."""
+    return list(iter_write_fragments(store, batches, schema, fragment_bytes=fragment_bytes,
+                                     timestamp_us=timestamp_us, item_hash=item_hash))
+
+
+def iter_write_fragments(
+    store: ObjectStore,
+    batches: Iterable[pa.RecordBatch],
+    schema: pa.Schema | None,
+    *,
+    fragment_bytes: int,
+    timestamp_us: int | None = None,
+    item_hash: str | None = None,
+) -> Iterator[FragmentFile]:
+    """Each fragment as soon as it is uploaded, so that a caller holds at most one fragment in
+    memory and knows what to clean up if a later one fails. `item_hash` is the log's
+    (`Manifest.append_item_hash`)."""
+    from wal3_spark.format.fragment import FragmentBuilder  # see the module docstring
+
+    builder: FragmentBuilder | None = None
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        if builder is None:
+            builder = FragmentBuilder(schema, timestamp_us or micros(), item_hash=item_hash)
+        builder.add(batch)
+        if builder.bytes_buffered >= fragment_bytes:
+            encoded, builder = builder.finish(), None
+            yield write_fragment(store, encoded)
+    if builder is not None:
+        yield write_fragment(store, builder.finish())
+
+
+
+# ------------------------------------------------------------------------------ uploading
+
+
+@dataclass(frozen=True)
+class FragmentFile:
+    """An uploaded fragment: what the committer places in the manifest."""
+
+    path: str
+    uuid: str
+    records: int
+    num_bytes: int
+    setsum: Setsum
+    timestamp_us: int
+    item_hash: str | None = None
+
+    def __reduce__(self):  # positional: no field names in every Spark commit message
+        return (
+            FragmentFile,
+            (self.path, self.uuid, self.records, self.num_bytes, self.setsum, self.timestamp_us,
+             self.item_hash),
+        )  # fmt: skip
+
+
+def write_fragment(
+    store: ObjectStore, encoded: EncodedFragment, *, attempts: int = 6
+) -> FragmentFile:
+    """Upload `encoded` with create-if-absent (`create`: its ETag is never read) at a fresh
+    UUIDv7 path made from its timestamp.
+
+    The path is unique to this call, so every failure is safe to retry: a transient error
+    changed nothing, and an ambiguous write is resolved by reading the object back (the same
+    bytes mean our write landed). Gives up after `attempts` tries with the last error.
+    """
+    fragment_uuid = new_uuid7(encoded.timestamp_us)
+    path = fragment_path(fragment_uuid)
+    delays = backoff_delays(attempts, _BACKOFF_BASE_S, _BACKOFF_CAP_S)
+    for attempt in range(1, attempts + 1):
+        try:
+            store.create(path, encoded.data)
+            break
+        except PreconditionFailed:
+            # Only an earlier ambiguous attempt of ours can have created this fresh path.
+            if attempt > 1 and _landed(store, path, encoded.data):
+                break
+            raise
+        except (AmbiguousWrite, TransientError) as exc:
+            log.warning("fragment upload %s failed (attempt %d): %s", path, attempt, exc)
+            if isinstance(exc, AmbiguousWrite) and _landed(store, path, encoded.data):
+                break
+            delay = next(delays, None)
+            if delay is None:
+                raise
+            time.sleep(delay)
+    return FragmentFile(
+        path=path,
+        uuid=str(fragment_uuid),
+        records=encoded.records,
+        num_bytes=len(encoded.data),
+        setsum=encoded.setsum,
+        timestamp_us=encoded.timestamp_us,
+        item_hash=encoded.item_hash,
+    )
+
+
+def _landed(store: ObjectStore, path: str, data: bytes) -> bool:
+    try:
+        stored = store.get(path).data
+    except ObjectNotFound:
+        return False
+    if stored != data:
+        raise StorageError(f"{path} holds bytes this writer did not write; refusing to use it")
+    return True
+
+
+def fragment_timestamp_us(store: ObjectStore, ref: FragmentRef) -> int:
+    """A fragment's write time: from its UUIDv7 path when it has one, else from its data."""
+    if isinstance(ref.seq_no, str):
+        ts = uuid7_timestamp_us(ref.seq_no)
+        if ts is not None:
+            return ts
+    from wal3_spark.format.fragment import decode_fragment  # see the module docstring
+
+    decoded = decode_fragment(fetch_fragment(store, ref), path=ref.path, raw=True)
+    return int(np.asarray(decoded.timestamp_us).reshape(-1)[0])
+
+
+def exact_path_timestamp_us(ref: FragmentRef, structured: bool) -> int | None:
+    """A fragment's `timestamp_us` from its path alone, when the path provably carries it; else
+    None (the file's column is the truth, as `format("wal3")` reads it).
+
+    Only wal3-spark writes structured logs, and every structured fragment's UUIDv7 encodes its
+    `timestamp_us` to the microsecond (docs/design.md, section 5). Raw logs may hold fragments
+    written by Chroma at UUID paths whose `rand_a` is not a microsecond count, or whose UUID was
+    made at another moment than the rows' `timestamp_us`: nothing in the path tells them from
+    ours, so their time is in the file only (the native scan reads its column; `_timestamp`
+    filter pushdown keeps such fragments for Spark's filter to decide).
+    """
+    if not structured or not isinstance(ref.seq_no, str):
+        return None
+    return uuid7_timestamp_us(ref.seq_no, exact=True)
+
+
+def fetch_fragment(store: ObjectStore, ref: FragmentRef) -> bytes:
+    """A referenced fragment's bytes; a missing one raises `missing_error`'s verdict."""
+    try:
+        return store.get(ref.path).data
+    except ObjectNotFound:
+        raise missing_error(store, MISSING_FRAGMENT, ref.path, ref.start) from None
+
+
+def load_fragment(
+    store: ObjectStore,
+    ref: FragmentRef,
+    raw: bool,
+    *,
+    verify: bool = True,
+    item_hash: str | None = None,
+) -> DecodedFragment:
+    """A referenced fragment, fetched and checked (`check_fragment_data`)."""
+    return check_fragment_data(
+        fetch_fragment(store, ref), ref, raw, verify=verify, item_hash=item_hash
+    )
+
+
+def check_fragment_data(
+    data: bytes,
+    ref: FragmentRef,
+    raw: bool,
+    *,
+    verify: bool = True,
+    item_hash: str | None = None,
+) -> DecodedFragment:
+    """A fragment's bytes, decoded and checked against the manifest's pointer: its record
+    count, where its stored offsets start and (with `verify`) its recomputed setsum under the
+    log's `item_hash` (the manifest's), as a Kafka consumer checks CRCs. Any mismatch raises
+    CorruptLog naming the fragment, never skips."""
+    from wal3_spark.format.fragment import (  # see the module docstring
+        decode_fragment,
+        recompute_setsum,
+    )
+
+    decoded = decode_fragment(data, path=ref.path, raw=raw)
+    n = len(decoded.offsets)
+    if n != ref.records:
+        raise CorruptLog(
+            "a fragment holds limit - start records", ref.path,
+            f"holds {n} records, the manifest says {ref.records}"
+        )
+    first = int(decoded.offsets[0]) if n else 0
+    if first != (ref.start if decoded.absolute else 0):
+        raise CorruptLog(
+            "a fragment's stored offsets start where the manifest places it",
+            ref.path,
+            f"its stored offsets do not start where the manifest places it (first stored offset "
+            f"{first}, manifest start {ref.start})",
+        )
+    if verify:
+        actual = recompute_setsum(decoded, raw=raw, item_hash=item_hash)
+        if actual != ref.setsum:
+            raise CorruptLog(
+                "a fragment's content matches its setsum in the manifest",
+                ref.path,
+                f"content does not match its setsum in the manifest (recomputed "
+                f"{actual.hexdigest()}, manifest {ref.setsum.hexdigest()}); the file is corrupt: "
+                "restore it from a copy or run `wal3 verify` for the full report",
+            )
+        _check_path_time(decoded, ref, raw)
+    return decoded
+
+
+def _check_path_time(decoded: DecodedFragment, ref: FragmentRef, raw: bool) -> None:
+    """A structured fragment's rows carry the time its path encodes (`exact_path_timestamp_us`):
+    the native scan and `_timestamp` pushdown take it from the path, so a fragment that breaks
+    the rule would read differently there. The setsum covers the column, not the path."""
+    path_us = exact_path_timestamp_us(ref, structured=not raw)
+    if path_us is None or not len(decoded.timestamp_us):
+        return
+    wrong = decoded.timestamp_us != path_us
+    if wrong.any():
+        raise CorruptLog(
+            "a structured fragment's rows carry its path's write time",
+            ref.path,
+            f"{int(wrong.sum())} of its rows have a timestamp_us other than its path's "
+            f"({int(decoded.timestamp_us[wrong.argmax()])} vs {path_us}); wal3-spark never "
+            "writes such a fragment: it was rewritten or renamed by something else",
+        )
+
+
+def read_range(
+    store: ObjectStore,
+    part: ReadRange,
+    payload: pa.Schema | None,
+    *,
+    verify: bool = True,
+    item_hash: str | None = None,
+    fail_on_data_loss: bool = True,
+) -> pa.RecordBatch:
+    """The records of one fragment in [part.start, part.limit), as the read schema says.
+
+    A fragment garbage collection deleted after the read was planned raises DataLost with the
+    collected range; with `fail_on_data_loss=False` it is skipped with a warning (no rows), as a
+    planned start below the oldest offset is: a task that loses the race with GC behaves as the
+    plan would have, had it been made a moment later.
+    """
+    ref = part.ref
+    raw = payload is None
+    try:
+        decoded = load_fragment(store, ref, raw, verify=verify, item_hash=item_hash)
+    except DataLost:
+        if fail_on_data_loss:
+            raise
+        log.warning("%s: offsets [%d, %d) were garbage-collected while being read; skipping them",
+                    store.url, part.start, part.limit)
+        return pa.RecordBatch.from_pylist([], schema=output_schema(payload))
+    n = len(decoded.offsets)
+    table = conform(decoded.payload, RAW_SCHEMA if raw else payload)
+    lo, hi = part.start - ref.start, part.limit - ref.start
+    table = table.slice(lo, hi - lo)
+    offsets = pa.array(np.arange(part.start, part.limit, dtype=np.int64), pa.int64())
+    ts = np.broadcast_to(np.asarray(decoded.timestamp_us, dtype=np.int64).reshape(-1), (n,))[lo:hi]
+    timestamps = pa.array(ts, pa.int64()).cast(TIMESTAMP_FIELD.type)
+    # a fragment decodes to one chunk per column: take it (a slice, no copy); combine_chunks
+    # would copy every byte of the fragment once more
+    columns = [c.chunk(0) if c.num_chunks == 1 else c.combine_chunks() for c in table.columns]
+    return pa.RecordBatch.from_arrays(
+        columns + [offsets, timestamps], schema=output_schema(None if raw else payload)
+    )
