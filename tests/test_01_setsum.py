@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.support.fakes import shared_testdata
+from tests.support.fakes import data_file
 from wal3_spark.format.setsum import PRIMES, Setsum
 
-VECTORS = json.loads(shared_testdata("setsum_vectors.json").read_text())
+VECTORS = json.loads(data_file("setsum_vectors.json").read_text())
 SEVEN = [s.encode() for s in VECTORS["seven_values"]["items_utf8"]]
 
 

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.support.fakes import shared_testdata
+from tests.support.fakes import data_file
 from wal3_spark.errors import CorruptLog, SchemaMismatch
 from wal3_spark.format.chunk_encoding import (
     CHUNK_ROWS,
@@ -36,7 +36,7 @@ from wal3_spark.format.schema import conform
 from wal3_spark.format.setsum import Setsum
 from wal3_spark.format.uuid7 import new_uuid7
 
-VECTORS = json.loads(shared_testdata("setsum_vectors.json").read_text())
+VECTORS = json.loads(data_file("setsum_vectors.json").read_text())
 RAW_VECTORS = VECTORS["wal3_fragments"]
 STRUCTURED_VECTORS = VECTORS["structured_chunks"]
 TS = 1_700_000_000_123_456

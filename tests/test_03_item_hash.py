@@ -11,7 +11,7 @@ import blake3
 import pyarrow as pa
 import pytest
 
-from tests.support.fakes import chroma_testdata, shared_testdata
+from tests.support.fakes import chroma_testdata, data_file
 from tests.test_02_fragment import small_table, three_chunks_table
 from wal3_spark.errors import CommitFailed, CorruptLog
 from wal3_spark.format.chunk_encoding import (
@@ -32,7 +32,7 @@ from wal3_spark.ops.copy import copy_log
 from wal3_spark.ops.verify import verify
 from wal3_spark.storage import open_store
 
-VECTORS = json.loads(shared_testdata("setsum_vectors.json").read_text())["structured_chunks_blake3"]
+VECTORS = json.loads(data_file("setsum_vectors.json").read_text())["structured_chunks_blake3"]
 SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("name", pa.string())])
 
 

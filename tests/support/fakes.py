@@ -23,8 +23,8 @@ from wal3_spark.storage import open_store
 from wal3_spark.storage.base import Blob, ObjectMeta, ObjectStore
 from wal3_spark.storage.forwarding import ForwardingStore
 
-#: shared/ lies beside the repository, for developers and in CI alike
-TESTDATA = Path(__file__).resolve().parents[3] / "shared" / "testdata"
+#: reference data kept in the repository (where each file comes from: tests/data/README.md)
+TESTDATA = Path(__file__).resolve().parents[1] / "data"
 
 
 @dataclass(frozen=True)
@@ -40,16 +40,16 @@ class FakeFragment:
     item_hash: str | None = None
 
 
-def shared_testdata(name: str) -> Path:
-    """A file of shared/testdata (setsum vectors, Chroma's manifests)."""
+def data_file(name: str) -> Path:
+    """A file of tests/data (setsum vectors, Chroma's manifests)."""
     path = TESTDATA / name
     if not path.exists():
-        pytest.fail(f"{path} is missing: shared/testdata must sit beside the repository")
+        pytest.fail(f"{path} is missing: tests/data is part of the repository")
     return path
 
 
 def chroma_testdata(name: str) -> Path:
-    return shared_testdata(f"chroma/{name}")
+    return data_file(f"chroma/{name}")
 
 
 def chroma_fragment(start: int, bodies: list[bytes], ts: int) -> tuple[bytes, Setsum]:
