@@ -33,23 +33,16 @@ import pyarrow as pa
 
 from wal3_spark.clock import Clock, micros
 from wal3_spark.errors import (
-    AlreadyCollected,
     AmbiguousWrite,
-    AppendsUnsupported,
-    CommitFailed,
     CommitOutcomeUnknown,
     CorruptLog,
     LogNotFound,
-    LogSealed,
     ObjectNotFound,
     PartlyCommitted,
-    PastOrphanHorizon,
     PreconditionFailed,
-    SchemaMismatch,
     TransientError,
 )
-from wal3_spark.format.garbage import load_garbage
-from wal3_spark.format.layout import GARBAGE_KEY, MANIFEST_KEY, FragmentRef, KnownRefs
+from wal3_spark.format.layout import MANIFEST_KEY, FragmentRef, KnownRefs
 from wal3_spark.format.manifest import (
     Manifest,
     NewFragment,
@@ -59,7 +52,6 @@ from wal3_spark.format.manifest import (
     newest_written_us,
 )
 from wal3_spark.format.schema import reconcile
-from wal3_spark.format.setsum import Setsum
 from wal3_spark.format.uuid7 import uuid7_timestamp_us
 from wal3_spark.log.cas import (
     CasObject,
@@ -68,6 +60,17 @@ from wal3_spark.log.cas import (
     InFlight,
     Outcome,
     Versioned,
+)
+from wal3_spark.log.invariants import (
+    check_appends_supported,
+    check_item_hash,
+    check_not_collected,
+    check_not_sealed,
+    check_orphan_horizon,
+    may_be_collected,
+    maybe_swept,
+    pending_or_gone,
+    target_schema,
 )
 from wal3_spark.log.reader import iter_fragments
 from wal3_spark.storage.base import ObjectStore
@@ -209,9 +212,8 @@ class Committer:
             target = None if raw else reconcile(None, schema, merge=merge_schema, raw_log=False)
             loaded = self.create(target)
         manifest = loaded[0]
-        if manifest.sealed:
-            raise LogSealed(self.url)
-        return _target_schema(manifest, schema, merge_schema, self.url)
+        check_not_sealed(manifest, self.url)
+        return target_schema(manifest, schema, merge_schema, self.url)
 
     # -- committing ---------------------------------------------------------------------
 
@@ -259,8 +261,7 @@ class Committer:
                 if not create:
                     raise LogNotFound(self.url)
                 current = Manifest.empty(self.writer, schema)
-            if current.sealed:
-                raise LogSealed(self.url)
+            check_not_sealed(current, self.url)
             already, rolled_written_us = _committed_at(self.store, current, fragments, since)
             if already is not None:
                 placed["already"] = already
@@ -269,7 +270,7 @@ class Committer:
                 txn = current.txns.get(app_id)
                 if txn is not None and txn.version >= version:
                     return None
-            _check_not_collected(self.store, current, fragments)
+            check_not_collected(self.store, current, fragments)
             new_schema = self._check_append(current, fragments, schema, merge_schema)
             placed.setdefault("since", current.next_offset)
             placed["start"] = current.next_offset
@@ -325,11 +326,10 @@ class Committer:
     ) -> pa.Schema | None:
         """What an append of `fragments` to `current` must satisfy; returns the log's schema
         after it (None: raw)."""
-        if current.uses_seq_nos:
-            raise AppendsUnsupported(self.url)
-        _check_orphan_horizon(current, fragments, self.url)
-        new_schema = _target_schema(current, schema, merge_schema, self.url)
-        _check_item_hash(fragments, current.append_item_hash(new_schema is not None), self.url)
+        check_appends_supported(current, self.url)
+        check_orphan_horizon(current, fragments, self.url)
+        new_schema = target_schema(current, schema, merge_schema, self.url)
+        check_item_hash(fragments, current.append_item_hash(new_schema is not None), self.url)
         return new_schema
 
     # -- pipelined commits (wal3_spark.log.chain) -------------------------------------------
@@ -347,8 +347,7 @@ class Committer:
         checked as `commit` checks it, its snapshots written. A pipelined writer sends it
         conditioned on `current`'s ETag, possibly before `current` itself is known to have
         landed; `commit(in_flight=...)` resolves it when its answer is not a success."""
-        if current.sealed:
-            raise LogSealed(self.url)
+        check_not_sealed(current, self.url)
         new_schema = self._check_append(current, fragments, schema, merge_schema)
         changed = new_schema is not None and new_schema != current.arrow_schema()
         new = self._roll_snapshots(
@@ -429,117 +428,6 @@ class Committer:
         return result.current.value
 
 
-def _check_orphan_horizon(manifest: Manifest, fragments: Sequence[NewFragment], url: str) -> None:
-    """Refuse fragments that garbage collection may have deleted as orphans.
-
-    GC raises the manifest's orphan horizon (by compare-and-swap) before it deletes any
-    unreferenced fragment created before it; a commit checks the horizon of the very manifest
-    it compare-and-swaps against, so either GC saw the fragments referenced, or the commit sees
-    the horizon and refuses (docs/design.md section 14). A fragment whose age is unknown (not a
-    UUIDv7) counts as older than any horizon.
-    """
-    horizon = manifest.orphan_horizon_us
-    if horizon is None:
-        return
-    old = [f.path for f in fragments if (uuid7_timestamp_us(f.uuid) or 0) < horizon]
-    if old:
-        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(horizon / 1e6))
-        raise PastOrphanHorizon(
-            f"{len(old)} of this commit's fragments (e.g. {old[0]}) were written before {when}, "
-            f"the orphan horizon of {url}: garbage collection may have deleted them as orphans. "
-            "Nothing was committed; rerun the append. If appends take longer than that, give "
-            "`wal3 gc --grace` more time than your longest append job"
-        )
-
-
-def _may_be_collected(manifest: Manifest, fragments: Sequence[NewFragment]) -> list[NewFragment]:
-    """The fragments an earlier commit may have placed and garbage collection since collected
-    (docs/design.md section 3): those written (UUIDv7 time; 0 when unknown) at or before the
-    newest write time of any fragment GC ever collected (`collected_written_us`); a fragment is
-    committed after it is written and collected after it is committed, so the fragments written
-    after the bound cannot be among them. All of them when the bound is not known: a log
-    collected before the field (`collected` non-empty) until its next collection records one."""
-    bound = manifest.collected_written_us
-    if bound is None:
-        return list(fragments) if manifest.collected != Setsum() else []
-    return [f for f in fragments if (uuid7_timestamp_us(f.uuid) or 0) <= bound]
-
-
-def _check_not_collected(store: ObjectStore, manifest: Manifest, fragments: Sequence[NewFragment]) -> None:
-    """Refuse fragments that an earlier commit placed and garbage collection has since collected
-    (`AlreadyCollected`), given that `manifest`, which this commit compare-and-swaps against,
-    does not hold them: the pending garbage lists them, or their files are gone.
-
-    Sound because of the order of GC's steps (docs/design.md section 3): the garbage listing a
-    fragment is written before the apply step removes it from the manifest, and reset only after
-    the delete step deleted it. A fragment that `manifest` no longer holds because of an apply
-    was listed before `manifest` was read (or, with a remembered manifest, before this commit's
-    write, conditioned on it, can land); the garbage is read here, after that, and the file
-    looked for after the garbage: not listed means the garbage was reset, so the file is gone.
-    Only fragments at or below the collected bound are looked for (`_may_be_collected`): the
-    common commit, of fragments written after the newest one GC collected, makes no request."""
-    suspects = _may_be_collected(manifest, fragments)
-    if not suspects:
-        return
-    listed, missing = _pending_or_gone(store, suspects)
-    if listed:
-        raise AlreadyCollected(
-            f"{len(listed)} of this commit's fragments (e.g. {listed[0]}) were already committed to "
-            f"{store.url} and since collected: the pending garbage ({GARBAGE_KEY}) lists them, so "
-            "a cursor had moved past their records (their offsets are no longer known). Nothing "
-            "was written; do not rerun the append (the records would be delivered twice) and do "
-            "not delete the fragments (garbage collection deletes them after its grace interval)",
-            pending=True,
-        )
-    if not missing:
-        return
-    swept = _maybe_swept(store, missing)
-    if swept:
-        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(swept[1] / 1e6))
-        raise PastOrphanHorizon(
-            f"{len(swept[0])} of this commit's fragments (e.g. {swept[0][0]}) are no longer in "
-            f"{store.url}, and were written before {when}, its orphan horizon: garbage collection "
-            "deleted them, as orphans (then nothing was committed: rerun the append) or after an "
-            "earlier commit of them that a cursor had moved past (then they were already committed "
-            "and since collected, their offsets no longer known: do not rerun it). Nothing was "
-            "committed now. If this commit retries one whose outcome was unknown, check the "
-            "records with `wal3 cat` before rerunning"
-        )
-    raise AlreadyCollected(
-        f"{len(missing)} of this commit's fragments (e.g. {missing[0].path}) were already "
-        f"committed to {store.url} and since collected: their files were deleted by garbage "
-        "collection's delete step after a cursor had moved past their records (not as orphans: "
-        "they are younger than the orphan horizon), and their offsets are no longer known. "
-        "Nothing was written; do not rerun the append (the records would be delivered twice)",
-        pending=False,
-    )
-
-
-def _pending_or_gone(
-    store: ObjectStore, fragments: Sequence[NewFragment]
-) -> tuple[list[str], list[NewFragment]]:
-    """The paths of `fragments` the pending garbage lists, and the others whose files are gone:
-    the garbage is read first, then the files looked for (`_check_not_collected` says why)."""
-    pending = set(load_garbage(store)[0].fragment_paths())
-    listed = [f.path for f in fragments if f.path in pending]
-    return listed, [f for f in fragments if f.path not in pending and not store.exists(f.path)]
-
-
-def _maybe_swept(store: ObjectStore, gone: Sequence[NewFragment]) -> tuple[list[str], int] | None:
-    """Of fragments found gone, those the orphan sweep may have deleted (never committed), with
-    the orphan horizon; None when none. A gone fragment was deleted by a collection's delete
-    step, or by the sweep, which raises the horizon past a fragment before it deletes it: a
-    manifest read now, after it was found gone, tells them apart unless the fragment is older
-    than that horizon; then either may have happened."""
-    if not gone:
-        return None
-    horizon = Manifest.from_bytes(store.get(MANIFEST_KEY).data).orphan_horizon_us
-    if horizon is None:
-        return None
-    swept = [f.path for f in gone if (uuid7_timestamp_us(f.uuid) or 0) < horizon]
-    return (swept, horizon) if swept else None
-
-
 def _collected_prefix(
     store: ObjectStore, manifest: Manifest, fragments: Sequence[NewFragment], found: Sequence[FragmentRef]
 ) -> int | None:
@@ -557,11 +445,11 @@ def _collected_prefix(
         or [ref.path for ref in found] != paths[head:]
         or any(a.limit != b.start for a, b in zip(found, found[1:]))
         or found[0].start != manifest.oldest_offset
-        or len(_may_be_collected(manifest, fragments[:head])) != head
+        or len(may_be_collected(manifest, fragments[:head])) != head
     ):
         return None
-    listed, missing = _pending_or_gone(store, fragments[:head])
-    if len(listed) + len(missing) != head or _maybe_swept(store, missing):
+    listed, missing = pending_or_gone(store, fragments[:head])
+    if len(listed) + len(missing) != head or maybe_swept(store, missing):
         return None
     return found[0].start - sum(f.records for f in fragments[:head])
 
@@ -717,33 +605,3 @@ def roll_snapshots(store: ObjectStore, manifest: Manifest, options: SnapshotOpti
         else:
             fewer += 1
     return manifest
-
-
-def _target_schema(
-    manifest: Manifest, schema: pa.Schema | None, merge: bool, url: str
-) -> pa.Schema | None:
-    if schema is None:
-        if not manifest.is_raw:
-            raise SchemaMismatch(
-                f"{url} is a structured log ({manifest.arrow_schema()}); raw `body` records "
-                "cannot be appended to it"
-            )
-        return None
-    if manifest.is_raw and manifest.acc_bytes > 0:
-        return reconcile(None, schema, merge=merge, raw_log=True)
-    if manifest.is_raw:
-        # An empty raw log created without a schema: the first structured append defines it.
-        return reconcile(None, schema, merge=merge, raw_log=False)
-    return reconcile(manifest.arrow_schema(), schema, merge=merge, raw_log=False)
-
-
-def _check_item_hash(fragments: Sequence[NewFragment], expected: str | None, url: str) -> None:
-    """Writers never change a log's `item_hash`: fragments hashed otherwise would never verify."""
-    wrong = [f.path for f in fragments if f.item_hash != expected]
-    if wrong:
-        raise CommitFailed(
-            f"{len(wrong)} fragment(s) (e.g. {wrong[0]}) hash their setsum items otherwise than "
-            f"{url} does (item_hash {expected!r}); nothing was committed. Write them with the "
-            "item hash the log's manifest names (Manifest.append_item_hash) and append again"
-        )
-

@@ -1,0 +1,200 @@
+"""The rules an append must satisfy, checked by the committer against the very manifest it
+compare-and-swaps (docs/design.md sections 3 and 14).
+
+Each rule is one function named after what it guarantees, raising the error that tells the
+caller what to do; the committer calls them in the order they are listed here. They are kept
+together, apart from the compare-and-swap machinery, so the protocol's promises about an append
+can be read (and tested) one by one. Most are pure checks of the manifest and the fragments;
+`check_not_collected` reads the pending garbage and looks for files, because only storage can
+tell a collected fragment from one never committed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import pyarrow as pa
+
+from wal3_spark.errors import (
+    AlreadyCollected,
+    AppendsUnsupported,
+    CommitFailed,
+    LogSealed,
+    PastOrphanHorizon,
+    SchemaMismatch,
+)
+from wal3_spark.format.garbage import load_garbage
+from wal3_spark.format.layout import GARBAGE_KEY, MANIFEST_KEY
+from wal3_spark.format.manifest import Manifest, NewFragment
+from wal3_spark.format.schema import reconcile
+from wal3_spark.format.setsum import Setsum
+from wal3_spark.format.uuid7 import uuid7_timestamp_us
+from wal3_spark.storage.base import ObjectStore
+
+
+def check_not_sealed(manifest: Manifest, url: str) -> None:
+    """A sealed log takes no more appends (`LogSealed`); readers keep working. Sealing is how
+    a log is retired or handed over (`wal3 seal`, `copy_log`): an append after it would be lost
+    to whoever took over."""
+    if manifest.sealed:
+        raise LogSealed(url)
+
+
+def check_appends_supported(manifest: Manifest, url: str) -> None:
+    """A log whose fragments are numbered by sequence number (Chroma's S3 layout) is not
+    appended to (`AppendsUnsupported`): this writer names fragments by UUIDv7, and one log
+    mixing both would have two orders for its fragments."""
+    if manifest.uses_seq_nos:
+        raise AppendsUnsupported(url)
+
+
+def check_orphan_horizon(manifest: Manifest, fragments: Sequence[NewFragment], url: str) -> None:
+    """Refuse fragments that garbage collection may have deleted as orphans (`PastOrphanHorizon`).
+
+    GC raises the manifest's orphan horizon (by compare-and-swap) before it deletes any
+    unreferenced fragment created before it; a commit checks the horizon of the very manifest
+    it compare-and-swaps against, so either GC saw the fragments referenced, or the commit sees
+    the horizon and refuses (docs/design.md section 14). A fragment whose age is unknown (not a
+    UUIDv7) counts as older than any horizon.
+    """
+    horizon = manifest.orphan_horizon_us
+    if horizon is None:
+        return
+    old = [f.path for f in fragments if (uuid7_timestamp_us(f.uuid) or 0) < horizon]
+    if old:
+        raise PastOrphanHorizon(
+            f"{len(old)} of this commit's fragments (e.g. {old[0]}) were written before "
+            f"{_utc(horizon)}, the orphan horizon of {url}: garbage collection may have deleted "
+            "them as orphans. Nothing was committed; rerun the append. If appends take longer "
+            "than that, give `wal3 gc --grace` more time than your longest append job"
+        )
+
+
+def target_schema(manifest: Manifest, schema: pa.Schema | None, merge: bool, url: str) -> pa.Schema | None:
+    """The schema the log has after appending records written in `schema` (None: raw `body`
+    records), or `SchemaMismatch`. Every fragment of a structured log decodes to the manifest's
+    schema, so a reader never meets a column it cannot type: raw records never enter a
+    structured log, a raw log that holds records turns structured only through `reconcile`'s
+    raw-log rule, an empty raw log takes the first structured append's schema, and a structured
+    log changes only as `reconcile` allows (added columns with `merge`, safe widenings)."""
+    if schema is None:
+        if not manifest.is_raw:
+            raise SchemaMismatch(
+                f"{url} is a structured log ({manifest.arrow_schema()}); raw `body` records "
+                "cannot be appended to it"
+            )
+        return None
+    if manifest.is_raw and manifest.acc_bytes > 0:
+        return reconcile(None, schema, merge=merge, raw_log=True)
+    if manifest.is_raw:
+        # An empty raw log created without a schema: the first structured append defines it.
+        return reconcile(None, schema, merge=merge, raw_log=False)
+    return reconcile(manifest.arrow_schema(), schema, merge=merge, raw_log=False)
+
+
+def check_item_hash(fragments: Sequence[NewFragment], expected: str | None, url: str) -> None:
+    """Writers never change a log's `item_hash` (`CommitFailed`): the setsum of fragments
+    whose chunk items were hashed otherwise would never verify against the manifest's."""
+    wrong = [f.path for f in fragments if f.item_hash != expected]
+    if wrong:
+        raise CommitFailed(
+            f"{len(wrong)} fragment(s) (e.g. {wrong[0]}) hash their setsum items otherwise than "
+            f"{url} does (item_hash {expected!r}); nothing was committed. Write them with the "
+            "item hash the log's manifest names (Manifest.append_item_hash) and append again"
+        )
+
+
+def check_not_collected(store: ObjectStore, manifest: Manifest, fragments: Sequence[NewFragment]) -> None:
+    """Refuse fragments that an earlier commit placed and garbage collection has since collected
+    (`AlreadyCollected`), given that `manifest`, which this commit compare-and-swaps against,
+    does not hold them: the pending garbage lists them, or their files are gone. Appending them
+    again would deliver their records twice.
+
+    Sound because of the order of GC's steps (docs/design.md section 3): the garbage listing a
+    fragment is written before the apply step removes it from the manifest, and reset only after
+    the delete step deleted it. A fragment that `manifest` no longer holds because of an apply
+    was listed before `manifest` was read (or, with a remembered manifest, before this commit's
+    write, conditioned on it, can land); the garbage is read here, after that, and the file
+    looked for after the garbage: not listed means the garbage was reset, so the file is gone.
+    Only fragments at or below the collected bound are looked for (`may_be_collected`): the
+    common commit, of fragments written after the newest one GC collected, makes no request.
+    A gone fragment older than the orphan horizon may instead have been swept as an orphan:
+    then which happened cannot be told (`PastOrphanHorizon`, saying so)."""
+    suspects = may_be_collected(manifest, fragments)
+    if not suspects:
+        return
+    listed, missing = pending_or_gone(store, suspects)
+    if listed:
+        raise AlreadyCollected(
+            f"{len(listed)} of this commit's fragments (e.g. {listed[0]}) were already committed to "
+            f"{store.url} and since collected: the pending garbage ({GARBAGE_KEY}) lists them, so "
+            "a cursor had moved past their records (their offsets are no longer known). Nothing "
+            "was written; do not rerun the append (the records would be delivered twice) and do "
+            "not delete the fragments (garbage collection deletes them after its grace interval)",
+            pending=True,
+        )
+    if not missing:
+        return
+    swept = maybe_swept(store, missing)
+    if swept:
+        raise PastOrphanHorizon(
+            f"{len(swept[0])} of this commit's fragments (e.g. {swept[0][0]}) are no longer in "
+            f"{store.url}, and were written before {_utc(swept[1])}, its orphan horizon: garbage "
+            "collection deleted them, as orphans (then nothing was committed: rerun the append) "
+            "or after an earlier commit of them that a cursor had moved past (then they were "
+            "already committed and since collected, their offsets no longer known: do not rerun "
+            "it). Nothing was committed now. If this commit retries one whose outcome was "
+            "unknown, check the records with `wal3 cat` before rerunning"
+        )
+    raise AlreadyCollected(
+        f"{len(missing)} of this commit's fragments (e.g. {missing[0].path}) were already "
+        f"committed to {store.url} and since collected: their files were deleted by garbage "
+        "collection's delete step after a cursor had moved past their records (not as orphans: "
+        "they are younger than the orphan horizon), and their offsets are no longer known. "
+        "Nothing was written; do not rerun the append (the records would be delivered twice)",
+        pending=False,
+    )
+
+
+def may_be_collected(manifest: Manifest, fragments: Sequence[NewFragment]) -> list[NewFragment]:
+    """The fragments an earlier commit may have placed and garbage collection since collected
+    (docs/design.md section 3): those written (UUIDv7 time; 0 when unknown) at or before the
+    newest write time of any fragment GC ever collected (`collected_written_us`); a fragment is
+    committed after it is written and collected after it is committed, so the fragments written
+    after the bound cannot be among them. All of them when the bound is not known: a log
+    collected before the field (`collected` non-empty) until its next collection records one."""
+    bound = manifest.collected_written_us
+    if bound is None:
+        return list(fragments) if manifest.collected != Setsum() else []
+    return [f for f in fragments if (uuid7_timestamp_us(f.uuid) or 0) <= bound]
+
+
+def pending_or_gone(
+    store: ObjectStore, fragments: Sequence[NewFragment]
+) -> tuple[list[str], list[NewFragment]]:
+    """The paths of `fragments` the pending garbage lists, and the others whose files are gone:
+    the garbage is read first, then the files looked for (`check_not_collected` says why)."""
+    pending = set(load_garbage(store)[0].fragment_paths())
+    listed = [f.path for f in fragments if f.path in pending]
+    return listed, [f for f in fragments if f.path not in pending and not store.exists(f.path)]
+
+
+def maybe_swept(store: ObjectStore, gone: Sequence[NewFragment]) -> tuple[list[str], int] | None:
+    """Of fragments found gone, those the orphan sweep may have deleted (never committed), with
+    the orphan horizon; None when none. A gone fragment was deleted by a collection's delete
+    step, or by the sweep, which raises the horizon past a fragment before it deletes it: a
+    manifest read now, after it was found gone, tells them apart unless the fragment is older
+    than that horizon; then either may have happened."""
+    if not gone:
+        return None
+    horizon = Manifest.from_bytes(store.get(MANIFEST_KEY).data).orphan_horizon_us
+    if horizon is None:
+        return None
+    swept = [f.path for f in gone if (uuid7_timestamp_us(f.uuid) or 0) < horizon]
+    return (swept, horizon) if swept else None
+
+
+def _utc(us: int) -> str:
+    """A time in microseconds since the epoch, as an error message shows it."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(us / 1e6))
