@@ -73,6 +73,69 @@ OPTIONS: dict[str, tuple[tuple[str, ...], str]] = {
 }
 
 
+#: Kafka's and Delta's option names that mean exactly a wal3 option: accepted as that option
+#: (docs/from-kafka-and-delta.md maps every option of theirs, defaults included)
+ALIASES: dict[str, str] = {
+    "maxOffsetsPerTrigger": "maxRecordsPerTrigger",  # Kafka: one offset is one record, here too
+    "minOffsetsPerTrigger": "minRecordsPerTrigger",  # Kafka, with maxTriggerDelay as here
+    "maxFilesPerTrigger": "maxFragmentsPerTrigger",  # Delta: a fragment is one of the log's files
+    "txnAppId": "writerId",  # Delta's idempotent writes: skip a version already committed
+    "txnVersion": "writerVersion",
+}
+
+_APPEND_ONLY = "a wal3 log is append-only (no record is ever deleted or changed): drop the option"
+_NO_PARTITIONS = "a wal3 log has no partitions"
+_CURSOR = "a consumer's committed position is a wal3 cursor: set cursor=<name>"
+
+#: Kafka's and Delta's options without a wal3 option of the same meaning: whose, and what to use
+#: instead (any other `kafka.*` option: `_foreign`)
+FOREIGN: dict[str, tuple[str, str]] = {
+    "subscribe": ("Kafka", "a wal3 read names its log in load(url); to read several logs under one "
+                           "prefix as one, load(prefix) with logs=a,b,c"),
+    "subscribePattern": ("Kafka", "to read the logs under a prefix whose names match, load(prefix) "
+                                  "with logs=<glob> (a glob such as tenant-*, not a regular expression)"),
+    "assign": ("Kafka", f"{_NO_PARTITIONS}: startingOffsets/endingOffsets take one offset"),
+    "topic": ("Kafka", "write to a log with save(url); to route each row to the log a column "
+                       "names, save(prefix) with logColumn=<column>"),
+    "startingOffsetsByTimestamp": ("Kafka", f"{_NO_PARTITIONS}: use startingTimestamp (ms since the "
+                                            "epoch or ISO-8601)"),
+    "endingOffsetsByTimestamp": ("Kafka", f"{_NO_PARTITIONS}: use endingTimestamp (ms since the epoch "
+                                          "or ISO-8601)"),
+    "startingOffsetsByTimestampStrategy": ("Kafka", "startingTimestamp starts at the first fragment "
+                                                    "written at or after that time; use it alone"),
+    "groupIdPrefix": ("Kafka", _CURSOR),
+    "includeHeaders": ("Kafka", "wal3 records have no headers: carry them in columns"),
+    "maxRecordsPerPartition": ("Kafka", "set minPartitions or maxPartitionBytes to split a read"),
+    "startingVersion": ("Delta", "a wal3 log has no table versions: start from a record offset "
+                                 "(startingOffsets) or a time (startingTimestamp)"),
+    "ignoreDeletes": ("Delta", _APPEND_ONLY),
+    "ignoreChanges": ("Delta", _APPEND_ONLY),
+    "skipChangeCommits": ("Delta", _APPEND_ONLY),
+    "ignoreFileDeletion": ("Delta", _APPEND_ONLY),
+    "readChangeFeed": ("Delta", "a wal3 log is a feed of appended records already: read it with "
+                                "spark.readStream (every record is an insert)"),
+    "excludeRegex": ("Delta", "all of a log's fragments hold its records: there are no files to "
+                              "exclude"),
+    "overwriteSchema": ("Delta", "a log's schema only gains nullable columns (mergeSchema=true); "
+                                 "write to a new log for another schema"),
+    "replaceWhere": ("Delta", _APPEND_ONLY),
+    "partitionOverwriteMode": ("Spark's file sources", _APPEND_ONLY),
+}
+
+
+def _foreign(name: str) -> str | None:
+    """Why an option of Kafka's or Delta's is refused, and what wal3 takes instead."""
+    low = name.lower()
+    found = next((v for n, v in FOREIGN.items() if n.lower() == low), None)
+    if found is None and low == "kafka.group.id":
+        found = ("Kafka", _CURSOR)
+    elif found is None and low.startswith("kafka."):
+        found = ("Kafka", "wal3 has no broker: the log lives at the URL given to load()/save(), "
+                          "and its object store takes its own options (endpoint, region, "
+                          "accessKeyId, ...)")
+    return f"{found[0]}'s option, not wal3's: {found[1]}" if found else None
+
+
 def store_option_names() -> tuple[str, ...]:
     """The object-store options (endpoint, region, credentials) that `open_store` accepts."""
     return tuple(sorted(_DISPLAY.get(n.lower(), n) for n in STORE_OPTIONS))
@@ -90,7 +153,7 @@ _DISPLAY = {
 }
 
 
-_SECRET_WORDS = ("secret", "password", "token", "session", "credential", "key")
+_SECRET_WORDS = ("secret", "password", "token", "session", "credential", "key", "jaas", "sasl")
 _PUBLIC = ("endpoint", "region", "url", "profile", "addressing", "path_style", "pathstyle")
 
 
@@ -262,18 +325,31 @@ def _parse_position(text: str, allowed: tuple[str, ...]) -> tuple[str, int]:
     except ValueError:
         offset = None
     if offset is None:
-        try:  # Kafka-style JSON such as {"offset": 42}
+        try:  # JSON such as {"offset": 42}
             doc = json.loads(text)
             offset = int(doc["offset"])
         except Exception:
-            per_log = '"logs"' in text  # a log set's form, given to a read of one log
             raise ValueError(
                 f"expected {' or '.join(allowed)} or an offset (an integer >= 1)"
-                + ("; per-log offsets read a log set: set logs too (e.g. logs=*), with the "
-                   "prefix as the path" if per_log else "")) from None
+                + _position_hint(text)) from None
     if offset < 1:
         raise ValueError("offsets start at 1")
     return ("offset", offset)
+
+
+def _position_hint(text: str) -> str:
+    """Why a JSON position of another form does not fit one log, and what does."""
+    if '"logs"' in text:  # a log set's form, given to a read of one log
+        return "; per-log offsets read a log set: set logs too (e.g. logs=*), with the prefix as the path"
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return ""
+    if isinstance(doc, dict) and doc and all(isinstance(v, dict) for v in doc.values()):
+        return ('; this is Kafka\'s per-topic, per-partition form: a wal3 log is one sequence of '
+                'offsets from 1, so give one offset (e.g. 42 or {"offset": 42}); to read several '
+                'logs, load their prefix with logs=a,b and per-log offsets {"logs": {"a": 42}}')
+    return ""
 
 
 def writer_id_from_checkpoint(location: str) -> str:
@@ -285,20 +361,28 @@ def writer_id_from_checkpoint(location: str) -> str:
 def parse(options: Mapping[str, str], role: str) -> Wal3Options:
     """Validate `options` for `role` and return the frozen result."""
     canonical = {n.lower(): n for n in OPTIONS}
+    aliases = {a.lower(): (a, n) for a, n in ALIASES.items()}
     stores = {n.lower(): n for n in store_option_names()}
     values: dict[str, str] = {}
+    spelled: dict[str, str] = {}  # wal3 option -> the name it was given as (an alias)
     store: list[tuple[str, str]] = []
     for key, value in dict(options).items():
         low = key.lower()
         if low in stores:
             store.append((stores[low], value))
             continue
-        name = canonical.get(low)
+        alias, name = aliases.get(low, (None, canonical.get(low)))
         if name is None:
-            raise _fail(key, value, "unknown option", role)
+            raise _fail(key, value, _foreign(key) or "unknown option", role)
+        label = f"{alias} (wal3's {name})" if alias else name
         if role not in OPTIONS[name][0]:
-            raise _fail(name, value, f"does not apply to {_ROLE_TEXT[role]}", role)
+            raise _fail(label, value, f"does not apply to {_ROLE_TEXT[role]}", role)
+        if name in values:
+            raise _fail(label, value, f"{spelled.get(name, name)} is set too: they are the same "
+                        "option, set one", role)
         values[name] = value
+        if alias:
+            spelled[name] = label
 
     url = values.pop("path", None)
     if not url or not url.strip():
@@ -319,7 +403,7 @@ def parse(options: Mapping[str, str], role: str) -> Wal3Options:
             try:
                 kw[_FIELD[name]] = conv(raw)
             except (ValueError, TypeError) as exc:
-                raise _fail(name, raw, str(exc), role) from None
+                raise _fail(spelled.get(name, name), raw, str(exc), role) from None
 
     take("fragmentBytes", lambda v: _at_least(parse_size(v), 1024, "fragmentBytes"))
     take("mergeSchema", parse_bool)
