@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import Protocol
@@ -73,6 +73,7 @@ from wal3_spark.log.invariants import (
     target_schema,
 )
 from wal3_spark.log.reader import iter_fragments
+from wal3_spark.storage import StoreLike, resolve_store
 from wal3_spark.storage.base import ObjectStore
 from wal3_spark.storage.retry import retry
 
@@ -126,8 +127,9 @@ class Committer:
 
     def __init__(
         self,
-        store: ObjectStore,
+        store: StoreLike,
         *,
+        options: Mapping[str, str] | None = None,
         writer: str = "wal3-spark",
         snapshot_options: SnapshotOptions | None = None,
         max_attempts: int = 200,
@@ -138,8 +140,9 @@ class Committer:
         clock: Clock = time.time,
     ) -> None:
         """`dirty_log`: record every commit's new tail there (the log must sit directly under
-        the dirty log's prefix: checked here). See `wal3_spark.logset.dirty`. `clock` stamps txns."""
-        self.store = store
+        the dirty log's prefix: checked here). See `wal3_spark.logset.dirty`. `clock` stamps txns.
+        `store`: the log's URL (opened with `options`) or its store."""
+        self.store = store = resolve_store(store, options)
         self.writer = writer
         self.clock = clock
         self.dirty_log = dirty_log

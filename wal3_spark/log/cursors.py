@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from wal3_spark.clock import Clock, micros
@@ -28,7 +28,7 @@ from wal3_spark.format.layout import CURSOR_PREFIX, Cursor, cursor_key, dumps, l
 from wal3_spark.log.cas import CasObject, Outcome, Versioned
 from wal3_spark.log.reader import LogReader
 from wal3_spark.log.scan import LogScan
-from wal3_spark.storage.base import ObjectStore
+from wal3_spark.storage import StoreLike, resolve_store
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +82,11 @@ def _serialise(cursor: Cursor | BrokenCursor) -> bytes:
 class CursorStore:
     """The cursors of one log."""
 
-    def __init__(self, store: ObjectStore, writer: str = "wal3-spark", *, clock: Clock = time.time) -> None:
-        self.store = store
+    def __init__(
+        self, store: StoreLike, writer: str = "wal3-spark", *, options: Mapping[str, str] | None = None,
+        clock: Clock = time.time,
+    ) -> None:
+        self.store = resolve_store(store, options)
         self.writer = writer
         #: stamps each move (`Cursor.epoch_us`: lag says how long ago a consumer last moved)
         self.clock = clock

@@ -23,7 +23,7 @@ import datetime as dt
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import pyarrow as pa
 
@@ -45,6 +45,7 @@ from wal3_spark.log.fragment_io import (
 )
 from wal3_spark.log.head import read_manifest
 from wal3_spark.log.scan import LogScan, timestamp_us
+from wal3_spark.storage import StoreLike, resolve_store
 from wal3_spark.storage.base import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -162,10 +163,10 @@ class LogReader:
     """
 
     def __init__(
-        self, store: ObjectStore, *, snapshots: SnapshotCache | None = None,
-        known_refs: KnownRefs | None = None,
+        self, store: StoreLike, *, options: Mapping[str, str] | None = None,
+        snapshots: SnapshotCache | None = None, known_refs: KnownRefs | None = None,
     ) -> None:
-        self.store = store
+        self.store = resolve_store(store, options)
         self.snapshots = snapshots if snapshots is not None else SnapshotCache()
         self.known_refs = known_refs if known_refs is not None else KnownRefs()
 

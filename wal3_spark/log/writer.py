@@ -22,7 +22,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures._base import PENDING
 from dataclasses import dataclass, field
@@ -43,7 +43,7 @@ from wal3_spark.log.cas import InFlight
 from wal3_spark.log.chain import ManifestChain
 from wal3_spark.log.committer import CommitResult, Committer, DirtyRecorder
 from wal3_spark.log.fragment_io import FragmentFile, write_fragments
-from wal3_spark.storage import open_store
+from wal3_spark.storage import StoreLike, resolve_store
 from wal3_spark.storage.base import ObjectStore
 from wal3_spark.storage.hedged import HedgedStore, HedgePolicy
 
@@ -219,9 +219,9 @@ class LogWriter:
 
     def __init__(
         self,
-        url: str | ObjectStore,
+        url: StoreLike,
         *,
-        options: dict[str, str] | None = None,
+        options: Mapping[str, str] | None = None,
         merge_schema: bool = False,
         writer: str = "wal3-spark LogWriter",
         fragment_bytes: int = 64 << 20,
@@ -244,7 +244,7 @@ class LogWriter:
                 f"max_uploads >= 1 and max_manifest_writes >= 1; got {batch_interval_s}, "
                 f"{batch_bytes}, {fragment_bytes}, {max_uploads}, {max_manifest_writes}"
             )
-        store = url if isinstance(url, ObjectStore) else open_store(url, options)
+        store = resolve_store(url, options)
         self._hedged: HedgedStore | None = None
         if hedge:
             # Fragment paths are fresh and snapshots content-addressed: their creates may be hedged.

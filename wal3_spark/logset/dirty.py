@@ -45,7 +45,7 @@ from wal3_spark.log.fragment_io import write_fragments
 from wal3_spark.log.reader import LogReader
 from wal3_spark.log.writer import LogWriter
 from wal3_spark.logset.logs import DEFAULT_FULL_SCAN_EVERY_S, LogSet, check_log_name
-from wal3_spark.storage import open_store
+from wal3_spark.storage import StoreLike, resolve_store
 from wal3_spark.storage.base import ObjectStore
 from wal3_spark.storage.prefixed import PrefixedStore
 
@@ -97,7 +97,7 @@ class DirtyLog:
 
     def __init__(
         self,
-        prefix: str | ObjectStore,
+        prefix: StoreLike,
         *,
         options: Mapping[str, str] | None = None,
         writer: str = "wal3-spark dirty log",
@@ -106,7 +106,7 @@ class DirtyLog:
         """`batch_interval_s`: how long a record waits for others to share its dirty-log
         append (readers see a change that much later; a process appending many times a second
         writes the dirty log once per interval instead of once per commit)."""
-        self.prefix = prefix if isinstance(prefix, ObjectStore) else open_store(prefix, options)
+        self.prefix = resolve_store(prefix, options)
         self.store = dirty_store(self.prefix)
         # Records of one process share fragments, and every record that lands while a manifest
         # write is in flight shares the next one (the manifest is the contended object): one

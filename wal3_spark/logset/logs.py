@@ -32,7 +32,7 @@ from typing import TypeVar
 from wal3_spark.errors import InvalidLogName, LogNotFound, Wal3Error
 from wal3_spark.format.manifest import Manifest
 from wal3_spark.log.reader import LogReader
-from wal3_spark.storage import open_store
+from wal3_spark.storage import StoreLike, resolve_store
 from wal3_spark.storage.base import ObjectStore
 from wal3_spark.storage.common import join_url
 from wal3_spark.storage.prefixed import PrefixedStore
@@ -192,7 +192,7 @@ class LogSet:
 
     def __init__(
         self,
-        prefix: str | ObjectStore,
+        prefix: StoreLike,
         selection: LogSelection = ALL_LOGS,
         *,
         options: Mapping[str, str] | None = None,
@@ -200,7 +200,7 @@ class LogSet:
     ) -> None:
         if max_workers < 1:
             raise ValueError(f"max_workers must be >= 1, got {max_workers}")
-        self.store = prefix if isinstance(prefix, ObjectStore) else open_store(prefix, options)
+        self.store = resolve_store(prefix, options)
         self.selection = selection
         self.max_workers = max_workers
 

@@ -21,7 +21,7 @@ BLAKE3 items stays a SHA3-item log when copied (upgrading it would rewrite every
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
@@ -47,6 +47,7 @@ from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.fragment_io import check_fragment_data, fetch_fragment
 from wal3_spark.log.reader import LogReader, iter_fragments
 from wal3_spark.ops.verify import verify
+from wal3_spark.storage import StoreLike, resolve_store
 from wal3_spark.storage.base import ObjectStore
 
 COPY_WRITER = "wal3-spark copy"
@@ -112,9 +113,11 @@ def _put(store: ObjectStore, key: str, data: bytes) -> None:
 
 
 def copy_log(
-    source: ObjectStore,
-    destination: ObjectStore,
+    source: StoreLike,
+    destination: StoreLike,
     *,
+    options: Mapping[str, str] | None = None,
+    destination_options: Mapping[str, str] | None = None,
     from_offset: int | None = None,
     copy_cursors: bool = True,
     parallelism: int = 8,
@@ -122,7 +125,12 @@ def copy_log(
     progress: Callable[[int, int], None] | None = None,
 ) -> CopyReport:
     """Copy the log at `source` (from the fragment holding `from_offset`) to `destination`,
-    which must not hold a log yet; the copy is verified before this returns."""
+    which must not hold a log yet; the copy is verified before this returns. Each is a URL or
+    a store; `options` open the source's URL and, unless `destination_options` are given, the
+    destination's."""
+    if destination_options is None and not isinstance(destination, ObjectStore):
+        destination_options = options
+    source, destination = resolve_store(source, options), resolve_store(destination, destination_options)
     if destination.exists(MANIFEST_KEY):
         raise CopyError(
             f"{destination.url} already holds a log; copy to a new location (nothing was written)"

@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 
 from wal3_spark.clock import Clock
@@ -63,7 +63,7 @@ from wal3_spark.log.cas import CasObject, Outcome
 from wal3_spark.log.committer import Committer, write_snapshot
 from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.reader import SnapshotCache, iter_fragments, load_snapshot
-from wal3_spark.storage import open_store
+from wal3_spark.storage import StoreLike, resolve_store
 from wal3_spark.storage.base import ObjectMeta, ObjectStore
 
 log = logging.getLogger(__name__)
@@ -151,8 +151,9 @@ class GarbageCollector:
 
     def __init__(
         self,
-        store: ObjectStore,
+        store: StoreLike,
         *,
+        options: Mapping[str, str] | None = None,
         grace_s: float = DEFAULT_GRACE_S,
         orphan_grace_s: float | None = None,
         max_drop_share: float = DEFAULT_MAX_DROP_SHARE,
@@ -172,7 +173,7 @@ class GarbageCollector:
             )
         if not 0.0 <= max_drop_share <= 1.0:
             raise InvalidOption(f"max_drop_share must be within [0, 1], got {max_drop_share}")
-        self.store = store
+        self.store = store = resolve_store(store, options)
         self.grace_s = grace_s
         #: how old an unreferenced fragment must be to be an orphan (appends still committing
         #: have younger ones; the orphan horizon makes even a too-short grace safe)
@@ -462,16 +463,15 @@ class GarbageCollector:
 
 
 def collect_garbage(
-    target: str | ObjectStore,
+    target: StoreLike,
     *,
-    options: dict[str, str] | None = None,
+    options: Mapping[str, str] | None = None,
     keep_from: int | None = None,
     dry_run: bool = False,
     **kwargs,
 ) -> GCReport:
     """Run garbage collection on the log at `target` (a URL or an ObjectStore)."""
-    store = target if isinstance(target, ObjectStore) else open_store(target, options)
-    return GarbageCollector(store, **kwargs).run(keep_from=keep_from, dry_run=dry_run)
+    return GarbageCollector(target, options=options, **kwargs).run(keep_from=keep_from, dry_run=dry_run)
 
 
 __all__ = [

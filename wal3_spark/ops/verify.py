@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
@@ -37,7 +37,7 @@ from wal3_spark.format.manifest import Manifest
 from wal3_spark.format.setsum import Setsum
 from wal3_spark.log.fragment_io import MISSING_FRAGMENT, MISSING_SNAPSHOT, load_fragment
 from wal3_spark.log.reader import load_snapshot
-from wal3_spark.storage import open_store
+from wal3_spark.storage import StoreLike, resolve_store
 from wal3_spark.storage.base import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -88,9 +88,9 @@ class VerifyReport:
 
 
 def verify(
-    target: str | ObjectStore,
+    target: StoreLike,
     *,
-    options: dict[str, str] | None = None,
+    options: Mapping[str, str] | None = None,
     check_fragments: bool = True,
     parallelism: int = 8,
     progress: Callable[[int, int], None] | None = None,
@@ -98,7 +98,7 @@ def verify(
 ) -> VerifyReport:
     """Check the log at `target`; `progress(done, total)` is called as fragments are checked
     by the default checker (`parallelism` threads in this process)."""
-    store = target if isinstance(target, ObjectStore) else open_store(target, options)
+    store = resolve_store(target, options)
     check = checker or _threads(parallelism, progress)
     for attempt in range(1, ATTEMPTS + 1):
         report = _verify_once(store, check if check_fragments else None)

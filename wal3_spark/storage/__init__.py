@@ -9,9 +9,10 @@ See `wal3_spark.storage.base` for the interface and its error contract.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 
-from wal3_spark.errors import InvalidUrl
+from wal3_spark.errors import InvalidOption, InvalidUrl
 from wal3_spark.storage.base import Blob, ObjectMeta, ObjectStore
 from wal3_spark.storage.common import join_url, split_url
 from wal3_spark.storage.faults import FaultyStore, LateLandingStore
@@ -31,10 +32,16 @@ __all__ = [
     "S3Settings",
     "S3Store",
     "join_url",
+    "StoreLike",
     "open_store",
+    "resolve_store",
 ]
 
 _S3_SCHEMES = ("s3", "s3a", "s3n")
+
+#: where a log (or a log set) lives, as every public entry point takes it: a URL (or a plain
+#: path) opened with the entry point's `options`, or a store already open (wrapped, shared)
+StoreLike = str | os.PathLike[str] | ObjectStore
 
 
 def open_store(url: str, options: Mapping[str, str] | None = None) -> ObjectStore:
@@ -58,4 +65,33 @@ def open_store(url: str, options: Mapping[str, str] | None = None) -> ObjectStor
     raise InvalidUrl(
         f"unsupported store URL {url!r}: use s3://bucket/prefix, file:///abs/path (or a plain "
         "path), or memory://name"
+    )
+
+
+def resolve_store(target: StoreLike, options: Mapping[str, str] | None = None) -> ObjectStore:
+    """The store of an entry point's `target`: a store is used as it is (its wrappers and
+    clients kept), a URL or path is opened with `options` (`open_store`), as delta-rs's
+    `DeltaTable(uri, storage_options)` takes either. Options given with an open store would be
+    ignored silently, so they are refused: they belong to the `open_store` call that made it."""
+    if isinstance(target, ObjectStore) or _is_store(target):
+        if options:
+            raise InvalidOption(
+                f"store options ({', '.join(sorted(options))}) were given with a store already "
+                f"open ({target.url}): pass them to open_store(url, options), or pass the URL here"
+            )
+        return target
+    if isinstance(target, os.PathLike):
+        target = os.fspath(target)
+    if not isinstance(target, str):
+        raise InvalidUrl(
+            f"expected a log URL, a path or an ObjectStore, got {type(target).__name__} {target!r}"
+        )
+    return open_store(target, options)
+
+
+def _is_store(target: object) -> bool:
+    """Whether `target` is used as a store without subclassing `ObjectStore` (a wrapper that
+    forwards what it does not override): it has the two conditional writes and a URL."""
+    return all(callable(getattr(target, name, None)) for name in ("get", "put_if_absent", "put_if_match")) and (
+        isinstance(getattr(target, "url", None), str)
     )
