@@ -31,7 +31,7 @@ from wal3_spark.storage.forwarding import ForwardingStore
 @pytest.mark.parametrize(
     "name", ["orders", "tenant-42", "a.b", "x_y", "user@example.com", "0", "A" * MAX_NAME_LENGTH]
 )
-def test_valid_log_names(name: str) -> None:
+def test_00_valid_log_names(name: str) -> None:
     assert check_log_name(name) == name
     assert is_log_name(name)
 
@@ -58,7 +58,7 @@ def test_valid_log_names(name: str) -> None:
         (42, "int, not a string"),
     ],
 )
-def test_invalid_log_names_are_refused_naming_the_value_and_the_problem(name: object, problem: str) -> None:
+def test_01_invalid_log_names_are_refused_naming_the_value_and_the_problem(name: object, problem: str) -> None:
     with pytest.raises(InvalidLogName) as err:
         check_log_name(name)
     message = str(err.value)
@@ -67,7 +67,7 @@ def test_invalid_log_names_are_refused_naming_the_value_and_the_problem(name: ob
     assert not is_log_name(name)
 
 
-def test_selections() -> None:
+def test_02_selections() -> None:
     assert ALL_LOGS.matches("a") and not ALL_LOGS.matches("_dirty") and not ALL_LOGS.matches("a b")
     explicit = LogSelection.of(["b", "a", "b"])
     assert explicit.names == ("a", "b") and explicit.is_explicit
@@ -100,7 +100,7 @@ def _make_logs(prefix_url: str, options: dict[str, str], names: list[str], appen
                 writer.append([f"{name}-{i}".encode()])
 
 
-def test_discovery_lists_logs_in_o_logs_and_reads_their_tails(
+def test_03_discovery_lists_logs_in_o_logs_and_reads_their_tails(
     store_url: str, store_options: dict[str, str]
 ) -> None:
     names = ["a", "b", "c-1", "c-2"]
@@ -121,7 +121,7 @@ def test_discovery_lists_logs_in_o_logs_and_reads_their_tails(
     assert LogSet(prefix, LogSelection.matching("c-*")).names() == ["c-1", "c-2"]
 
 
-def test_explicit_names_need_no_listing_and_missing_logs_are_absent(
+def test_04_explicit_names_need_no_listing_and_missing_logs_are_absent(
     store_url: str, store_options: dict[str, str]
 ) -> None:
     _make_logs(store_url, store_options, ["a"])
@@ -132,7 +132,7 @@ def test_explicit_names_need_no_listing_and_missing_logs_are_absent(
     assert counting.by_operation() == {"get": 2}
 
 
-def test_log_stores_and_urls_are_the_logs_own(store_url: str, store_options: dict[str, str]) -> None:
+def test_05_log_stores_and_urls_are_the_logs_own(store_url: str, store_options: dict[str, str]) -> None:
     logs = LogSet(store_url, options=store_options)
     with LogWriter(logs.log_store("x")) as writer:
         writer.append([b"1", b"2"])
@@ -144,7 +144,7 @@ def test_log_stores_and_urls_are_the_logs_own(store_url: str, store_options: dic
         logs.log_store("../x")
 
 
-def test_one_unreadable_manifest_fails_only_that_log(tmp_path) -> None:
+def test_06_one_unreadable_manifest_fails_only_that_log(tmp_path) -> None:
     url = str(tmp_path / "logs")
     _make_logs(url, {}, ["a", "b", "c"])
     prefix = open_store(url)
@@ -156,7 +156,7 @@ def test_one_unreadable_manifest_fails_only_that_log(tmp_path) -> None:
     assert "valid JSON" in str(scan.failed["b"]) and "boom" in str(scan.failed["c"])
 
 
-def test_many_logs_are_read_in_parallel_in_name_order(tmp_path) -> None:
+def test_07_many_logs_are_read_in_parallel_in_name_order(tmp_path) -> None:
     url = str(tmp_path / "logs")
     names = [f"t{i:03d}" for i in range(40)]
     _make_logs(url, {}, names)

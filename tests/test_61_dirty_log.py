@@ -69,7 +69,7 @@ def prefix(store_url: str, store_options: dict[str, str]) -> ObjectStore:
 # ----------------------------------------------------------------------------- recording
 
 
-def test_appends_record_their_logs_and_new_tails(prefix: ObjectStore) -> None:
+def test_00_appends_record_their_logs_and_new_tails(prefix: ObjectStore) -> None:
     with DirtyLog(prefix) as dirty:
         assert append(prefix, dirty, "a", b"1", b"2") == 3
         assert append(prefix, dirty, "b", b"1") == 2
@@ -84,7 +84,7 @@ def test_appends_record_their_logs_and_new_tails(prefix: ObjectStore) -> None:
     assert read_dirty(dirty_store(prefix), 3) == ({"a": 4}, 4)
 
 
-def test_committer_and_submit_paths_record_too(tmp_path) -> None:
+def test_01_committer_and_submit_paths_record_too(tmp_path) -> None:
     prefix = open_store(str(tmp_path))
     logs = LogSet(prefix)
     with DirtyLog(prefix) as dirty:
@@ -99,7 +99,7 @@ def test_committer_and_submit_paths_record_too(tmp_path) -> None:
     assert tails == {"c": 4, "s": 6}
 
 
-def test_records_made_while_a_manifest_write_is_in_flight_share_the_next_one(tmp_path) -> None:
+def test_02_records_made_while_a_manifest_write_is_in_flight_share_the_next_one(tmp_path) -> None:
     """Many appenders, one dirty log: records batch behind the commit in flight, so the dirty
     log's manifest (the object every appender contends on) is written once per batch, not once
     per commit."""
@@ -142,7 +142,7 @@ def test_records_made_while_a_manifest_write_is_in_flight_share_the_next_one(tmp
     assert state["writes"] == 3
 
 
-def test_a_committer_outside_the_prefix_is_refused(tmp_path) -> None:
+def test_03_a_committer_outside_the_prefix_is_refused(tmp_path) -> None:
     with DirtyLog(str(tmp_path / "p")) as dirty:
         with pytest.raises(InvalidOption, match="not directly under"):
             Committer(open_store(str(tmp_path / "elsewhere" / "a")), dirty_log=dirty)
@@ -157,7 +157,7 @@ def test_a_committer_outside_the_prefix_is_refused(tmp_path) -> None:
 # ------------------------------------------------------------------------------- reading
 
 
-def test_changes_since_reads_only_the_dirty_log_between_full_scans(prefix: ObjectStore) -> None:
+def test_04_changes_since_reads_only_the_dirty_log_between_full_scans(prefix: ObjectStore) -> None:
     names = [f"t{i}" for i in range(8)]
     with DirtyLog(prefix) as dirty:
         for name in names:
@@ -193,7 +193,7 @@ def test_changes_since_reads_only_the_dirty_log_between_full_scans(prefix: Objec
         assert picked.tails == {} and not picked.full_scan
 
 
-def test_without_a_dirty_log_every_call_is_a_full_scan(tmp_path) -> None:
+def test_05_without_a_dirty_log_every_call_is_a_full_scan(tmp_path) -> None:
     prefix = open_store(str(tmp_path))
     append(prefix, None, "a", b"1")
     first = changes_since(LogSet(prefix), None)
@@ -202,7 +202,7 @@ def test_without_a_dirty_log_every_call_is_a_full_scan(tmp_path) -> None:
     assert again.full_scan and again.tails == {"a": 2}
 
 
-def test_an_unreadable_dirty_log_falls_back_to_a_full_scan(tmp_path, caplog) -> None:
+def test_06_an_unreadable_dirty_log_falls_back_to_a_full_scan(tmp_path, caplog) -> None:
     prefix = open_store(str(tmp_path))
     with DirtyLog(prefix) as dirty:
         append(prefix, dirty, "a", b"1")
@@ -217,7 +217,7 @@ def test_an_unreadable_dirty_log_falls_back_to_a_full_scan(tmp_path, caplog) -> 
     assert "reading every manifest" in caplog.text
 
 
-def test_a_position_past_the_dirty_logs_tail_gets_a_full_scan(tmp_path, caplog) -> None:
+def test_07_a_position_past_the_dirty_logs_tail_gets_a_full_scan(tmp_path, caplog) -> None:
     prefix = open_store(str(tmp_path))
     with DirtyLog(prefix) as dirty:
         append(prefix, dirty, "a", b"1")
@@ -228,7 +228,7 @@ def test_a_position_past_the_dirty_logs_tail_gets_a_full_scan(tmp_path, caplog) 
     assert "before this reader's position" in caplog.text
 
 
-def test_positions_round_trip_and_bad_ones_are_refused() -> None:
+def test_08_positions_round_trip_and_bad_ones_are_refused() -> None:
     position = DirtyPosition(17, 1_800_000_000_000_000)
     assert DirtyPosition.from_dict(position.to_dict()) == position
     for bad in ({}, {"dirty": -1, "scan_us": 0}, {"dirty": "1", "scan_us": 0}, None):
@@ -262,7 +262,7 @@ CRASH_CHILD = textwrap.dedent(
 )
 
 
-def test_a_crash_between_the_commit_and_its_record_loses_no_data(
+def test_09_a_crash_between_the_commit_and_its_record_loses_no_data(
     prefix: ObjectStore, store_url: str, store_options: dict[str, str]
 ) -> None:
     with DirtyLog(prefix) as dirty:
@@ -295,7 +295,7 @@ def test_a_crash_between_the_commit_and_its_record_loses_no_data(
     assert found.full_scan and found.tails["victim"] == 5
 
 
-def test_a_failed_record_fails_nothing_and_the_next_full_scan_finds_the_change(
+def test_10_a_failed_record_fails_nothing_and_the_next_full_scan_finds_the_change(
     tmp_path, caplog
 ) -> None:
     class NoDirtyWrites(ForwardingStore):
@@ -317,7 +317,7 @@ def test_a_failed_record_fails_nothing_and_the_next_full_scan_finds_the_change(
     assert changes_since(LogSet(prefix), late).tails == {"a": 4}
 
 
-def test_a_record_that_cannot_even_be_queued_does_not_fail_the_commit(tmp_path, caplog) -> None:
+def test_11_a_record_that_cannot_even_be_queued_does_not_fail_the_commit(tmp_path, caplog) -> None:
     prefix = open_store(str(tmp_path))
     dirty = DirtyLog(prefix)
     dirty.close()  # later records cannot be submitted
@@ -331,7 +331,7 @@ def test_a_record_that_cannot_even_be_queued_does_not_fail_the_commit(tmp_path, 
 # ------------------------------------------------------------------------------- roll-up
 
 
-def test_roll_up_keeps_every_log_so_readers_behind_the_collected_head_miss_nothing(
+def test_12_roll_up_keeps_every_log_so_readers_behind_the_collected_head_miss_nothing(
     prefix: ObjectStore,
 ) -> None:
     with DirtyLog(prefix) as dirty:

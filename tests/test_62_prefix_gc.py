@@ -43,7 +43,7 @@ def gc_run(prefix: ObjectStore, *, full_scan: bool = False, fail: set[str] = fro
     return run.names, finish(prefix, run, failed, grace_s=0)
 
 
-def test_with_a_dirty_log_a_run_touches_only_the_logs_changed_since_the_last(tmp_path) -> None:
+def test_00_with_a_dirty_log_a_run_touches_only_the_logs_changed_since_the_last(tmp_path) -> None:
     prefix = open_store(str(tmp_path))
     names = [f"t{i}" for i in range(10)]
     with DirtyLog(prefix) as dirty:
@@ -69,7 +69,7 @@ def test_with_a_dirty_log_a_run_touches_only_the_logs_changed_since_the_last(tmp
     assert third == [] and counting.logs_touched() == {"_dirty"}
 
 
-def test_without_a_dirty_log_every_run_collects_every_log(tmp_path) -> None:
+def test_01_without_a_dirty_log_every_run_collects_every_log(tmp_path) -> None:
     prefix = open_store(str(tmp_path))
     make_logs(prefix, None, ["a", "b"])
     for _ in range(2):
@@ -78,7 +78,7 @@ def test_without_a_dirty_log_every_run_collects_every_log(tmp_path) -> None:
     assert not prefix.exists("_dirty/manifest/MANIFEST")
 
 
-def test_a_failed_log_is_recorded_again_and_retried_by_the_next_run(tmp_path) -> None:
+def test_02_a_failed_log_is_recorded_again_and_retried_by_the_next_run(tmp_path) -> None:
     prefix = open_store(str(tmp_path))
     with DirtyLog(prefix) as dirty:
         make_logs(prefix, dirty, ["a", "b", "c"])
@@ -94,7 +94,7 @@ def test_a_failed_log_is_recorded_again_and_retried_by_the_next_run(tmp_path) ->
     assert gc_run(prefix)[0] == []
 
 
-def test_full_scan_collects_every_log_and_the_dirty_log_stays_bounded(tmp_path) -> None:
+def test_03_full_scan_collects_every_log_and_the_dirty_log_stays_bounded(tmp_path) -> None:
     prefix = open_store(str(tmp_path))
     names = [f"l{i}" for i in range(4)]
     with DirtyLog(prefix) as dirty:

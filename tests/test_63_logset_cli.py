@@ -44,7 +44,7 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     return code, captured.out, captured.err
 
 
-def test_ls_shows_each_log(herd: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_00_ls_shows_each_log(herd: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "ls", herd)
     assert code == 0
     lines = [line.split() for line in out.splitlines()]
@@ -68,7 +68,7 @@ def test_ls_shows_each_log(herd: str, capsys: pytest.CaptureFixture[str]) -> Non
     assert "error: no wal3 log at" in out.splitlines()[2]
 
 
-def test_info_on_a_prefix_summarises_the_set(herd: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_01_info_on_a_prefix_summarises_the_set(herd: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "info", herd, "--json")
     assert code == 0
     info = json.loads(out)
@@ -81,7 +81,7 @@ def test_info_on_a_prefix_summarises_the_set(herd: str, capsys: pytest.CaptureFi
     assert "dirty log      offsets [1, 7)" in out
 
 
-def test_bad_input_and_unreadable_logs(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_02_bad_input_and_unreadable_logs(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "ls", str(tmp_path), "--logs", "a b")
     assert code == 2 and "invalid log name 'a b'" in err
     code, _, err = run(capsys, "info", str(tmp_path / "empty"))
@@ -97,7 +97,7 @@ def test_bad_input_and_unreadable_logs(tmp_path, capsys: pytest.CaptureFixture[s
     assert code == 0 and list(json.loads(out)["unreadable"]) == ["bad"]
 
 
-def test_ls_reports_named_logs_that_do_not_exist_and_explains_an_empty_listing(
+def test_03_ls_reports_named_logs_that_do_not_exist_and_explains_an_empty_listing(
     tmp_path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A mistyped name or prefix must not read as a set without that log: a named log that does

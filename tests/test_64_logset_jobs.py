@@ -41,7 +41,7 @@ def verify(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
-def test_verify_a_prefix_on_threads(tmp_path: Path) -> None:
+def test_00_verify_a_prefix_on_threads(tmp_path: Path) -> None:
     make_set(tmp_path)
     proc = verify("--prefix", str(tmp_path), "--driver-only")
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -71,7 +71,7 @@ def test_verify_a_prefix_on_threads(tmp_path: Path) -> None:
 
 
 @pytest.mark.spark
-def test_verify_a_prefix_with_one_spark_task_per_log(tmp_path: Path) -> None:
+def test_01_verify_a_prefix_with_one_spark_task_per_log(tmp_path: Path) -> None:
     make_set(tmp_path)
     break_fragment(tmp_path / "c")
     proc = run_spark_script([str(VERIFY), "--prefix", str(tmp_path)], master="local[2]")

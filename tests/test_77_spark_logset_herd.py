@@ -29,7 +29,7 @@ def check(result: dict) -> None:
     assert result["first_batches"][0] == 300, result
 
 
-def test_herd_of_logs_streams_exactly_once(spark, store_url, store_options, tmp_path):
+def test_00_herd_of_logs_streams_exactly_once(spark, store_url, store_options, tmp_path):
     """Locally without a dirty log (every trigger reads every manifest), on S3 with one."""
     dirty = store_url.startswith("s3://")
     check(herd.run(spark, store_url, store_options, tmp_path, dirty=dirty))
@@ -52,7 +52,7 @@ CLUSTER_SCRIPT = textwrap.dedent(
 
 
 @pytest.mark.cluster
-def test_herd_of_logs_on_local_cluster(tmp_path):
+def test_01_herd_of_logs_on_local_cluster(tmp_path):
     from tests.support.spark import ROOT
 
     script = tmp_path / "herd_job.py"

@@ -40,7 +40,7 @@ def counts(df) -> dict[str, int]:
 # --------------------------------------------------------------------------- batch source
 
 
-def test_batch_read_selects_logs_by_all_list_and_glob(spark, tmp_path):
+def test_00_batch_read_selects_logs_by_all_list_and_glob(spark, tmp_path):
     prefix = (tmp_path / "set").as_uri()
     make_logs(prefix, {"a1": 3, "a2": 4, "b1": 5})
     df = read_set(spark, prefix)
@@ -57,7 +57,7 @@ def test_batch_read_selects_logs_by_all_list_and_glob(spark, tmp_path):
         read_set(spark, prefix, logs="a1,zz").collect()
 
 
-def test_log_filters_read_only_the_named_logs(spark, tmp_path):
+def test_01_log_filters_read_only_the_named_logs(spark, tmp_path):
     """A log whose manifest is unreadable fails any query that reads it, so a filtered query
     that succeeds did not read it; `_offset` filters apply to each log."""
     prefix = (tmp_path / "set").as_uri()
@@ -78,7 +78,7 @@ def test_log_filters_read_only_the_named_logs(spark, tmp_path):
         df().count()
 
 
-def test_stream_over_a_log_set_is_fair_to_cold_logs(spark, tmp_path):
+def test_02_stream_over_a_log_set_is_fair_to_cold_logs(spark, tmp_path):
     prefix = (tmp_path / "set").as_uri()
     make_logs(prefix, {"hot": 5000, **{f"cold{i}": 10 for i in range(8)}})
     q = (spark.readStream.format("wal3").option("logs", "*").option("maxRecordsPerTrigger", "200")
@@ -103,7 +103,7 @@ def routed(df, prefix: str, **options) -> None:
         .save(prefix)
 
 
-def test_routing_100k_rows_over_200_keys(spark, tmp_path):
+def test_03_routing_100k_rows_over_200_keys(spark, tmp_path):
     prefix = (tmp_path / "tenants").as_uri()
     df = spark.range(0, 100_000, numPartitions=2).select(
         "id", F.format_string("tenant-%03d", F.col("id") % 200).alias("tenant"))
@@ -122,7 +122,7 @@ def test_routing_100k_rows_over_200_keys(spark, tmp_path):
     assert back.where(F.format_string("tenant-%03d", F.col("id") % 200) != F.col("_log")).count() == 0
 
 
-def test_routing_on_s3_into_existing_logs_recorded_in_the_dirty_log(spark, seaweed):
+def test_04_routing_on_s3_into_existing_logs_recorded_in_the_dirty_log(spark, seaweed):
     prefix, options = seaweed.new_url("routing"), dict(seaweed.options)
     make_logs(prefix, {"t1": 3}, options)
     df = spark.createDataFrame([(i, "t-x" if i % 2 else "t1", f"s{i}") for i in range(50)],
@@ -146,14 +146,14 @@ def test_routing_on_s3_into_existing_logs_recorded_in_the_dirty_log(spark, seawe
     ([(1, "good"), (2, "_dirty")], "reserved"),
     ([(1, None)], "logColumn 'tenant' is null in 1 row"),
 ])
-def test_routing_refuses_bad_keys(spark, tmp_path, rows, match):
+def test_05_routing_refuses_bad_keys(spark, tmp_path, rows, match):
     prefix = (tmp_path / "tenants").as_uri()
     with pytest.raises(Exception, match=match):
         routed(spark.createDataFrame(rows, "id long, tenant string"), prefix)
     assert not os.path.exists(tmp_path / "tenants" / "good" / "manifest")  # nothing committed
 
 
-def test_routing_column_must_be_a_string_column(spark, tmp_path):
+def test_06_routing_column_must_be_a_string_column(spark, tmp_path):
     df = spark.createDataFrame([(1, 2)], "id long, tenant long")
     with pytest.raises(Exception, match="logColumn 'tenant' is not a string column"):
         routed(df, (tmp_path / "t").as_uri())
@@ -164,7 +164,7 @@ def test_routing_column_must_be_a_string_column(spark, tmp_path):
                (tmp_path / "t").as_uri())
 
 
-def test_routing_stream_replayed_batch_adds_nothing(spark, tmp_path):
+def test_07_routing_stream_replayed_batch_adds_nothing(spark, tmp_path):
     source, prefix, ckpt = (tmp_path / "src").as_uri(), (tmp_path / "out").as_uri(), tmp_path / "ck"
     spark.range(0, 300, numPartitions=2).select(
         "id", F.format_string("k%d", F.col("id") % 7).alias("tenant")

@@ -40,7 +40,7 @@ def sink_rows(prefix: str) -> dict[str, list[tuple[int, str]]]:
 
 
 @pytest.mark.slow
-def test_pipeline_routes_a_log_set_and_tail_reads_a_prefix(tmp_path: Path) -> None:
+def test_00_pipeline_routes_a_log_set_and_tail_reads_a_prefix(tmp_path: Path) -> None:
     source, sink = (tmp_path / "src").as_uri(), (tmp_path / "out").as_uri()
     append(source, "a", range(0, 6))
     append(source, "b", range(100, 104))
@@ -48,7 +48,7 @@ def test_pipeline_routes_a_log_set_and_tail_reads_a_prefix(tmp_path: Path) -> No
     pipeline = ("pipeline.py", "--source", source, "--source-logs", "*", "--sink", sink,
                 "--route-by", "_log", "--checkpoint", str(tmp_path / "ckpt"),
                 "--where", "id % 2 = 0", "--max-records-per-trigger", "5", "--available-now")
-    run(*pipeline)  # (restarts of a routed stream: tests/test_66_spark_logset.py)
+    run(*pipeline)  # (restarts of a routed stream: tests/test_76_spark_logset.py)
 
     even = {"a": range(0, 6, 2), "b": range(100, 104, 2), "c": range(200, 210, 2)}
     assert sink_rows(sink) == {name: [(i, name) for i in ids] for name, ids in even.items()}
@@ -67,7 +67,7 @@ def test_pipeline_routes_a_log_set_and_tail_reads_a_prefix(tmp_path: Path) -> No
     (["--log", "/tmp/x", "--pattern", "a*"], "--logs, --pattern and --new-logs go with --prefix"),
     (["--prefix", "/tmp/x", "--logs", "a", "--pattern", "a*"], "--logs or --pattern, not both"),
 ])
-def test_tail_refuses_bad_log_set_arguments_before_starting_spark(args, message) -> None:
+def test_01_tail_refuses_bad_log_set_arguments_before_starting_spark(args, message) -> None:
     result = subprocess.run([sys.executable, str(ROOT / "jobs" / "tail.py"), *args], cwd=ROOT,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and message in result.stderr, result.stderr

@@ -1,0 +1,101 @@
+"""The connector's options, parsed without Spark: names are case-insensitive, values are
+checked, a bad one names the problem and lists the valid options, credentials never show."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+import pytest
+
+from wal3_spark.errors import InvalidOption
+from wal3_spark.spark import options as opts
+
+
+def test_00_options_parse_case_insensitively_into_a_frozen_object():
+    o = opts.parse({"path": "/tmp/x", "FRAGMENTBYTES": "8m", "mergeschema": "TRUE"}, opts.WRITE)
+    assert (o.fragment_bytes, o.merge_schema) == (8 << 20, True)
+    with pytest.raises(Exception):
+        o.fragment_bytes = 1  # frozen
+    r = opts.parse({"path": "/tmp/x", "startingOffsets": '{"offset": 42}', "endingoffsets": "50",
+                    "verifyOnRead": "false", "failOnDataLoss": "false"}, opts.READ)
+    assert r.starting == ("offset", 42) and r.ending == ("offset", 50)
+    assert not r.verify_on_read and not r.fail_on_data_loss
+    t = opts.parse({"path": "/tmp/x", "startingTimestamp": "1970-01-01T00:00:01Z"}, opts.STREAM_READ)
+    assert t.starting == ("timestamp", 1_000_000)
+    assert opts.parse({"path": "/x", "startingTimestamp": "1500"}, opts.READ).starting == ("timestamp", 1_500_000)
+
+
+@pytest.mark.parametrize("options, match", [
+    ({"nope": "1"}, "unknown option"),
+    ({"maxPartitionBytes": "big"}, "expected a size"),
+    ({"maxRecordsPerTrigger": "0"}, "does not apply"),
+    ({"startingOffsets": "middle"}, "earliest or latest or an offset"),
+    ({"startingOffsets": "0"}, "offsets start at 1"),
+    ({"verifyOnRead": "maybe"}, "expected true or false"),
+    ({"startingOffsets": "1", "startingTimestamp": "5"}, "not both"),
+])
+def test_01_bad_options_fail_with_the_valid_list(options, match):
+    with pytest.raises(InvalidOption, match=match) as info:
+        opts.parse({"path": "/tmp/x", **options}, opts.READ)
+    assert "Valid options for batch reads" in str(info.value)
+    assert "startingOffsets" in str(info.value) and "endpoint" in str(info.value)
+
+
+def test_02_stream_read_cursor_name_is_checked():
+    with pytest.raises(InvalidOption, match="letters, digits and underscores"):
+        opts.parse({"path": "/tmp/x", "cursor": "bad name"}, opts.STREAM_READ)
+
+
+def test_03_credentials_are_masked():
+    o = opts.parse({"path": "s3://b/l", "secretAccessKey": "S3CR3T", "accessKeyId": "AKIA1",
+                    "endpoint": "http://h:1"}, opts.READ)
+    assert dict(o.store_options)["secretAccessKey"] == "S3CR3T"
+    assert "S3CR3T" not in repr(o) and "AKIA1" not in repr(o) and "http://h:1" in repr(o)
+    with pytest.raises(InvalidOption) as info:
+        opts.parse({"path": "s3://b/l", "secretAccessKey": "S3CR3T", "x": "1"}, opts.READ)
+    assert "S3CR3T" not in str(info.value)
+    with pytest.raises(InvalidOption) as info:
+        opts.parse({"path": "s3://b/l", "secretAccessKey": "S3CR3T", "writerId": "w"}, opts.WRITE)
+    assert "S3CR3T" not in str(info.value)
+    assert all(f"{f.name}=" in repr(o) for f in fields(o)), "repr shows every field"
+
+
+@pytest.mark.parametrize("options, match", [
+    ({"maxTriggerDelay": "1m"}, "applies only with minRecordsPerTrigger"),
+    ({"minRecordsPerTrigger": "10", "maxTriggerDelay": "soon"}, "expected a duration"),
+    ({"minRecordsPerTrigger": "0"}, "expected a positive integer"),
+    ({"minRecordsPerTrigger": "100", "maxRecordsPerTrigger": "10"}, "larger than maxRecordsPerTrigger"),
+])
+def test_04_trigger_option_errors_name_the_problem_and_the_valid_options(options, match):
+    with pytest.raises(InvalidOption, match=match) as info:
+        opts.parse({"path": "/tmp/x", **options}, opts.STREAM_READ)
+    assert "Valid options for streaming reads" in str(info.value)
+    assert "minRecordsPerTrigger" in str(info.value) and "maxTriggerDelay" in str(info.value)
+
+
+def test_05_trigger_delay_forms():
+    parsed = [opts.parse({"path": "/x", "minRecordsPerTrigger": "5", "maxTriggerDelay": d},
+                         opts.STREAM_READ).max_trigger_delay_ms for d in ("15m", "30s", "500ms", "2h", "750")]
+    assert parsed == [900_000, 30_000, 500, 7_200_000, 750]
+    assert opts.parse({"path": "/x", "minRecordsPerTrigger": "5"}, opts.STREAM_READ).max_trigger_delay_ms == 900_000
+
+
+@pytest.mark.parametrize("options, match", [
+    ({"writerId": "nightly"}, "needs both writerId and writerVersion; add writerVersion"),
+    ({"writerVersion": "3"}, "needs both writerId and writerVersion; add writerId"),
+    ({"writerId": "nightly", "writerVersion": "-1"}, "expected an integer >= 0"),
+    ({"writerId": "nightly", "writerVersion": "v2"}, "expected an integer >= 0"),
+    ({"writerId": "nightly", "writerVersion": str(1 << 63)}, r"at most 9223372036854775807, a long"),
+    ({"writerId": " ", "writerVersion": "1"}, "non-empty id"),
+])
+def test_06_idempotent_write_options_go_together(options, match):
+    with pytest.raises(InvalidOption, match=match) as info:
+        opts.parse({"path": "/tmp/x", **options}, opts.WRITE)
+    assert "Valid options for batch writes" in str(info.value) and "writerVersion" in str(info.value)
+    parsed = opts.parse({"path": "/tmp/x", "writerId": "nightly", "writerVersion": "42"}, opts.WRITE)
+    assert (parsed.writer_id, parsed.writer_version) == ("nightly", 42)
+    largest = opts.parse({"path": "/tmp/x", "writerId": "nightly", "writerVersion": str((1 << 63) - 1)},
+                         opts.WRITE)
+    assert largest.writer_version == (1 << 63) - 1
+    with pytest.raises(InvalidOption, match="does not apply to streaming writes"):
+        opts.parse({"path": "/x", "writerId": "w", "writerVersion": "1"}, opts.STREAM_WRITE)

@@ -1,0 +1,93 @@
+"""What an executor's read task returns, called without Spark: batches in the query's schema
+whatever the log's schema became, and collected fragments reported or skipped."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from wal3_spark.spark.planning import pack
+from wal3_spark.storage import open_store
+
+
+def test_00_a_read_keeps_the_query_schema_when_the_log_gained_a_column():
+    """A stream fixes its schema when it starts; a later mergeSchema append adds a column.
+    Batches must still come out in the query's schema, columns taken by name."""
+    from wal3_spark.log.fragment_io import output_schema
+    from wal3_spark.log.reader import LogReader
+    from wal3_spark.log.writer import LogWriter
+    from wal3_spark.spark.planning import Part
+    from wal3_spark.spark.read_tasks import read_partition
+
+    store = open_store("memory://units-evolving-schema")
+    LogWriter(store).append(pa.table({"id": pa.array([1, 2], pa.int64()), "name": ["a", "b"]}))
+    query_schema = output_schema(LogReader(store).manifest().arrow_schema())
+    LogWriter(store, merge_schema=True).append(
+        pa.table({"id": pa.array([3], pa.int64()), "score": [0.5], "name": ["c"]}))
+    reader = LogReader(store)
+    manifest = reader.manifest()
+    batches = list(read_partition(store, Part(tuple(reader.plan())), manifest.arrow_schema(),
+                                  query_schema, verify=True, item_hash=manifest.item_hash))
+    table = pa.Table.from_batches(batches)
+    assert table.schema == query_schema
+    assert table.column("id").to_pylist() == [1, 2, 3]
+    assert table.column("name").to_pylist() == ["a", "b", "c"]
+    assert table.column("_offset").to_pylist() == [1, 2, 3]
+
+
+def test_01_a_query_column_the_log_lacks_reads_as_nulls_unless_not_null():
+    """Reads conform each batch to the query's schema with `schema.conform`, as appends and
+    the codec do: a nullable column the log lacks reads as nulls (as in a fragment written
+    before a mergeSchema append); a NOT NULL one fails naming both schemas."""
+    from wal3_spark.errors import SchemaMismatch
+    from wal3_spark.log.fragment_io import output_schema
+    from wal3_spark.log.reader import LogReader
+    from wal3_spark.log.writer import LogWriter
+    from wal3_spark.spark.planning import Part
+    from wal3_spark.spark.read_tasks import read_partition
+
+    store = open_store("memory://units-query-column-missing")
+    LogWriter(store).append(pa.table({"id": pa.array([1, 2], pa.int64())}))
+    reader = LogReader(store)
+    manifest = reader.manifest()
+    part = Part(tuple(reader.plan()))
+    base = output_schema(manifest.arrow_schema())
+
+    def read(query: pa.Schema) -> pa.Table:
+        batches = read_partition(store, part, manifest.arrow_schema(), query, verify=True,
+                                 item_hash=manifest.item_hash)
+        return pa.Table.from_batches(list(batches), schema=query)
+
+    nullable = base.insert(1, pa.field("note", pa.string()))
+    assert read(nullable).column("note").to_pylist() == [None, None]
+    with pytest.raises(SchemaMismatch, match="'note' is missing and NOT NULL") as info:
+        read(base.insert(1, pa.field("note", pa.string(), nullable=False)))
+    assert "data:" in str(info.value) and "query:" in str(info.value)
+
+
+def test_02_an_executor_reading_fragments_gc_deleted_after_planning_gets_the_collected_range(tmp_path):
+    """The driver plans partitions from one manifest; GC collects before the tasks run."""
+    from wal3_spark.errors import DataLost
+    from wal3_spark.log.cursors import CursorStore
+    from wal3_spark.log.fragment_io import output_schema
+    from wal3_spark.log.reader import LogReader
+    from wal3_spark.log.writer import LogWriter
+    from wal3_spark.ops.gc import GarbageCollector
+    from wal3_spark.spark.read_tasks import read_partition
+
+    store = open_store(str(tmp_path / "log"))
+    writer = LogWriter(store)
+    for i in range(4):
+        writer.append([b"%d" % i] * 5)  # [1,6) [6,11) [11,16) [16,21)
+    reader = LogReader(store)
+    manifest = reader.manifest()
+    parts = pack(reader.plan(manifest=manifest), 1 << 30, 1)
+    CursorStore(store).create("c", 12)
+    GarbageCollector(store, grace_s=0, force=True).run()
+    with pytest.raises(DataLost) as info:
+        list(read_partition(store, parts[0], None, output_schema(None), verify=True))
+    assert (info.value.start, info.value.oldest) == (1, 11)
+    # failOnDataLoss=false holds on executors too: the collected fragments are skipped
+    batches = read_partition(store, parts[0], None, output_schema(None), verify=True,
+                             fail_on_data_loss=False)
+    assert pa.Table.from_batches(list(batches)).column("_offset").to_pylist() == list(range(11, 21))
