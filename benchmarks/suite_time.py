@@ -1,4 +1,4 @@
-"""Wall-clock and CPU time of test files, one file at a time (README, "Test suite run time").
+"""Wall-clock and CPU time of test files, one file at a time (docs/development.md).
 
     flock /work/wt/.bench.lock ./dev python benchmarks/suite_time.py tests/test_30_spark_batch.py
     ./dev python benchmarks/suite_time.py --base ../suite-base tests/test_34_spark_cluster_connect.py

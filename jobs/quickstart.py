@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def batch():
         # a fresh DataFrame per query: Spark 4.3 reuses a DataFrame's last pushed-down scan for
-        # its later unfiltered queries (see README.md, "Known issues")
+        # its later unfiltered queries (see docs/guide/spark.md, "Known issues")
         return spark.read.format("wal3").options(**options).load(url)
 
     tail_rows = batch().where(F.col("_offset") > args.rows - 10).count()

@@ -309,7 +309,7 @@ def corrupt_fragment(store, path: str) -> None:
 
 
 @pytest.mark.xfail(strict=True, reason="Spark 4.3 reuses a DataFrame's last pushed-down scan for "
-                   "its later unfiltered queries (README, Known issues)")
+                   "its later unfiltered queries (docs/guide/spark.md, Known issues)")
 def test_18_reused_dataframe_after_pushdown_spark_issue(spark, log_url):
     append(sample(spark, 100, parts=1), log_url)
     df = read(spark, log_url)

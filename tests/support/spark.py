@@ -25,7 +25,7 @@ CONF = ROOT / "conf"
 #: Test JVMs live seconds to minutes over little data, on two cores: C2's compilations (a
 #: thread that takes a core while the test waits) and G1's parallel threads never pay off there.
 #: C1 only and the serial collector: the quickstart job took 23 s of CPU instead of 40 s
-#: (README, "Test suite"). Tests only: jobs keep Spark's defaults.
+#: (docs/development.md). Tests only: jobs keep Spark's defaults.
 JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 

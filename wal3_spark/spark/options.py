@@ -43,7 +43,7 @@ DEFAULT_TRIGGER_DELAY_MS = 15 * 60 * 1000
 #: the dirty log's full-scan interval (`wal3_spark.logset.logs.DEFAULT_FULL_SCAN_EVERY_S`)
 DEFAULT_FULL_SCAN_MS = int(DEFAULT_FULL_SCAN_EVERY_S * 1000)
 
-#: option name -> (roles it applies to, one-line description); README.md has the full table
+#: option name -> (roles it applies to, one-line description); docs/guide/options.md has the full table
 OPTIONS: dict[str, tuple[tuple[str, ...], str]] = {
     "path": (ROLES, "the log's URL (file:///..., s3://bucket/prefix, or a local path)"),
     "fragmentBytes": ((WRITE, STREAM_WRITE), "bytes per fragment before a task starts a new one"),
