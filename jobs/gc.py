@@ -30,7 +30,7 @@ try:
 except ImportError:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from wal3_spark.cli.main import endpoint_arg, seconds_arg, share_arg  # noqa: E402 (after the path set-up)
+from wal3_spark.cli.arguments import endpoint_arg, seconds_arg, share_arg  # noqa: E402 (after the path set-up)
 
 MANIFEST_SUFFIX = "manifest/MANIFEST"
 

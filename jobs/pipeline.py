@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common  # noqa: E402
 
-from wal3_spark.cli.main import positive_arg  # noqa: E402 (after the path set-up)
+from wal3_spark.cli.arguments import positive_arg  # noqa: E402 (after the path set-up)
 
 
 def main(argv=None) -> int:

@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common  # noqa: E402
 
-from wal3_spark.cli.main import positive_arg  # noqa: E402 (after the path set-up)
+from wal3_spark.cli.arguments import partitions_arg, positive_arg  # noqa: E402 (after the path set-up)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
                                      epilog=__doc__.split("\n\n", 1)[1])
     parser.add_argument("--log", help="log URL or directory (default: a new temp directory)")
     parser.add_argument("--rows", type=positive_arg, default=200_000, help="rows to generate (default 200000)")
-    parser.add_argument("--partitions", type=positive_arg, default=4, help="write tasks per append")
+    parser.add_argument("--partitions", type=partitions_arg, default=4, help="write tasks per append")
     parser.add_argument("--max-records-per-trigger", type=positive_arg, default=50_000)
     parser.add_argument("--cursor", default="quickstart", help="wal3 cursor the stream moves")
     parser.add_argument("--option", action="append", metavar="KEY=VALUE",

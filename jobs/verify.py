@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common  # noqa: E402
 
-from wal3_spark.cli.main import positive_arg  # noqa: E402 (after the path set-up)
+from wal3_spark.cli.arguments import partitions_arg  # noqa: E402 (after the path set-up)
 
 
 def verify_one(url: str, options: dict[str, str]) -> dict:
@@ -72,7 +72,7 @@ def main(argv=None) -> int:
     p.add_argument("--logs", help="with --prefix: only these logs (comma-separated names)")
     p.add_argument("--pattern", help="with --prefix: only the logs whose names match this glob")
     p.add_argument("--driver-only", action="store_true", help="with --prefix: threads in this process, no Spark")
-    p.add_argument("--partitions", type=positive_arg, help="with --log: scrub tasks (default: 4 x cores)")
+    p.add_argument("--partitions", type=partitions_arg, help="with --log: scrub tasks (default: 4 x cores)")
     p.add_argument("--option", action="append", metavar="KEY=VALUE", help="store option; repeatable")
     args = p.parse_args(argv)
     options = _common.store_options(args.option)

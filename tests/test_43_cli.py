@@ -203,7 +203,7 @@ def test_06_s3_through_environment_and_endpoint_flag(seaweed):
 
 
 def test_07_schema_parsing_and_record_encoding_in_process():
-    from wal3_spark.cli.main import record_json
+    from wal3_spark.cli.output import record_json
     from wal3_spark.errors import Wal3Error
     from wal3_spark.format.schema import parse_schema
 
@@ -348,3 +348,104 @@ def test_10_permission_denied_is_reported_naming_the_file():
             for name in filenames:
                 os.chmod(os.path.join(dirpath, name), 0o644)
         shutil.rmtree(root)
+
+
+HUGE = "9" * 400
+MAX_U64 = 2**64 - 1
+
+
+def test_11_every_integer_argument_is_bounded_and_a_huge_one_refused_in_one_line(url, tmp_path):
+    """A 400-digit number (or one past the bound) is a usage error naming the argument and the
+    range, never an OverflowError; the bound itself is accepted."""
+    LogWriter(open_store(url)).append([b"r"] * 5)  # offsets [1, 6)
+    offset_args = [("cat", url, "--from"), ("cat", url, "--to"), ("gc", url, "--dry-run", "--keep-from"),
+                   ("copy", url, str(tmp_path / "c"), "--from"), ("cursor", "set", url, "c")]
+    cases = [(*args, value, args[-1] if args[-1].startswith("-") else "offset", f"<= {MAX_U64}")
+             for args in offset_args for value in (HUGE, str(MAX_U64 + 1))]
+    cases += [("tail", url, "-n", value, "-n", f"<= {2**63 - 1}") for value in (HUGE, str(2**63))]
+    cases += [("stress", "--writers", HUGE, "--writers", "<= 1000"), ("stress", "--seed", HUGE, "--seed", "<= ")]
+    cases += [("gc", url, "--grace", grace, "--grace", "(100 years)") for grace in (HUGE, "1e300", "3155760001")]
+    for *argv, argument, bound in cases:
+        err = usage_error(*argv, match=f"argument {argument}: ")
+        error_lines = [line for line in err.splitlines() if "error:" in line]
+        assert len(error_lines) == 1 and bound in error_lines[0] and len(error_lines[0]) < 200, (argv, err)
+    assert "(400 characters)" in usage_error("cat", url, "--from", HUGE, match="is not an offset")
+    # the bounds themselves are values, judged by the log as any other
+    assert [r["_offset"] for r in lines(ok("cat", url, "--to", str(MAX_U64)))] == [1, 2, 3, 4, 5]
+    assert len(lines(ok("tail", url, "-n", str(2**63 - 1)))) == 5
+    usage_error("cat", url, "--from", str(MAX_U64), match="past the log's tail")
+    code, _, err = run_main("cursor", "set", url, "c", str(MAX_U64))
+    assert code == 1 and "beyond the tail" in err and "Traceback" not in err
+    # only plain ASCII digits: what a script passes is compared as typed
+    for odd in ("1_0", "\u0663", " 3", "+3"):
+        usage_error("cat", url, "--from", odd, match="is not an offset")
+    # the jobs share the arguments' types and bounds
+    jobs = Path(__file__).resolve().parent.parent / "jobs"
+    for job, option, value, bound in (("quickstart.py", "--rows", HUGE, "<= 9223372036854775807"),
+                                      ("verify.py", "--partitions", str(2**31), "<= 2147483647")):
+        proc = subprocess.run([sys.executable, str(jobs / job), option, value], capture_output=True,
+                              text=True, timeout=120)
+        assert proc.returncode == 2 and f"argument {option}: " in proc.stderr and bound in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr, (job, proc.stderr)
+
+
+def test_12_every_report_prints_the_json_its_help_documents(url, tmp_path):
+    """`--json` on every command that reports, with the keys `--help` names."""
+    from wal3_spark.cli.output import JSON_SHAPES
+
+    def report(shape: str, *argv: str, code: int = 0):
+        got, out, err = run_main(*argv, "--json")
+        assert got == code, (argv, got, err)
+        doc = json.loads(out)
+        for item in doc if isinstance(doc, list) else [doc]:
+            assert tuple(item) == JSON_SHAPES[shape].keys, (shape, list(item))
+        return doc
+
+    assert report("init", "init", url) == {"url": url, "created": True, "raw": True, "schema": None,
+                                           "next_offset": 1}
+    assert report("init", "init", url)["created"] is False
+    structured = str(tmp_path / "structured")
+    assert report("init", "init", structured, "--schema", "id: int64")["schema"] == ["id: int64"]
+    LogWriter(open_store(url)).append([b"a", b"b", b"c"])
+    assert report("cursor set", "cursor", "set", url, "c", "2")["offset"] == 2
+    cursor = report("cursor get", "cursor", "get", url, "c")
+    assert (cursor["name"], cursor["offset"], cursor["writer"]) == ("c", 2, "wal3 cli")
+    assert report("cursor list", "cursor", "list", url)["cursors"][0]["records_behind"] == 2
+    assert report("info", "info", url)["next_offset"] == 4
+    assert report("verify", "verify", url)["ok"] is True
+    assert report("gc", "gc", url, "--dry-run")["dry_run"] is True
+    assert report("copy", "copy", url, str(tmp_path / "copy"))["records"] == 3
+    assert report("cursor delete", "cursor", "delete", url, "c") == {
+        "url": open_store(url).url, "name": "c", "deleted": True}
+    assert report("seal", "seal", url) == {"url": url, "sealed": True, "next_offset": 4}
+    prefix = str(tmp_path)  # holds the logs `log`, `structured` and `copy`
+    assert [log["name"] for log in report("ls", "ls", prefix)] == ["copy", "log", "structured"]
+    assert report("info PREFIX", "info", prefix)["logs"] == 3
+    # each command's --help documents its shapes
+    for command, shapes in (("init", ["init"]), ("info", ["info", "info PREFIX"]), ("ls", ["ls"]),
+                            ("verify", ["verify"]), ("gc", ["gc"]), ("seal", ["seal"]), ("copy", ["copy"]),
+                            ("cursor", ["cursor list", "cursor get", "cursor set", "cursor delete"])):
+        _, out, _ = run_main(command, "--help")
+        text = " ".join(out.split())
+        for shape in shapes:
+            assert f"`wal3 {shape} --json` prints" in text and ", ".join(JSON_SHAPES[shape].keys) in text, (shape, out)
+
+
+def test_13_version_from_the_package_metadata_and_in_a_checkout():
+    import tomllib
+
+    import wal3_spark
+
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert wal3_spark.__version__ == version
+    assert ok("--version") == f"wal3 {version}\n"
+    script = Path(sys.executable).parent / "wal3"  # the console script ./dev installs
+    proc = subprocess.run([str(script), "--version"], capture_output=True, text=True, timeout=120)
+    assert proc.stdout == f"wal3 {version}\n", proc
+    proc = subprocess.run([sys.executable, "-m", "wal3_spark.cli", "--version"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.stdout == f"wal3 {version}\n", proc
+    # a checkout with nothing installed (no site-packages, so no distribution metadata)
+    proc = subprocess.run([sys.executable, "-S", "-c", "import wal3_spark; print(wal3_spark.__version__)"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.stdout == f"{version}\n", proc

@@ -108,3 +108,42 @@ def test_05_a_cursor_beyond_the_tail_is_broken_and_set_force_repairs_it(url):
     assert "broken" not in ok("cursor", "list", url)
     ok("gc", url, "--grace", "0")
     assert json.loads(ok("info", url, "--json"))["oldest_offset"] == 3
+
+
+@pytest.mark.parametrize("doc", [
+    {"position": {"offset": True}, "epoch_us": 1, "writer": "x"},  # JSON's true is not 1
+    {"position": {"offset": 2.0}, "epoch_us": 1, "writer": "x"},
+    {"position": {"offset": "2"}, "epoch_us": 1, "writer": "x"},
+    {"position": {"offset": 2**64}, "epoch_us": 1, "writer": "x"},  # past u64
+    {"position": {"offset": 10**400}, "epoch_us": 1, "writer": "x"},
+    {"position": {"offset": 2}, "epoch_us": True, "writer": "x"},
+    {"position": {"offset": 2}, "epoch_us": 10**400, "writer": "x"},
+    {"offset": True},
+    b'{"position": {"offset": ' + b"9" * 5000 + b'}, "epoch_us": 1, "writer": "x"}',  # past json's int limit
+])
+def test_06_a_cursor_whose_offset_is_not_a_plain_u64_integer_is_broken_for_every_reader(url, doc):
+    from tests.test_43_cli import run_main
+    from wal3_spark.errors import CorruptLog
+    from wal3_spark.format.layout import Cursor, loads
+
+    data = doc if isinstance(doc, bytes) else json.dumps(doc).encode()
+    with pytest.raises(CorruptLog, match="cursor/c.json"):
+        Cursor.from_dict(loads(data, "cursor/c.json"), "cursor/c.json")
+    put_cursor_object(url, "cursor/c.json", data)
+    ok("cursor", "set", url, "good", "3")
+    with pytest.raises(CursorError, match="broken"):
+        CursorStore(open_store(url)).get("c")
+    code, out, err = run_main("cursor", "list", url, "--json")
+    listed = json.loads(out)
+    assert code == 0 and [c["name"] for c in listed["cursors"]] == ["good"], (out, err)
+    problem = listed["broken_cursors"]["c"]
+    assert problem.startswith("broken: ") and len(problem) < 400, problem  # a huge value is abbreviated
+    code, out, _ = run_main("info", url, "--json")
+    assert code == 0 and "c" in json.loads(out)["broken_cursors"] and "c" not in json.loads(out)["cursors"]
+
+
+def test_07_the_largest_u64_offset_and_time_are_read():
+    from wal3_spark.format.layout import Cursor
+
+    doc = {"position": {"offset": 2**64 - 1}, "epoch_us": 2**64 - 1, "writer": "x"}
+    assert Cursor.from_dict(doc, "cursor/c.json") == Cursor(2**64 - 1, 2**64 - 1, "x")

@@ -1,13 +1,19 @@
 """wal3-spark: Chroma's wal3 log on object storage, in plain Python, with a PySpark data source.
 
 The public API is re-exported here lazily (PEP 562), so that importing one core module does not
-import them all, and executors pay only for what they use.
+import them all, and executors pay only for what they use. So is `__version__`, whose one source
+is pyproject.toml (`wal3 --version` prints it).
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
+import tomllib
+from pathlib import Path
 from typing import Any
+
+DISTRIBUTION = "wal3-spark"
 
 _EXPORTS = {
     "CommitResult": "wal3_spark.log.committer",
@@ -29,7 +35,31 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
+def _version() -> str:
+    """This copy's version: the installed distribution's when this package is the one it
+    installed (a wheel), else that of the checkout it was imported from (pyproject.toml beside
+    it: a checkout on PYTHONPATH, an editable install, an executor shipped the sources), else
+    the distribution's, else `0+unknown`."""
+    here = Path(__file__).resolve()
+    try:
+        dist: importlib.metadata.Distribution | None = importlib.metadata.distribution(DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        dist = None
+    if dist is not None and Path(str(dist.locate_file("wal3_spark/__init__.py"))).resolve() == here:
+        return dist.version
+    pyproject = here.parent.parent / "pyproject.toml"
+    try:
+        project = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("project", {})
+    except (OSError, tomllib.TOMLDecodeError):
+        project = {}
+    if project.get("name") == DISTRIBUTION and isinstance(project.get("version"), str):
+        return project["version"]
+    return dist.version if dist is not None else "0+unknown"
+
+
 def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        return _version()
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'wal3_spark' has no attribute {name!r}")

@@ -11,6 +11,7 @@ import functools
 import json
 import re
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +24,10 @@ FRAGMENT_PREFIX = "log/"
 SNAPSHOT_PREFIX = "snapshot/"
 CURSOR_PREFIX = "cursor/"
 FIRST_OFFSET = 1
+#: offsets and microsecond timestamps are u64 on storage (Chroma's `LogPosition`, `epoch_us`):
+#: a reader refuses a larger one as it refuses a negative one
+MAX_U64 = 2**64 - 1
+MAX_OFFSET = MAX_U64
 #: a fragment's Parquet columns besides the payload: each row's offset in the fragment and its
 #: write time (ours and Chroma's), and the absolute offset of Chroma's S3 backend. Reserved:
 #: no payload column may take these names (`schema.RESERVED`).
@@ -98,7 +103,7 @@ def json_text(value: Any) -> str:
 def loads(data: bytes, obj: str) -> Any:
     try:
         return json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except ValueError as exc:  # not UTF-8, not JSON, or an integer of more than 4300 digits
         raise CorruptLog("valid JSON", obj, f"not valid JSON ({exc})") from None
 
 
@@ -112,10 +117,30 @@ def parse_offset(value: Any, obj: str, field: str) -> int:
     except (TypeError, KeyError):
         problem = f"{field} is not a log position: {value!r}"
         raise CorruptLog("well-formed log position", obj, problem) from None
-    if not isinstance(offset, int) or offset < 0:
-        problem = f"{field} offset is not an integer >= 0: {offset!r}"
+    if not is_u64(offset):
+        problem = f"{field} offset is not an integer within [0, {MAX_OFFSET}]: {shown(offset)}"
         raise CorruptLog("well-formed log position", obj, problem)
     return offset
+
+
+def is_u64(value: Any) -> bool:
+    """Whether `value` is a plain JSON integer a u64 holds (`true` is not 1, `1.0` not 1)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_U64
+
+
+def shown(value: Any) -> str:
+    """A value read from JSON as an error message shows it: as JSON (`true`, not `True`), and
+    abbreviated."""
+    try:
+        return abbreviated(json_text(value))
+    except (TypeError, ValueError):  # not JSON's (a caller's own value)
+        return abbreviated(repr(value))
+
+
+def abbreviated(text: str, quote: Callable[[str], str] = str, width: int = 40) -> str:
+    """`quote(text)` for an error message, cut short when long (a 400-digit number would bury
+    the message)."""
+    return quote(text) if len(text) <= width else f"{quote(text[:width])}... ({len(text)} characters)"
 
 
 def parse_setsum(value: Any, obj: str, field: str) -> Setsum:
@@ -260,8 +285,15 @@ class Cursor:
 
     @classmethod
     def from_dict(cls, data: Any, obj: str) -> Cursor:
+        """Every reader's rule for a cursor object: its offset and `epoch_us` are u64 integers
+        (not `true`, `1.0`, `"5"` or a 400-digit number), or the cursor is broken."""
+        offset = parse_offset(data.get("position") if isinstance(data, dict) else None, obj, "position")
+        epoch_us = require_field(data, "epoch_us", obj, int)
+        if not is_u64(epoch_us):
+            problem = f"'epoch_us' is not an integer within [0, {MAX_U64}]: {shown(epoch_us)}"
+            raise CorruptLog("field type", obj, problem)
         return cls(
-            offset=parse_offset(data.get("position") if isinstance(data, dict) else None, obj, "position"),
-            epoch_us=require_field(data, "epoch_us", obj, int),
+            offset=offset,
+            epoch_us=epoch_us,
             writer=require_field(data, "writer", obj, str),
         )

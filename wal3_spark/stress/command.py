@@ -16,11 +16,14 @@ import math
 import signal
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import fields, replace
 from pathlib import Path
 from typing import IO
 
+from wal3_spark.cli.arguments import integer
 from wal3_spark.errors import InvalidUrl
+from wal3_spark.format.layout import MAX_U64
 from wal3_spark.storage import open_store
 from wal3_spark.storage.common import file_url, split_url
 from wal3_spark.stress.config import FaultRates, StressConfig
@@ -32,6 +35,8 @@ PROBABILITIES = ("drop", "delay", "error_5xx", "timeout_after_write", "precondit
                  "orphan_race")
 #: the faults a single request may suffer: their probabilities must not add up to more than 1
 PER_REQUEST = ("drop", "error_5xx", "timeout_after_write", "precondition_storm", "late_landing")
+#: the most processes of one kind a run starts (a bound, so a typo is refused, not attempted)
+MAX_PROCESSES = 1000
 
 
 def _positive(text: str) -> float:
@@ -48,14 +53,8 @@ def _non_negative(text: str) -> float:
     return value
 
 
-def _count(minimum: int) -> type:
-    def parse(text: str) -> int:
-        value = int(text)
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {text!r}")
-        return value
-
-    return parse  # type: ignore[return-value]
+def _count(minimum: int) -> Callable[[str], int]:
+    return integer(minimum, MAX_PROCESSES, "a number of processes")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -70,7 +69,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"seconds of load before the final verification (default {defaults.duration_s:.0f})")
     p.add_argument("--run-dir", type=Path,
                    help="where journals, reader states, stats and logs go (default: a new temporary directory)")
-    p.add_argument("--seed", type=int, default=defaults.seed, help="seed of every random choice (default 0)")
+    p.add_argument("--seed", type=integer(0, MAX_U64, "a seed"), default=defaults.seed, help="seed of every random choice (default 0)")
     p.add_argument("--writers", type=_count(1), default=defaults.writers)
     p.add_argument("--readers", type=_count(1), default=defaults.readers)
     p.add_argument("--collectors", type=_count(0), default=defaults.collectors)

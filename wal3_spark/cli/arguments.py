@@ -1,0 +1,112 @@
+"""Argument types for argparse: the `wal3` command's and the spark-submit jobs' (jobs/*.py).
+
+Each type raises `ArgumentTypeError` naming the values it accepts, so argparse exits with
+status 2, its usage line and one error line naming the argument, never a traceback. Every
+number is bounded on both sides: an integer is compared as an integer (never converted to a
+float, which overflows past ~1.8e308) and a value far past any sensible size is refused here
+rather than by an `OverflowError` deep in the command.
+
+This module imports no command and nothing that starts Spark or reaches a store, so that the
+jobs, which are command lines too, share these rules with `wal3` without importing it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+from collections.abc import Callable
+
+import pyarrow as pa
+
+from wal3_spark.errors import InvalidOption, InvalidUrl, Wal3Error
+from wal3_spark.format.layout import FIRST_OFFSET, MAX_OFFSET, abbreviated
+from wal3_spark.format.schema import parse_schema
+from wal3_spark.storage.common import split_url
+from wal3_spark.storage.s3 import S3Settings
+
+#: the largest count a JVM `long` holds: what Spark and every counter downstream can take
+MAX_COUNT = 2**63 - 1
+#: the largest number of partitions or tasks (a JVM `int`: Spark's partition counts)
+MAX_PARTITIONS = 2**31 - 1
+#: the longest duration: 100 years, far past any grace interval or timeout, and short enough
+#: for every clock and `datetime` computation made with it
+MAX_SECONDS = 100 * 365.25 * 86400
+
+_INTEGER = re.compile(r"-?[0-9]+")
+
+
+def integer(low: int, high: int, what: str) -> Callable[[str], int]:
+    """An argument type for an integer within [low, high], written in plain ASCII digits
+    (`1_000`, `+8` and other scripts' digits are refused: what a shell script passes is
+    compared exactly as typed); `what` names the value in the error."""
+    allowed = f"give an integer >= {low} and <= {high}"
+
+    def parse(text: str) -> int:
+        # at most 1 + 20 digits: no int() of a huge string (slow, and refused past 4300 digits)
+        if not (_INTEGER.fullmatch(text) and len(text) <= 21 and low <= int(text) <= high):
+            raise argparse.ArgumentTypeError(f"{abbreviated(text, repr)} is not {what}: {allowed}")
+        return int(text)
+
+    return parse
+
+
+def number(low: float, high: float, what: str, allowed: str) -> Callable[[str], float]:
+    """An argument type for a finite number within [low, high]; `allowed` says which."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and low <= value <= high):
+            raise argparse.ArgumentTypeError(f"{abbreviated(text, repr)} is not {what}: {allowed}")
+        return value
+
+    return parse
+
+
+#: a log offset (offsets start at 1, as in Chroma, and are u64 on storage)
+offset_arg = integer(FIRST_OFFSET, MAX_OFFSET, f"an offset (offsets start at {FIRST_OFFSET})")
+#: a number of records: 0 or more
+count_arg = integer(0, MAX_COUNT, "a count")
+#: a number of things there must be at least one of (rows, records per batch or trigger)
+positive_arg = integer(1, MAX_COUNT, "a positive count")
+#: a number of partitions or tasks
+partitions_arg = integer(1, MAX_PARTITIONS, "a number of partitions")
+#: a duration in seconds (`nan`, `inf` and negatives are refused)
+seconds_arg = number(0, MAX_SECONDS, "a duration",
+                     f"give a number of seconds >= 0 and <= {MAX_SECONDS:.0f} (100 years), e.g. 3600")
+#: a share of a whole
+share_arg = number(0, 1, "a share", "give a number within [0, 1], e.g. 0.9")
+
+
+def url_arg(text: str) -> str:
+    """A log URL of a store the command line can reach (not `memory://`: it lives in one process)."""
+    try:
+        scheme, _, _ = split_url(text)
+    except InvalidUrl as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if scheme == "memory":
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: a memory:// log lives inside one process and is gone when `wal3` exits; "
+            "use s3://bucket/prefix, file:///abs/path or a plain path"
+        )
+    return text
+
+
+def endpoint_arg(text: str) -> str:
+    """An S3 endpoint URL, checked as the S3 store checks it (also when the log is not on S3)."""
+    try:
+        S3Settings.from_options({"endpoint": text}, environ={})
+    except InvalidOption as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def schema_arg(text: str) -> pa.Schema:
+    """An Arrow schema written as `parse_schema` reads it."""
+    try:
+        return parse_schema(text)
+    except Wal3Error as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

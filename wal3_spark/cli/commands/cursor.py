@@ -1,0 +1,62 @@
+"""`wal3 cursor list|get|set|delete`: a log's cursors, with how far each is behind."""
+
+from __future__ import annotations
+
+import argparse
+
+from wal3_spark.cli.arguments import offset_arg, url_arg
+from wal3_spark.cli.commands import EXIT_OK, AddCommand, open_log_store
+from wal3_spark.cli.output import Output
+from wal3_spark.errors import CursorError, Wal3Error
+from wal3_spark.log.cursors import CursorState, CursorStore
+from wal3_spark.log.lag import cursor_lags
+from wal3_spark.log.reader import LogReader
+
+
+def cursor(args: argparse.Namespace, output: Output) -> int:
+    cursors = CursorStore(open_log_store(args.url, args), writer="wal3 cli")
+    if args.action == "list":
+        states, broken = cursors.scan()
+        manifest = LogReader(cursors.store).manifest()
+        lags = cursor_lags(cursors.store, manifest, states)
+        output.cursors({
+            "url": cursors.url,
+            "oldest_offset": manifest.oldest_offset,
+            "next_offset": manifest.next_offset,
+            "cursors": [lag.to_dict() for lag in lags],
+            "broken_cursors": {b.name: f"broken: {b.problem} (fix: {b.fix(args.url)})"
+                               for b in sorted(broken, key=lambda b: b.name)},
+        }, lags)
+        return EXIT_OK
+    if not args.name:
+        raise Wal3Error(f"`wal3 cursor {args.action}` needs a cursor NAME")
+    if args.action == "get":
+        state = cursors.get(args.name)
+        if state is None:
+            raise CursorError(f"no cursor named {args.name!r}")
+        output.cursor(_report(cursors, state), moved=False)
+    elif args.action == "set":
+        if args.offset is None:
+            raise Wal3Error("`wal3 cursor set URL NAME OFFSET` needs an OFFSET")
+        state = cursors.move(args.name, args.offset, allow_backwards=args.force)
+        output.cursor(_report(cursors, state), moved=True)
+    elif args.action == "delete":
+        cursors.delete(args.name)
+        output.cursor_deleted({"url": cursors.url, "name": args.name, "deleted": True})
+    return EXIT_OK
+
+
+def _report(cursors: CursorStore, state: CursorState) -> dict[str, object]:
+    return {"url": cursors.url, "name": state.name, "offset": state.cursor.offset,
+            "epoch_us": state.cursor.epoch_us, "writer": state.cursor.writer}
+
+
+def register(add: AddCommand) -> None:
+    p = add("cursor", cursor, "list cursors with their lag, get, set or delete one",
+            json=("cursor list", "cursor get", "cursor set", "cursor delete"))
+    p.add_argument("action", choices=["list", "get", "set", "delete"])
+    p.add_argument("url", type=url_arg)
+    p.add_argument("name", nargs="?")
+    p.add_argument("offset", nargs="?", type=offset_arg)
+    p.add_argument("--force", action="store_true",
+                   help="allow moving a cursor backwards, below the oldest offset, or over a broken cursor")

@@ -1,0 +1,69 @@
+"""`wal3 verify`, `gc` and `copy`: the operations on a whole log, with a progress bar."""
+
+from __future__ import annotations
+
+import argparse
+
+from wal3_spark.cli.arguments import offset_arg, seconds_arg, share_arg, url_arg
+from wal3_spark.cli.commands import EXIT_FAIL, EXIT_OK, AddCommand, open_log_store
+from wal3_spark.cli.output import Output
+from wal3_spark.cli.progress import ProgressBar
+from wal3_spark.ops.copy import copy_log
+from wal3_spark.ops.gc import DEFAULT_GRACE_S, GarbageCollector
+from wal3_spark.ops.verify import verify as verify_log
+
+
+def verify(args: argparse.Namespace, output: Output) -> int:
+    with ProgressBar("verifying", "fragments") as progress:
+        report = verify_log(open_log_store(args.url, args), check_fragments=not args.no_data, progress=progress)
+    output.verified(report)
+    return EXIT_OK if report.ok else EXIT_FAIL
+
+
+def gc(args: argparse.Namespace, output: Output) -> int:
+    with ProgressBar("deleting", "objects") as progress:
+        collector = GarbageCollector(
+            open_log_store(args.url, args),
+            grace_s=DEFAULT_GRACE_S if args.grace is None else args.grace,
+            max_drop_share=args.max_drop_share,
+            force=args.force,
+            writer="wal3 gc",
+            progress=progress,
+        )
+        report = collector.run(keep_from=args.keep_from, dry_run=args.dry_run)
+    output.collected(report)
+    return EXIT_OK
+
+
+def copy(args: argparse.Namespace, output: Output) -> int:
+    with ProgressBar("copying", "fragments") as progress:
+        report = copy_log(
+            open_log_store(args.source, args),
+            open_log_store(args.destination, args),
+            from_offset=args.from_,
+            copy_cursors=not args.no_cursors,
+            progress=progress,
+        )
+    output.copied(report)
+    return EXIT_OK
+
+
+def register(add: AddCommand) -> None:
+    p = add("verify", verify, "check every invariant and fragment; exit 1 on any problem", json=("verify",))
+    p.add_argument("url", type=url_arg)
+    p.add_argument("--no-data", action="store_true", help="check metadata only, not fragment bytes")
+
+    p = add("gc", gc, "garbage-collect below the lowest cursor", json=("gc",))
+    p.add_argument("url", type=url_arg)
+    p.add_argument("--dry-run", action="store_true", help="report what would be collected")
+    p.add_argument("--grace", type=seconds_arg, help=f"grace interval in seconds (default {DEFAULT_GRACE_S:.0f})")
+    p.add_argument("--keep-from", type=offset_arg, help="keep offsets from here (may only lower the cutoff)")
+    p.add_argument("--force", action="store_true", help="collect even beyond --max-drop-share")
+    p.add_argument("--max-drop-share", type=share_arg, default=0.9,
+                   help="refuse to drop more than this share of the log without --force (default 0.9)")
+
+    p = add("copy", copy, "copy a log (or its suffix) to a new location and verify it", json=("copy",))
+    p.add_argument("source", type=url_arg)
+    p.add_argument("destination", type=url_arg)
+    p.add_argument("--from", dest="from_", type=offset_arg, help="copy from the fragment holding this offset")
+    p.add_argument("--no-cursors", action="store_true", help="do not copy cursors")
