@@ -49,7 +49,7 @@ from wal3_spark.log.writer import LogWriter  # noqa: E402
 from wal3_spark.storage import open_store  # noqa: E402
 from wal3_spark.storage.base import ObjectStore  # noqa: E402
 from wal3_spark.storage.hedged import HedgedStore, HedgePolicy  # noqa: E402
-from wal3_spark.storage.latency import LatencyStore  # noqa: E402
+from wal3_spark.testing import LatencyStore  # noqa: E402
 
 _names = itertools.count()
 

@@ -43,8 +43,6 @@ from wal3_spark.errors import (
 )
 from wal3_spark.storage import (
     STORE_OPTIONS,
-    FaultyStore,
-    LateLandingStore,
     LocalStore,
     MemoryStore,
     ObjectStore,
@@ -53,8 +51,10 @@ from wal3_spark.storage import (
     join_url,
     open_store,
 )
+from wal3_spark.storage.forwarding import ForwardingStore
 from wal3_spark.storage.prefixed import PrefixedStore
 from wal3_spark.storage.retry import backoff_delays, retry
+from wal3_spark.testing import FaultyStore, LateLandingStore
 
 
 def md5(data: bytes) -> str:
@@ -1024,3 +1024,33 @@ def test_48_s3_a_put_answered_without_an_etag_is_ambiguous(conditional: str) -> 
         else:
             store.put_if_absent("k", b"v")
     assert client.calls == 1
+
+
+def test_49_test_stores_route_every_call_and_stay_out_of_the_public_api() -> None:
+    """The fault-injecting stores are `ForwardingStore`s whose every call goes through their
+    fault hooks (a store that fails every request fails each method), and only
+    `wal3_spark.testing` offers them: the library's exports never do."""
+    import wal3_spark
+    import wal3_spark.storage as storage
+    from wal3_spark.testing import LatencyStore
+
+    for name in ("FaultyStore", "LateLandingStore", "LatencyStore", "InjectingStore"):
+        assert name not in storage.__all__ and not hasattr(storage, name)
+        assert name not in wal3_spark.__all__
+    for cls in (FaultyStore, LateLandingStore, LatencyStore):
+        assert issubclass(cls, ForwardingStore)
+    inner = MemoryStore(uuid.uuid4().hex)
+    etag = inner.put_if_absent("k", b"v")
+    down = FaultyStore(inner, seed=1, drop=1.0, read_attempts=1)
+    calls = {
+        "get": lambda: down.get("k"), "get_range": lambda: down.get_range("k", 0, 1),
+        "head": lambda: down.head("k"), "list": lambda: down.list(""),
+        "list_children": lambda: down.list_children(""), "delete": lambda: down.delete("k"),
+        "put_if_absent": lambda: down.put_if_absent("n", b"x"),
+        "put_if_match": lambda: down.put_if_match("k", b"x", etag),
+    }
+    for call in calls.values():
+        with pytest.raises(TransientError):
+            call()
+    assert down.counts["drop"] == len(calls) and inner.get("k").data == b"v"
+    assert repr(down) == f"FaultyStore({inner!r})" and down.md5_etags == inner.md5_etags

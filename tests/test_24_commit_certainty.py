@@ -29,8 +29,9 @@ from wal3_spark.ops.gc import GarbageCollector
 from wal3_spark.ops.verify import verify
 from wal3_spark.spark import write_tasks
 from wal3_spark.spark.write_tasks import commit_files
-from wal3_spark.storage import LateLandingStore, open_store
+from wal3_spark.storage import open_store
 from wal3_spark.storage.forwarding import ForwardingStore
+from wal3_spark.testing import LateLandingStore
 
 _names = itertools.count()
 

@@ -28,9 +28,10 @@ from wal3_spark.log.cas import CasPolicy
 from wal3_spark.log.reader import LogReader
 from wal3_spark.log.writer import LogWriter
 from wal3_spark.ops.verify import verify
-from wal3_spark.storage import FaultyStore, LateLandingStore, open_store
+from wal3_spark.storage import open_store
 from wal3_spark.storage.base import Blob
 from wal3_spark.storage.forwarding import ForwardingStore
+from wal3_spark.testing import FaultyStore, LateLandingStore
 
 _names = itertools.count()
 

@@ -14,8 +14,9 @@ import pytest
 
 from wal3_spark.errors import AmbiguousWrite, CommitFailed, TransientError
 from wal3_spark.log.cas import CasObject, CasPolicy, Outcome
-from wal3_spark.storage import FaultyStore, LateLandingStore, MemoryStore
+from wal3_spark.storage import MemoryStore
 from wal3_spark.storage.forwarding import ForwardingStore
+from wal3_spark.testing import FaultyStore, LateLandingStore
 
 KEY = "tokens"
 

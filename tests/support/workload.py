@@ -71,7 +71,7 @@ def _process_main(args: tuple) -> tuple[WriterStats, dict[str, int]]:
     snapshot_options = SnapshotOptions(*thresholds) if thresholds else None
     store = open_store(url, options)
     if faults:
-        from wal3_spark.storage.faults import FaultyStore
+        from wal3_spark.testing import FaultyStore
 
         store = FaultyStore(store, seed=writer, **faults)
     stats = run_writer(store, writer, commits, snapshot_options=snapshot_options)

@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from wal3_spark.errors import InvalidOption, InvalidUrl
 from wal3_spark.storage.base import Blob, ObjectMeta, ObjectStore
 from wal3_spark.storage.common import join_url, split_url
-from wal3_spark.storage.faults import FaultyStore, LateLandingStore
 from wal3_spark.storage.local import LocalStore
 from wal3_spark.storage.memory import MemoryStore
 from wal3_spark.storage.s3 import STORE_OPTIONS, S3Settings, S3Store
@@ -23,8 +22,6 @@ from wal3_spark.storage.s3 import STORE_OPTIONS, S3Settings, S3Store
 __all__ = [
     "STORE_OPTIONS",
     "Blob",
-    "FaultyStore",
-    "LateLandingStore",
     "LocalStore",
     "MemoryStore",
     "ObjectMeta",

@@ -13,7 +13,8 @@ import random
 import threading
 from collections.abc import Callable
 
-from wal3_spark.storage import FaultyStore, LateLandingStore, ObjectStore, open_store
+from wal3_spark.storage import ObjectStore, open_store
+from wal3_spark.testing import FaultyStore, LateLandingStore
 from wal3_spark.stress.config import StressConfig
 
 #: a late write chosen to land "random"ly lands within this many more requests

@@ -23,9 +23,10 @@ Two wrappers, which compose (each is an `ObjectStore`):
 - every call may first sleep up to `max_delay_s` (`delay`), which shuffles the interleaving of
   concurrent callers.
 
-`counts` says how many faults of each kind were injected (for both wrappers), so tests can assert
-that the faults they rely on really happened. Thread-safe. Picklable: a copy reseeds its random generator from
-`seed` and its process id, so workers sharing one pickled store do not fail in lockstep.
+Both are `InjectingStore`s: `counts` says how many faults of each kind were injected, so tests
+can assert that the faults they rely on really happened. Thread-safe. Picklable: a copy reseeds
+its random generator from `seed` and its process id, so workers sharing one pickled store do not
+fail in lockstep.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from wal3_spark.errors import (
     TransientError,
 )
 from wal3_spark.storage.base import Blob, ObjectMeta, ObjectStore
+from wal3_spark.storage.forwarding import ForwardingStore
 from wal3_spark.storage.retry import retry
 
 T = TypeVar("T")
@@ -56,7 +58,75 @@ LATE_KINDS = ("held", "landed", "condition_lost", "failed")
 LandTrigger = Literal["after_get", "after_requests", "random", "manual"]
 
 
-class FaultyStore(ObjectStore):
+class InjectingStore(ForwardingStore):
+    """The plumbing of a store that injects faults into `inner`'s calls: a seeded random
+    generator and a count of each of `kinds`, both behind one lock, and every call routed to one
+    of two hooks: `_call` for the idempotent ones (reads, lists, deletes) and `_write` for the
+    two conditional writes. A pickled copy reseeds from `seed` and its process id."""
+
+    def __init__(self, inner: ObjectStore, kinds: Collection[str], seed: int) -> None:
+        super().__init__(inner)
+        self.seed = seed
+        self._counts = dict.fromkeys(kinds, 0)
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        del state["_lock"], state["_rng"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._rng = random.Random(f"{self.seed}/{os.getpid()}")
+        self._lock = threading.Lock()
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Faults injected so far (by this copy of the store), by kind."""
+        with self._lock:
+            return dict(self._counts)
+
+    def _inject(self, kind: str) -> None:
+        with self._lock:
+            self._counts[kind] += 1
+
+    def _call(self, method: str, key: str, fn: Callable[[], T]) -> T:
+        """An idempotent call (`method` on `key`, a prefix for lists) made by `fn`."""
+        return fn()
+
+    def _write(self, method: str, key: str, data: bytes, etag: str | None, fn: Callable[[], str]) -> str:
+        """A conditional write (`etag` None: create-if-absent) made by `fn`."""
+        return fn()
+
+    # --------------------------------------------------------------------------------- API
+
+    def get(self, key: str) -> Blob:
+        return self._call("get", key, lambda: self.inner.get(key))
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        return self._call("get_range", key, lambda: self.inner.get_range(key, start, length))
+
+    def head(self, key: str) -> ObjectMeta:
+        return self._call("head", key, lambda: self.inner.head(key))
+
+    def list(self, prefix: str = "") -> Iterator[ObjectMeta]:
+        return iter(self._call("list", prefix, lambda: list(self.inner.list(prefix))))
+
+    def list_children(self, prefix: str = "") -> Iterator[str]:
+        return iter(self._call("list_children", prefix, lambda: list(self.inner.list_children(prefix))))
+
+    def delete(self, key: str) -> None:
+        self._call("delete", key, lambda: self.inner.delete(key))
+
+    def put_if_absent(self, key: str, data: bytes) -> str:
+        return self._write("put_if_absent", key, data, None, lambda: self.inner.put_if_absent(key, data))
+
+    def put_if_match(self, key: str, data: bytes, etag: str) -> str:
+        return self._write("put_if_match", key, data, etag, lambda: self.inner.put_if_match(key, data, etag))
+
+
+class FaultyStore(InjectingStore):
     """`inner` with randomly injected faults; see the module docstring for their meaning."""
 
     def __init__(
@@ -84,48 +154,14 @@ class FaultyStore(ObjectStore):
                 raise ValueError(f"{kind} must be a probability in [0, 1], got {p}")
         if drop + error_5xx + timeout_after_write + precondition_storm > 1.0:
             raise ValueError("the write fault probabilities must add up to at most 1")
-        self.inner = inner
-        self.url = inner.url
-        self.seed = seed
+        super().__init__(inner, FAULT_KINDS, seed)
         self.probabilities = probabilities
         self.max_delay_s = max_delay_s
         self.read_attempts = read_attempts
-        self._counts = dict.fromkeys(FAULT_KINDS, 0)
-        self._rng = random.Random(seed)
-        self._lock = threading.Lock()
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        del state["_lock"], state["_rng"]
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._rng = random.Random(f"{self.seed}/{os.getpid()}")
-        self._lock = threading.Lock()
-
-    def __repr__(self) -> str:
-        return f"FaultyStore({self.inner!r})"
-
-    @property
-    def md5_etags(self) -> bool:  # type: ignore[override]
-        return self.inner.md5_etags
-
-    @property
-    def counts(self) -> dict[str, int]:
-        """Faults injected so far (by this copy of the store), by kind."""
-        with self._lock:
-            return dict(self._counts)
-
-    # ---------------------------------------------------------------------------- plumbing
 
     def _draw(self) -> float:
         with self._lock:
             return self._rng.random()
-
-    def _inject(self, kind: str) -> None:
-        with self._lock:
-            self._counts[kind] += 1
 
     def _maybe_delay(self) -> None:
         if self._draw() < self.probabilities["delay"]:
@@ -141,7 +177,8 @@ class FaultyStore(ObjectStore):
                 return kind
         return None
 
-    def _idempotent(self, what: str, fn: Callable[[], T]) -> T:
+    def _call(self, method: str, key: str, fn: Callable[[], T]) -> T:
+        what = f"{method} {key!r}"
         self._maybe_delay()
 
         def attempt() -> T:
@@ -153,7 +190,8 @@ class FaultyStore(ObjectStore):
 
         return retry(attempt, attempts=self.read_attempts, base=0.001, cap=0.005, what=what)
 
-    def _write(self, key: str, create: bool, write: Callable[[], str]) -> str:
+    def _write(self, method: str, key: str, data: bytes, etag: str | None, write: Callable[[], str]) -> str:
+        create = etag is None
         self._maybe_delay()
         kind = self._pick_fault(("drop", "error_5xx", "timeout_after_write", "precondition_storm"))
         if kind == "drop":
@@ -174,39 +212,6 @@ class FaultyStore(ObjectStore):
             raise PreconditionFailed(key, "injected 412")
         return write()
 
-    # --------------------------------------------------------------------------------- API
-
-    def get(self, key: str) -> Blob:
-        return self._idempotent(f"get {key!r}", lambda: self.inner.get(key))
-
-    def get_range(self, key: str, start: int, length: int) -> bytes:
-        return self._idempotent(
-            f"get_range {key!r}", lambda: self.inner.get_range(key, start, length)
-        )
-
-    def head(self, key: str) -> ObjectMeta:
-        return self._idempotent(f"head {key!r}", lambda: self.inner.head(key))
-
-    def list(self, prefix: str = "") -> Iterator[ObjectMeta]:
-        return iter(self._idempotent(f"list {prefix!r}", lambda: list(self.inner.list(prefix))))
-
-    def list_children(self, prefix: str = "") -> Iterator[str]:
-        return iter(
-            self._idempotent(f"list_children {prefix!r}", lambda: list(self.inner.list_children(prefix)))
-        )
-
-    def delete(self, key: str) -> None:
-        self._idempotent(f"delete {key!r}", lambda: self.inner.delete(key))
-
-    def put_if_absent(self, key: str, data: bytes) -> str:
-        return self._write(key, True, lambda: self.inner.put_if_absent(key, data))
-
-    def put_if_match(self, key: str, data: bytes, etag: str) -> str:
-        return self._write(key, False, lambda: self.inner.put_if_match(key, data, etag))
-
-    def close(self) -> None:
-        self.inner.close()
-
 
 @dataclass
 class _HeldWrite:
@@ -220,7 +225,7 @@ class _HeldWrite:
     countdown: int
 
 
-class LateLandingStore(ObjectStore):
+class LateLandingStore(InjectingStore):
     """`inner`, except that chosen conditional writes time out and land late.
 
     A chosen write raises `AmbiguousWrite` without touching `inner`, as when a request times out
@@ -264,44 +269,18 @@ class LateLandingStore(ObjectStore):
         unknown = set(methods) - {"put_if_match", "put_if_absent"}
         if unknown:
             raise ValueError(f"methods must be put_if_match and/or put_if_absent, not {unknown}")
-        self.inner = inner
-        self.url = inner.url
+        super().__init__(inner, LATE_KINDS, seed)
         self.keys = None if keys is None else frozenset(keys)
         self.writes = frozenset(writes)
         self.probability = probability
         self.land = land
         self.after_requests = after_requests
         self.methods = frozenset(methods)
-        self.seed = seed
         self._seen = 0
         self._held: list[_HeldWrite] = []
-        self._counts = dict.fromkeys(LATE_KINDS, 0)
-        self._rng = random.Random(seed)
-        self._lock = threading.Lock()
 
     def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        del state["_lock"], state["_rng"]
-        state["_held"] = []
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._rng = random.Random(f"{self.seed}/{os.getpid()}")
-        self._lock = threading.Lock()
-
-    def __repr__(self) -> str:
-        return f"LateLandingStore({self.inner!r})"
-
-    @property
-    def md5_etags(self) -> bool:  # type: ignore[override]
-        return self.inner.md5_etags
-
-    @property
-    def counts(self) -> dict[str, int]:
-        """Late writes so far (by this copy of the store), by kind (`LATE_KINDS`)."""
-        with self._lock:
-            return dict(self._counts)
+        return {**super().__getstate__(), "_held": []}
 
     @property
     def pending(self) -> int:
@@ -367,46 +346,16 @@ class LateLandingStore(ObjectStore):
                 kind = "condition_lost"
             except StorageError:
                 kind = "failed"
-            with self._lock:
-                self._counts[kind] += 1
+            self._inject(kind)
 
-    def _request(self, fn: Callable[[], T], got_key: str | None = None) -> T:
+    def _call(self, method: str, key: str, fn: Callable[[], T]) -> T:
         try:
             return fn()
         finally:
-            self._completed(got_key)
+            self._completed(key if method == "get" else None)
 
-    # --------------------------------------------------------------------------------- API
-
-    def get(self, key: str) -> Blob:
-        return self._request(lambda: self.inner.get(key), got_key=key)
-
-    def get_range(self, key: str, start: int, length: int) -> bytes:
-        return self._request(lambda: self.inner.get_range(key, start, length))
-
-    def head(self, key: str) -> ObjectMeta:
-        return self._request(lambda: self.inner.head(key))
-
-    def list(self, prefix: str = "") -> Iterator[ObjectMeta]:
-        return iter(self._request(lambda: list(self.inner.list(prefix))))
-
-    def list_children(self, prefix: str = "") -> Iterator[str]:
-        return iter(self._request(lambda: list(self.inner.list_children(prefix))))
-
-    def delete(self, key: str) -> None:
-        self._request(lambda: self.inner.delete(key))
-
-    def put_if_absent(self, key: str, data: bytes) -> str:
-        held = self._choose("put_if_absent", key, data, None)
+    def _write(self, method: str, key: str, data: bytes, etag: str | None, fn: Callable[[], str]) -> str:
+        held = self._choose(method, key, data, etag)
         if held is not None:
             raise self._hold(held)
-        return self._request(lambda: self.inner.put_if_absent(key, data))
-
-    def put_if_match(self, key: str, data: bytes, etag: str) -> str:
-        held = self._choose("put_if_match", key, data, etag)
-        if held is not None:
-            raise self._hold(held)
-        return self._request(lambda: self.inner.put_if_match(key, data, etag))
-
-    def close(self) -> None:
-        self.inner.close()
+        return self._call(method, key, fn)
