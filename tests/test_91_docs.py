@@ -16,7 +16,7 @@ READERS_FILES = [ROOT / "README.md", *PAGES]
 SHORTHAND = [
     (re.compile(r"\bseeds? \d{3}\b", re.I), "a design-note number"),
     (re.compile(r"\bissues? #?\d+\b", re.I), "a ticket number"),
-    (re.compile(r"\.\./shared|\bshared/(testdata|seeds)"), "a path outside the repository"),
+    (re.compile(r"\.\./shared\b|\bshared[/\\](testdata|seeds|NOTES|FORMAT)"), "a path outside the repository"),
     (re.compile(r"\bFORMAT\.md\b"), "a document the repository does not hold (docs/format.md is)"),
 ]
 #: a commit hash: 7 to 12 hex digits with at least one letter and one digit (outside code blocks,
