@@ -112,7 +112,7 @@ def _uuid_strings(n: int, rng: np.random.Generator) -> pa.Array:
 
 
 def structured_table(rows: int) -> pa.Table:
-    """The 6 columns of jobs/benchmark.py (and issue 9): id, name, amount, ts, bucket, tag."""
+    """The 6 columns of jobs/benchmark.py's table: id, name, amount, ts, bucket, tag."""
     ids = np.arange(rows, dtype=np.int64)
     return pa.table(
         {

@@ -1,5 +1,5 @@
 """A herd of logs on SeaweedFS: what finding the changed logs costs per trigger, with and without
-the dirty log (issue 11). Prints a table; docs/benchmarks.md records its output.
+the dirty log. Prints a table; docs/benchmarks.md records its output.
 
     ./dev python benchmarks/herd.py                        # starts its own SeaweedFS
     ./dev python benchmarks/herd.py --endpoint http://127.0.0.1:8333 --prefix s3://bucket/herd

@@ -1,11 +1,11 @@
-"""Benchmark: every row of issue 9's table, the wal3 data source and native scan against Spark's
-Parquet on the same data.
+"""Benchmark: the wal3 data source and native scan against Spark's Parquet on the same data,
+one table row per measurement listed below.
 
     ./dev spark-submit --properties-file conf/spark-defaults.conf --master 'local[2]' \\
         jobs/benchmark.py --rows 3000000 --core
 
-One cached DataFrame of issue 9's 6 columns (`id` long, `name` string, `amount` double, `ts`
-timestamp, `bucket` long, `tag` = uuid() string). Each row of the table is a wal3 measurement
+One cached DataFrame of 6 columns (`id` long, `name` string, `amount` double, `ts` timestamp,
+`bucket` long, `tag` = uuid() string). Each row of the table is a wal3 measurement
 next to its Parquet baseline: every measurement runs once to warm up, then the two sides of
 each comparison take turns `--repeat` times (so both see the same load on a shared machine);
 the table shows medians, the spread of the wal3 side, the ratio of the medians, and the ratio

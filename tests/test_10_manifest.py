@@ -195,7 +195,8 @@ def test_09_property_scrub_rejects_any_lost_or_duplicated_fragment(n, which):
 
 
 def test_10_scrub_rejects_a_fragment_referenced_twice_even_when_the_setsum_balances():
-    """What a commit placed twice (issue 7, failure 1) balances: only the path check sees it."""
+    """What a commit placed twice (a manifest PUT that timed out and landed late) balances: only the
+    path check sees it."""
     twice = Manifest.empty("w").with_fragments([frag(1), frag(2)], "w").with_fragments([frag(1)], "w")
     with pytest.raises(CorruptLog) as err:
         twice.scrub()

@@ -145,7 +145,7 @@ def test_08_verify_racing_gc_starts_over_instead_of_reporting_collected_objects(
 
 
 def test_09_a_fragment_in_a_snapshot_and_again_at_the_tail_is_found_and_named(log_store):
-    """What a re-commit of rolled fragments once published (issue 7, review): the manifest alone
+    """What a re-commit of fragments rolled into a snapshot once published: the manifest alone
     is well-formed, the setsum balances, so only the walk through the snapshots sees it."""
     from types import SimpleNamespace
 

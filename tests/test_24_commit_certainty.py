@@ -1,6 +1,6 @@
-"""Commits under writes whose outcome is unknown (issue 7, failures 1 and 2): a manifest PUT that
-times out and lands late, after the committer has already reloaded the manifest, must neither
-duplicate records nor, when the commit gives up, have its fragments deleted under it."""
+"""Commits under writes whose outcome is unknown: a manifest PUT that times out and lands late,
+after the committer has already reloaded the manifest, must neither duplicate records nor, when the
+commit gives up, have its fragments deleted under it."""
 
 from __future__ import annotations
 
@@ -198,9 +198,9 @@ class SnapshotReadsFail(ForwardingStore):
 
 @pytest.mark.parametrize("times", [2, None])
 def test_07_a_landed_commit_whose_check_cannot_read_a_snapshot_is_never_a_transient_error(store, times):
-    """Review of issue 7, finding 2: the late write landed and rolled the fragments into a
-    snapshot; looking for them there failed transiently, and that TransientError ("nothing
-    changed") escaped the commit: a caller retrying on it appended the records twice."""
+    """The late write landed and rolled the fragments into a snapshot; looking for them there failed
+    transiently, and that TransientError ("nothing changed") escaped the commit: a caller retrying
+    on it appended the records twice."""
     LogWriter(store).append(b"r0")
     late = late_manifest_writes(SnapshotReadsFail(store, times), writes=[1], land="after_get")
     committer = Committer(late, snapshot_options=SMALL_ROLLS, max_attempts=6)
@@ -216,9 +216,9 @@ def test_07_a_landed_commit_whose_check_cannot_read_a_snapshot_is_never_a_transi
 
 
 def test_08_an_empty_append_writes_nothing_so_manifest_bytes_never_repeat(store):
-    """Review of issue 7, finding 3: an empty append rewrote the manifest with only its `writer`
-    changed, so writers X and Y alternating empty appends took it A -> B -> A, and a lost write
-    conditioned on A could land after the committer had concluded it never would."""
+    """An empty append once rewrote the manifest with only its `writer` changed, so writers X and Y
+    alternating empty appends took it A -> B -> A, and a lost write conditioned on A could land
+    after the committer had concluded it never would."""
     x, y = LogWriter(store, writer="X"), LogWriter(store, writer="Y")
     x.append([b"r0"])
     before = store.head(MANIFEST_KEY).etag

@@ -164,9 +164,9 @@ def test_07_racing_threads_through_every_fault_append_each_token_at_most_once(in
 
 
 def test_08_a_transient_error_after_an_ambiguous_write_ends_in_unknown_not_in_that_error(inner):
-    """Review of issue 7, finding 2: after a write that may still land, a TransientError (here
-    from `prepare`, as when the retry's snapshot write fails) means "nothing changed" to the
-    caller, who retries: the change would be applied twice. The loop must end in UNKNOWN."""
+    """After a write that may still land, a TransientError (here from `prepare`, as when the retry's
+    snapshot write fails) means "nothing changed" to the caller, who retries: the change would be
+    applied twice. The loop must end in UNKNOWN."""
     inner.put_if_absent(KEY, b"[]")
     late = LateLandingStore(inner, keys=[KEY], writes=[1], land="manual")
     calls = []
@@ -239,9 +239,9 @@ class BytesRepeat(ForwardingStore):
 
 
 def test_11_a_lost_write_is_looked_for_on_every_read_even_after_its_condition_went_away(inner):
-    """Review of issue 7, finding 3: "another version was read, so the lost write can never
-    land" is false when the bytes come back. A decision that does not itself look for the change
-    (a commit places its fragments at the tail) must not be taken on a version holding it."""
+    """"Another version was read, so the lost write can never land" is false when the bytes come
+    back. A decision that does not itself look for the change (a commit places its fragments at the
+    tail) must not be taken on a version holding it."""
     inner.put_if_absent(KEY, b"[]")
     late = LateLandingStore(inner, keys=[KEY], writes=[1], land="manual")
     store = BytesRepeat(late, inner)

@@ -346,7 +346,7 @@ def test_11_a_rebuilt_snapshot_whose_path_holds_other_offsets_is_not_trusted(sto
 def test_12_snapshots_left_by_lost_commit_attempts_go_after_the_orphan_grace(store):
     """A commit attempt that lost its race (or whose write never landed) leaves the snapshot it
     rolled; nothing references it, so the orphan sweep deletes it once it is older than the
-    orphan grace, and never a snapshot the log references, however old (issue 7, review)."""
+    orphan grace, and never a snapshot the log references, however old."""
     from wal3_spark.log.committer import write_snapshot
 
     writer = fill(store, appends=6, per=2, snapshot_options=SnapshotOptions(2, 2))

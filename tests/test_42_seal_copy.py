@@ -148,7 +148,7 @@ def test_06_copy_refuses_a_chroma_fragment_placed_where_its_offsets_do_not_start
 def test_07_a_copy_whose_manifest_write_lands_late_is_created_once(tmp_path):
     """The destination manifest goes through the compare-and-swap primitive: its create times
     out and lands right after the copy's next read of it (which still shows no log), and the
-    copy finds its own write instead of failing or writing blindly (issue 7, review)."""
+    copy finds its own write instead of failing or writing blindly."""
     from wal3_spark.testing import LateLandingStore
 
     src = open_store(str(tmp_path / "src"))

@@ -1,4 +1,4 @@
-"""Garbage collection never deletes what an append may still commit (issue 7, failure 3).
+"""Garbage collection never deletes what an append may still commit.
 
 An append uploads its fragments first and commits them after; until then they look exactly like
 the orphans of failed appends. `wal3 gc --grace 0` between the two must not turn the commit

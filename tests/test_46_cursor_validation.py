@@ -1,6 +1,6 @@
-"""Cursors are validated wherever they are set, and a malformed cursor object never wedges the
-log (issue 7, failure 5): `cursor delete` and `cursor set --force` always work, `cursor list` and
-`info` show it as broken, and `gc` refuses while it is there, naming it and the fix."""
+"""Cursors are validated wherever they are set, and a malformed cursor object never wedges the log:
+`cursor delete` and `cursor set --force` always work, `cursor list` and `info` show it as broken,
+and `gc` refuses while it is there, naming it and the fix."""
 
 from __future__ import annotations
 

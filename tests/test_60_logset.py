@@ -1,4 +1,4 @@
-"""Log sets: the logs directly under a prefix, named, selected and read as one (issue 11).
+"""Log sets: the logs directly under a prefix, named, selected and read as one.
 
 The listing must cost O(logs), never O(objects): a counting store checks that discovering a set
 of logs with many fragments each reads one listing page and one manifest per log."""

@@ -1,7 +1,7 @@
-"""The dirty log (seed 001, "Multiple wal3 Instances"; issue 11): appenders record which log they
-appended to and its new tail; readers learn what changed from it in O(logs written); a lost
-record (a crash between the commit and the record, a failed record) never loses data, because
-readers' full scans find what the dirty log missed; roll-ups keep it from growing."""
+"""The dirty log (Chroma's wal3 design, "Multiple wal3 Instances"): appenders record which log they
+appended to and its new tail; readers learn what changed from it in O(logs written); a lost record
+(a crash between the commit and the record, a failed record) never loses data, because readers' full
+scans find what the dirty log missed; roll-ups keep it from growing."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""Garbage collection of a log set (issue 11): with a dirty log, a run touches only the logs that
-changed since the previous run (counted with a store wrapper); without one, every log. The dirty
-log itself is rolled up and collected, so it stays bounded; logs whose collection failed are
-retried by the next run."""
+"""Garbage collection of a log set: with a dirty log, a run touches only the logs that changed since
+the previous run (counted with a store wrapper); without one, every log. The dirty log itself is
+rolled up and collected, so it stays bounded; logs whose collection failed are retried by the next
+run."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""`wal3 ls PREFIX` and `wal3 info PREFIX` (issue 11): each log's records, bytes, tail, seal and
-cursor lag, and a summary of the set and its dirty log; local filesystem and SeaweedFS."""
+"""`wal3 ls PREFIX` and `wal3 info PREFIX`: each log's records, bytes, tail, seal and cursor lag,
+and a summary of the set and its dirty log; local filesystem and SeaweedFS."""
 
 from __future__ import annotations
 

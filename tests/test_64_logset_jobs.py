@@ -1,5 +1,5 @@
-"""The jobs on a log set (issue 11): `jobs/verify.py --prefix` verifies every log of the set (or
-those selected), on threads or one Spark task per log, and fails naming the broken log."""
+"""The jobs on a log set: `jobs/verify.py --prefix` verifies every log of the set (or those
+selected), on threads or one Spark task per log, and fails naming the broken log."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""Issue 11's acceptance for the log-set stream (`tests/support/herd.py`): 50 logs, skewed
-writers, logs created mid-stream, one sealed, one garbage-collected under the cursor, a restart
-from the checkpoint; every record exactly once with the right `_log`. On the local filesystem
-and SeaweedFS with local[2], and with executors in separate processes (local-cluster); with and
-without a dirty log."""
+"""The log-set stream's acceptance scenario (`tests/support/herd.py`): 50 logs, skewed writers, logs
+created mid-stream, one sealed, one garbage-collected under the cursor, a restart from the
+checkpoint; every record exactly once with the right `_log`. On the local filesystem and SeaweedFS
+with local[2], and with executors in separate processes (local-cluster); with and without a dirty
+log."""
 
 from __future__ import annotations
 

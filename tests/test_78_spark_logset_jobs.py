@@ -1,6 +1,6 @@
-"""The streaming jobs on log sets (issue 11, item 4): `jobs/pipeline.py` reads a log set and
-routes each record to the sink log of the same name; `jobs/tail.py --prefix` streams a selection
-of a set to Parquet with `_log`."""
+"""The streaming jobs on log sets: `jobs/pipeline.py` reads a log set and routes each record to the
+sink log of the same name; `jobs/tail.py --prefix` streams a selection of a set to Parquet with
+`_log`."""
 
 from __future__ import annotations
 

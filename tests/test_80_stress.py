@@ -147,7 +147,8 @@ def test_04_an_acknowledged_record_never_read_is_lost() -> None:
 
 
 def test_05_a_fragment_referenced_twice_counts_duplicated_and_misplaced() -> None:
-    """Issue 7 item 1: r0, r1, r2, r1, r2 with the append reporting offsets [4, 6)."""
+    """A commit whose manifest write timed out, landed late and was retried: the log holds r0, r1,
+    r2, r1, r2 and the append reported offsets [4, 6)."""
     ledger = Ledger(SEED)
     ledger.note("w0.1", intent(0, 1))
     ledger.note("w0.1", Outcome(0, ACK, 1, 2))
@@ -172,7 +173,7 @@ def test_06_records_of_a_failed_append_are_unexpected_whenever_they_appear() -> 
     ledger.note("w0.1", Outcome(0, FAILED, error="CommitFailed"))
     ledger.settle()
     assert ledger.counts.failed_absent == 1 and violations(ledger) == {}
-    ledger.observe(1, body("w0.1", 0, 0))  # landed late after all (issue 7 item 2)
+    ledger.observe(1, body("w0.1", 0, 0))  # its manifest write landed late after all
     assert violations(ledger) == {"unexpected": 1}
     ledger.note("w0.1", intent(1, 1))
     ledger.observe(2, body("w0.1", 1, 0))

@@ -1,5 +1,5 @@
-"""The log-set acceptance scenario of issue 11, shared by the local[2] tests and the
-`local-cluster` script: a herd of 50 logs under one prefix, streamed as one.
+"""The log-set stream's acceptance scenario, shared by the local[2] tests and the `local-cluster`
+script: a herd of 50 logs under one prefix, streamed as one.
 
 Writers append to a skewed subset (three hot logs get most records, the others a few), logs are
 created while the query runs and while it is stopped, one log is sealed mid-stream, one is

@@ -3,13 +3,13 @@
 Two ways to append:
 - `append(data)` writes the data as one fragment (or several past `fragment_bytes`) and commits
   it before returning: simple, one fragment upload and one manifest write per call;
-- `submit(data)` returns a future and pipelines many small appends (seed 000, "Reduced Tail
-  Latency"): appends are cut into a batch every `batch_interval_s` (Chroma's default, 20 ms) or
-  once `batch_bytes` wait; each batch becomes a fragment, uploaded while earlier batches are
-  still uploading or committing; every batch that has landed is committed, in cut order, by one
-  manifest write sent at once, conditioned on the manifest write still in flight where the
-  store's ETags are predictable (`wal3_spark.log.chain`). Under object-store latency an append then
-  costs about half a batch interval, one fragment upload and one manifest write.
+- `submit(data)` returns a future and pipelines many small appends (Chroma's wal3 design, "Reduced
+  Tail Latency"): appends are cut into a batch every `batch_interval_s` (Chroma's default, 20 ms) or
+  once `batch_bytes` wait; each batch becomes a fragment, uploaded while earlier batches are still
+  uploading or committing; every batch that has landed is committed, in cut order, by one manifest
+  write sent at once, conditioned on the manifest write still in flight where the store's ETags are
+  predictable (`wal3_spark.log.chain`). Under object-store latency an append then costs about half a
+  batch interval, one fragment upload and one manifest write.
 
 Both upload through `write_fragment` (as the Spark sink's tasks do): create-if-absent at a fresh
 UUIDv7 path, retried, and the `FragmentFile` it returns is all the committer needs and small
@@ -202,19 +202,19 @@ class _Batch:
 class LogWriter:
     """Appends to one log from one process. Thread-safe; use as a context manager.
 
-    `submit` pipelines its work (seed 000, "Reduced Tail Latency"): a batcher thread cuts the
-    waiting appends into a batch every `batch_interval_s` (or once `batch_bytes` wait), an upload
-    pool writes each batch's fragment while earlier ones are still uploading or committing, and a
-    commit thread places every batch that has landed, in cut order, in one manifest write. By
-    default one manifest write is in flight at a time, and what lands meanwhile shares the next
-    one: an append waits for one fragment upload and about one and a half manifest writes. With
-    `max_manifest_writes` > 1, up to that many are in flight, each conditioned on the ETag the
-    one before will have (`wal3_spark.log.chain`; one at a time where the store's ETags are not
+    `submit` pipelines its work (Chroma's wal3 design, "Reduced Tail Latency"): a batcher thread
+    cuts the waiting appends into a batch every `batch_interval_s` (or once `batch_bytes` wait), an
+    upload pool writes each batch's fragment while earlier ones are still uploading or committing,
+    and a commit thread places every batch that has landed, in cut order, in one manifest write. By
+    default one manifest write is in flight at a time, and what lands meanwhile shares the next one:
+    an append waits for one fragment upload and about one and a half manifest writes. With
+    `max_manifest_writes` > 1, up to that many are in flight, each conditioned on the ETag the one
+    before will have (`wal3_spark.log.chain`; one at a time where the store's ETags are not
     predictable): an append then waits for one fragment upload and one manifest write while the
     writes arrive in order, but a chained write that reaches the store before its predecessor is
-    applied loses and costs a round trip (docs/benchmarks.md: on the local filesystem and
-    SeaweedFS it lost often enough to cost p99 on the loaded test machine, hence opt-in).
-    Offsets follow submit order, and appends are acknowledged in offset order.
+    applied loses and costs a round trip (docs/benchmarks.md: on the local filesystem and SeaweedFS
+    it lost often enough to cost p99 on the loaded test machine, hence opt-in). Offsets follow
+    submit order, and appends are acknowledged in offset order.
     """
 
     def __init__(

@@ -1,9 +1,9 @@
 """The dirty log of a log set: which logs changed, in O(logs written) instead of O(logs).
 
-Seed 001 ("Multiple wal3 Instances"): appenders that opt in record, once per commit, which log
-they appended to in a *dirty log*, itself a wal3 log under the prefix; readers of the log set
-then read the dirty log instead of every manifest. docs/design.md section 18 has the reasoning;
-the contract:
+As in Chroma's wal3 design ("Multiple wal3 Instances"), appenders that opt in record, once per
+commit, which log they appended to in a *dirty log*, itself a wal3 log under the prefix; readers of
+the log set then read the dirty log instead of every manifest. docs/design.md section 18 has the
+reasoning; the contract:
 
 - **Where**: `<prefix>/_dirty`, a structured wal3 log (`DIRTY_SCHEMA`): `log` (the log's name),
   `tail` (its next offset after the commit), `rollup` (null, except in roll-up records: see
@@ -326,8 +326,8 @@ def rolled_up_to(manifest: Manifest) -> int | None:
 
 def roll_up(prefix: ObjectStore, up_to: int, *, writer: str = "wal3-spark roll-up") -> RollUp:
     """Merge the dirty log's records below `up_to` into one record per log, appended at the
-    tail with `rollup = up_to`; the head below `up_to` may be collected afterwards (seed 001:
-    "re-write dirty log entries at the end of the log so they can be collected from the
+    tail with `rollup = up_to`; the head below `up_to` may be collected afterwards (Chroma's wal3
+    design: "re-write dirty log entries at the end of the log so they can be collected from the
     beginning"). Idempotent: the append is a `txns` commit of version `up_to`, so a rerun, or
     a concurrent roll-up to the same offset, appends nothing."""
     store = dirty_store(prefix)

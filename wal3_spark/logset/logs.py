@@ -1,6 +1,6 @@
 """Log sets: the logs directly under a prefix (`<prefix>/<name>/manifest/MANIFEST`), read as one.
 
-Seed 001 ("Multiple wal3 Instances") runs thousands of logs in one bucket, one per collection;
+Chroma runs thousands of wal3 logs in one bucket, one per collection ("Multiple wal3 Instances");
 Kafka users know the shape as a topic's partitions. A `LogSet` names which of those logs it
 holds (all, an explicit list, or a glob) and reads their manifests in parallel. This module is
 the contract the log-set Spark source and the routing sink build on:

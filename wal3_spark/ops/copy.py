@@ -1,7 +1,7 @@
 """Copying a log (or its suffix from an offset) to a new location, for migration.
 
-The story from seed 001 ("Sealing the Log"): seal the old log, copy it, point writers at the
-copy. The copy keeps offsets, as Chroma's `copy` does: the fragments holding offsets at or after
+The story from Chroma's wal3 design ("Sealing the Log"): seal the old log, copy it, point writers at
+the copy. The copy keeps offsets, as Chroma's `copy` does: the fragments holding offsets at or after
 `from_offset` are copied whole (so the copy may start a little before it) and the new manifest
 starts there (`initial_offset`), with `collected` empty and the setsum the sum of what it holds.
 

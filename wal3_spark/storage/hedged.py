@@ -1,5 +1,6 @@
-"""Hedged requests: seed 000's "robust" object storage, which cuts the latency tail of object
-stores by sending a second copy of a slow idempotent request and taking whichever answers first.
+"""Hedged requests: the "robust" object storage of Chroma's wal3 design, which cuts the latency tail
+of object stores by sending a second copy of a slow idempotent request and taking whichever answers
+first.
 
 What may be hedged, and why it is safe:
 - reads (`get`, `get_range`, `head`): any answer is an answer the store could have given;
@@ -11,7 +12,7 @@ What may be hedged, and why it is safe:
   stale update where the object went back to an old version (`gc/GARBAGE` does), and the commit
   protocol's ambiguity handling assumes one request per attempt. Never `list` or `delete`.
 
-When to hedge (the seed's algorithm): a request still unanswered after a threshold (`factor` x
+When to hedge (that design's algorithm): a request still unanswered after a threshold (`factor` x
 the `quantile` of the last `window` latencies of its kind) gets one copy, if no hedge was sent in
 the last 1/`hedges_per_s` seconds (the budget: hedging is the opposite of backing off, so it is
 strictly rationed) and fewer than `max_outstanding` requests are in flight through this store.

@@ -1,5 +1,5 @@
-"""The end-to-end verification stress test (seed 000, "End-to-End Verification Stress Test";
-seed 001, "Verification"), run by `wal3 stress` (docs/stress.md).
+"""The end-to-end verification stress test of Chroma's wal3 design ("End-to-End Verification
+Stress Test", "Verification"), run by `wal3 stress` (docs/stress.md).
 
 Several logical streams are multiplexed onto one log (`streams`); writer processes append
 through the public API at changing throughput and journal what the API answered (`writer`,

@@ -1,10 +1,11 @@
 """The store each stress process uses: the log's real store behind fault injection.
 
 `FaultyStore` injects drops, slow requests, 5xx, timeouts after the write and spurious 412s;
-`Storms` turns the spurious 412s into storms now and then; `LateLandingStore` (outermost) makes
-some conditional writes time out and land later, still conditioned on what they were sent with,
-either right after the writer's next read of the key (issue 7's failure 1) or after a few more
-requests. Counts are per process; the supervisor adds up every process's stats file.
+`Storms` turns the spurious 412s into storms now and then; `LateLandingStore` (outermost) makes some
+conditional writes time out and land later, still conditioned on what they were sent with, either
+right after the writer's next read of the key (the late landing that can place a commit twice) or
+after a few more requests. Counts are per process; the supervisor adds up every process's stats
+file.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""Verification accounting: the 1:1 mapping of acknowledged appends to records read (seed 001,
-"Verification": "anything other than a 1:1 mapping of writes to reads will indicate a problem").
+"""Verification accounting: the 1:1 mapping of acknowledged appends to records read (Chroma's wal3
+design, "Verification": "anything other than a 1:1 mapping of writes to reads will indicate a
+problem").
 
 A reader feeds the ledger every record it reads, in offset order (`observe`), every range it
 had to skip (`skip`), and every entry of the writers' journals (`note`); `settle` then decides

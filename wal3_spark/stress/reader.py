@@ -3,11 +3,11 @@ cursor just behind what it has verified.
 
 Each cycle reads up to `read_chunk` records from the ledger's position (fewer when reading them
 takes longer than `cycle_s`: a cycle ends after the fragment that passes it), catches up with the
-writers' journals (after the read, so that every record read has its intent on disk), decides
-what can be decided, *persists its state, then advances its cursor*. Garbage collection only
-removes what lies below every reader's cursor, so a reader restarted after a kill -9 resumes
-from its persisted position, which its cursor never passed: the collected prefix never hides a
-record from verification (seed 000's "map of initial states", kept by each reader).
+writers' journals (after the read, so that every record read has its intent on disk), decides what
+can be decided, *persists its state, then advances its cursor*. Garbage collection only removes what
+lies below every reader's cursor, so a reader restarted after a kill -9 resumes from its persisted
+position, which its cursor never passed: the collected prefix never hides a record from verification
+(the "map of initial states" of Chroma's wal3 design, kept by each reader).
 
 A referenced fragment that cannot be read (a missing object: garbage collection or a commit
 went wrong) is retried with a fresh manifest each cycle; after `SKIP_AFTER` failures its records

@@ -1,5 +1,5 @@
-"""The stress test's logical streams, multiplexed onto one raw log (seed 000, "End-to-End
-Verification Stress Test").
+"""The stress test's logical streams, multiplexed onto one raw log (Chroma's wal3 design,
+"End-to-End Verification Stress Test").
 
 Every stream has its own seed. The `seq`-th message a writer incarnation sends on a stream is a
 pure function of the stream's seed, the incarnation and `seq` (a counter-mode generator: SHAKE

@@ -36,7 +36,7 @@ ORPHAN_RACE = "orphan_race"
 ORPHAN_RACE_REFUSED = "orphan_race_refused"
 #: late writes that did land after their request was reported ambiguous: `late_landing` only
 #: counts writes held back, and one that never lands (its process killed, or its condition
-#: lost first) never tests what issue 7's failure 1 is about, a duplicate from a late landing
+#: lost first) never tests what the count is for, a duplicate from a late landing
 LATE_LANDED = "late_landed"
 
 
