@@ -74,7 +74,7 @@ def item_setsum(array: pa.Array, timestamp_us: int = TS) -> Setsum:
 
 
 def reference_enc(array: pa.Array, parent_valid: list[bool] | None = None) -> bytes:
-    """FORMAT.md section 3's `enc`, written row by row from Python values: the test oracle."""
+    """docs/format.md section 3's `enc`, written row by row from Python values: the test oracle."""
     kind = array.type
     if pa.types.is_dictionary(kind):
         array = array.dictionary_decode()

@@ -1,4 +1,4 @@
-"""BLAKE3-prehashed setsum items (FORMAT.md section 3, `item_hash`): new structured logs record
+"""BLAKE3-prehashed setsum items (docs/format.md section 3, `item_hash`): new structured logs record
 `"item_hash": "blake3"`, older logs keep their direct SHA3 items forever, raw logs never carry
 the field, and every reader, `verify` and `copy` use the item hash the log names."""
 
@@ -104,7 +104,7 @@ def test_02_new_structured_logs_record_blake3_raw_logs_never(tmp_path):
 def test_03_manifest_field_position_and_parsing():
     manifest = Manifest.empty("w", SCHEMA).sealed_by("w")
     keys = list(json.loads(manifest.to_bytes()))
-    assert keys[-3:] == ["schema", "sealed", "item_hash"]  # FORMAT.md's order: before txns
+    assert keys[-3:] == ["schema", "sealed", "item_hash"]  # docs/format.md section 4's order: before txns
     assert Manifest.from_bytes(manifest.to_bytes()) == manifest
     # Chroma's manifests (raw logs) still re-serialise byte for byte, without the field
     chroma = chroma_testdata("production_MANIFEST.json").read_bytes()

@@ -1,4 +1,4 @@
-"""UUIDv7: the fragment paths' names carry their write time to the microsecond (FORMAT.md), are
+"""UUIDv7: the fragment paths' names carry their write time to the microsecond (docs/format.md section 3), are
 ordered by it and random within it; foreign UUIDs have no time."""
 
 from __future__ import annotations

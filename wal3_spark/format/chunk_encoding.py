@@ -1,4 +1,4 @@
-"""Setsum items of fragments (FORMAT.md section 3), computed with numpy/pyarrow, never per row.
+"""Setsum items of fragments (docs/format.md section 3), computed with numpy/pyarrow, never per row.
 
 Raw logs hash one item per record, exactly as Chroma's writer does. Structured logs hash one item
 per chunk of `CHUNK_ROWS` rows whose payload is laid out column-major (`enc`), so that hashing
@@ -10,12 +10,12 @@ under nulls are already dropped; `_Node.pieces(start, stop)` then yields, in `en
 contiguous buffers of rows [start, stop), which are fed to one hash object per chunk. Nothing is
 concatenated: a chunk costs a few `update` calls per column.
 
-A log's `item_hash` (FORMAT.md section 3) says what a chunk item is: `BLAKE3` (new structured
+A log's `item_hash` (docs/format.md section 3) says what a chunk item is: `BLAKE3` (new structured
 logs) inserts the BLAKE3-256 digest of the chunk bytes, so the bytes go through BLAKE3 (~8x
 faster than SHA3 here) and SHA3 only sees 32 bytes per chunk; `None` (logs created before the
 field) inserts the chunk bytes themselves.
 
-Where FORMAT.md is silent, `enc` hashes the Arrow physical value:
+Beyond Chroma's types, `enc` hashes the Arrow physical value (docs/format.md section 3):
 - every fixed-width type by its own width and unit: date64 as 8-byte ms, timestamp/time/duration
   as the stored integer in the column's unit, float16 as 2 bytes, decimal32/64/128/256 as 4/8/16/32
   bytes, fixed_size_binary(w) as w bytes (zeros for null, no lengths);

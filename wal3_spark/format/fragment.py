@@ -1,4 +1,4 @@
-"""Fragments: the immutable Parquet files that hold a log's records (FORMAT.md section 3).
+"""Fragments: the immutable Parquet files that hold a log's records (docs/format.md section 3).
 
 The codec, and only the codec: no paths (`format`), no storage (the writer uploads,
 `writer.write_fragment`; the reader fetches, `reader.load_fragment`). Writers stream record
@@ -7,7 +7,7 @@ folds each row group into the fragment's setsum as it goes, so memory stays boun
 compressed fragment plus one row group of input.
 
 Structured fragments hash their chunk items the way their log's manifest says (`item_hash`,
-FORMAT.md section 3); the fragment records which in what it hands the committer, which refuses
+docs/format.md section 3); the fragment records which in what it hands the committer, which refuses
 fragments hashed otherwise than the log.
 
 Readers `decode_fragment` the bytes, `recompute_setsum` to verify them against the manifest, and

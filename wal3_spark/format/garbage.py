@@ -2,7 +2,7 @@
 
 `compute_garbage` decides, from a manifest value and a cutoff, what garbage collection removes;
 `apply_garbage` turns a manifest into the one without that garbage. Neither does I/O except
-through the snapshot loader it is given, so both are tested on plain values (FORMAT.md section 8;
+through the snapshot loader it is given, so both are tested on plain values (docs/format.md section 8;
 Chroma's wal3 design, "Garbage Collection Dance"). `wal3_spark.ops.gc` holds the I/O, except
 `load_garbage`, the one reader of the record: it lives here so that the committer, which `gc`
 imports, uses it too.

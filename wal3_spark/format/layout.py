@@ -1,6 +1,6 @@
-"""The small JSON records of FORMAT.md and where they live under a log root.
+"""The small JSON records of docs/format.md and where they live under a log root.
 
-Field names and key order follow Chroma's wal3 serialisation exactly (FORMAT.md sections 1, 4
+Field names and key order follow Chroma's wal3 serialisation exactly (docs/format.md sections 1, 4
 and 8), so that a manifest we read and write back is byte-identical and Chroma can read ours.
 Offsets are plain ints here; on storage they are `{"offset": N}`.
 """
@@ -35,7 +35,7 @@ RELATIVE_OFFSET = "relative_offset"
 TIMESTAMP = "timestamp_us"
 ABSOLUTE_OFFSET = "offset"
 
-#: the `item_hash` of structured logs created from now on (FORMAT.md section 3; what a chunk
+#: the `item_hash` of structured logs created from now on (docs/format.md section 3; what a chunk
 #: item is: `wal3_spark.format.chunk_encoding`)
 BLAKE3 = "blake3"
 #: every `item_hash` a structured log may have; None: chunk items are inserted as they are
@@ -66,7 +66,7 @@ def fragment_path(fragment_uuid: uuid.UUID | str) -> str:
 
 
 def seq_no_fragment_path(seq_no: int) -> str:
-    """Chroma's S3 fragment path for a sequence number (FORMAT.md section 1)."""
+    """Chroma's S3 fragment path for a sequence number (docs/format.md section 1)."""
     bucket = seq_no - seq_no % 4096
     return f"log/Bucket={bucket:016x}/FragmentSeqNo={seq_no:016x}.parquet"
 
@@ -274,7 +274,7 @@ class SnapshotPointer:
 
 @dataclass(frozen=True)
 class Cursor:
-    """A named position that pins the log against garbage collection (FORMAT.md section 8)."""
+    """A named position that pins the log against garbage collection (docs/format.md section 8)."""
 
     offset: int
     epoch_us: int

@@ -1,4 +1,4 @@
-"""The manifest and its snapshots as pure values (FORMAT.md sections 4 and 5).
+"""The manifest and its snapshots as pure values (docs/format.md sections 4 and 5).
 
 Everything here is computation without I/O: placing fragments at the tail, rolling snapshots,
 checking invariants. The managers (writer, reader, gc) load a value, decide with these methods,
@@ -67,7 +67,7 @@ class NewFragment(Protocol):
 
 @dataclass(frozen=True)
 class Txn:
-    """The last version an idempotent writer committed (FORMAT.md section 4, `txns`)."""
+    """The last version an idempotent writer committed (docs/format.md section 4, `txns`)."""
 
     version: int
     epoch_us: int
@@ -282,7 +282,7 @@ class Manifest:
     #: base64 Arrow IPC schema; None for a raw (Chroma-style `body`) log
     schema: str | None = None
     sealed: bool = False
-    #: how a structured log's setsum chunk items are hashed (FORMAT.md section 3): "blake3",
+    #: how a structured log's setsum chunk items are hashed (docs/format.md section 3): "blake3",
     #: or None for logs created before the field (and always for raw logs). Fixed at creation.
     item_hash: str | None = None
     txns: Mapping[str, Txn] = field(default_factory=dict)
@@ -439,7 +439,7 @@ class Manifest:
         return bool(self.fragments) and isinstance(self.fragments[0].seq_no, int)
 
     def scrub(self, obj: str = MANIFEST_KEY) -> None:
-        """Raise CorruptLog naming the first broken invariant (FORMAT.md section 4)."""
+        """Raise CorruptLog naming the first broken invariant (docs/format.md section 4)."""
         calculated = _sum_parts(self.snapshots, self.fragments) + self.collected
         if calculated != self.setsum:
             raise CorruptLog(

@@ -1,5 +1,5 @@
 """Setsum: an additive, order-independent checksum of a multiset, byte-compatible with the Rust
-crate `setsum` 0.7 that Chroma's wal3 uses (FORMAT.md section 2).
+crate `setsum` 0.7 that Chroma's wal3 uses (docs/format.md section 2).
 
 Each item is hashed with SHA3-256; the digest is read as eight little-endian u32 lanes, each
 reduced modulo its own prime, and sets add lane-wise. Because addition commutes, executors can sum

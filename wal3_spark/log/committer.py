@@ -1,4 +1,4 @@
-"""The commit protocol (FORMAT.md section 6): fragments written anywhere become part of the log
+"""The commit protocol (docs/format.md section 6): fragments written anywhere become part of the log
 in one compare-and-swap of the manifest.
 
 A `Committer` is what a Spark driver (or `LogWriter`) holds: it creates the log, checks schemas
@@ -597,7 +597,7 @@ def _holds(data: bytes, snapshot: Snapshot) -> bool:
 
 
 def roll_snapshots(store: ObjectStore, manifest: Manifest, options: SnapshotOptions, writer: str) -> Manifest:
-    """Write the snapshots `manifest` needs before it is published (FORMAT.md section 5), and
+    """Write the snapshots `manifest` needs before it is published (docs/format.md section 5), and
     return it with them rolled in. When a snapshot's path already holds a different snapshot,
     a variant with one child fewer is tried (another setsum, another path), down to none; so it
     is when the path holds a snapshot older than the manifest's orphan horizon."""

@@ -1,4 +1,4 @@
-"""Named cursors (FORMAT.md section 8): positions that pin the log against garbage collection.
+"""Named cursors (docs/format.md section 8): positions that pin the log against garbage collection.
 
 Each cursor is its own object, changed through the compare-and-swap primitive
 (`wal3_spark.log.cas`), so that pinning the log never contends with appends on the manifest.

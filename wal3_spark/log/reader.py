@@ -1,4 +1,4 @@
-"""Reading a log (FORMAT.md section 7): the tail in one GET, plans that load only the snapshots
+"""Reading a log (docs/format.md section 7): the tail in one GET, plans that load only the snapshots
 covering the range asked for, and records as Arrow batches with `_offset` and `_timestamp`.
 
 Snapshots are immutable and content-addressed, so a reader caches them (`SnapshotCache`, owned by

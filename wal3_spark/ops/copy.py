@@ -14,7 +14,7 @@ differ by construction; their records are checked one for one instead. The copy 
 wal3-spark can append to, never sealed; the schema and the idempotent writers' `txns` go with it
 (so exactly-once writers carry on), and so do cursors at or after the copy's start.
 
-The copy keeps the source's `item_hash` (FORMAT.md section 3): fragments copied byte for byte
+The copy keeps the source's `item_hash` (docs/format.md section 3): fragments copied byte for byte
 keep their setsums only with the item hash they were written with, so a log created before
 BLAKE3 items stays a SHA3-item log when copied (upgrading it would rewrite every fragment).
 """

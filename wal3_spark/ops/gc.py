@@ -1,6 +1,6 @@
 """Garbage collection of one log: the I/O around `wal3_spark.format.garbage`'s pure decisions.
 
-FORMAT.md section 8 and Chroma's wal3 design ("Garbage Collection Dance"); a run does what is due:
+docs/format.md section 8 and Chroma's wal3 design ("Garbage Collection Dance"); a run does what is due:
 
 1. *compute*: when `gc/GARBAGE` is empty, the cutoff is the lowest cursor (an explicit
    `keep_from` may only lower it); the snapshots rebuilt for a straddling snapshot are written,
