@@ -30,8 +30,8 @@ def test_00_every_job_has_help():
 
 def test_01_quickstart_runs_on_a_fresh_temporary_log():
     """Every step of the README's main job on its default log (a new temporary directory): two
-    append jobs of four tasks, the stream back in bounded micro-batches, the `_offset` pushdown,
-    verify. A tenth of its default rows (200,000, 50,000 per trigger) takes the same steps in
+    append jobs of four tasks, the stream back in bounded micro-batches, the tail read by its
+    offsets, verify. A tenth of its default rows (200,000, 50,000 per trigger) takes the same steps in
     as many micro-batches: the default run differs only in size (42.6 s against 29.0 s)."""
     result = run_spark_script([str(ROOT / "jobs" / "quickstart.py"), "--rows", "20000",
                                "--max-records-per-trigger", "5000"], timeout=300)

@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
 
+from tests.support.spark import filter_pushdown
 from wal3_spark.format.layout import MANIFEST_KEY
 from wal3_spark.log.reader import LogReader
 from wal3_spark.log.writer import LogWriter
@@ -65,20 +66,35 @@ def test_01_log_filters_read_only_the_named_logs(spark, tmp_path):
     store = open_store(f"{prefix}/broken")
     store.put_if_match(MANIFEST_KEY, b"{not json", store.get(MANIFEST_KEY).etag)
 
-    def df():  # a DataFrame per query: Spark 4.3 reuses a DataFrame's last pushed-down scan
+    # a DataFrame per query: with pushdown on, Spark 4.3 reuses a DataFrame's last pushed-down
+    # plan for its later queries (docs/design.md section 22)
+    def df():
         return spark.read.format("wal3").schema(
             "id long, src string, _log string not null, _offset long not null, "
             "_timestamp timestamp not null").option("logs", "*").load(prefix)
 
-    assert counts(df().where("_log = 'b'")) == {"b": 20}
-    assert counts(df().where(F.col("_log").isin("a", "c") & (F.col("_offset") > 8))) == {
-        "a": 2, "c": 22}
-    assert counts(df().where(F.col("_log").startswith("c"))) == {"c": 30}
-    with pytest.raises(Exception, match=f"{prefix}/broken"):
-        df().count()
+    with filter_pushdown(spark):
+        assert counts(df().where("_log = 'b'")) == {"b": 20}
+        assert counts(df().where(F.col("_log").isin("a", "c") & (F.col("_offset") > 8))) == {
+            "a": 2, "c": 22}
+        assert counts(df().where(F.col("_log").startswith("c"))) == {"c": 30}
+        with pytest.raises(Exception, match=f"{prefix}/broken"):
+            df().count()
 
 
-def test_02_stream_over_a_log_set_is_fair_to_cold_logs(spark, tmp_path):
+def test_02_a_reused_log_set_dataframe_answers_every_query_under_the_shipped_configuration(spark, tmp_path):
+    """With filter pushdown on, `df.count()` after `df.where("_log = 'b'")` returned b's 20
+    rows: Spark 4.3 reused the plan the filtered query pushed (docs/design.md section 22)."""
+    prefix = (tmp_path / "set").as_uri()
+    make_logs(prefix, {"a": 10, "b": 20, "c": 30})
+    df = read_set(spark, prefix)
+    assert counts(df.where("_log = 'b'")) == {"b": 20}
+    assert df.count() == 60
+    assert counts(df) == {"a": 10, "b": 20, "c": 30}
+    assert df.agg(F.sum("id")).first()[0] == 45 + 190 + 435
+
+
+def test_03_stream_over_a_log_set_is_fair_to_cold_logs(spark, tmp_path):
     prefix = (tmp_path / "set").as_uri()
     make_logs(prefix, {"hot": 5000, **{f"cold{i}": 10 for i in range(8)}})
     q = (spark.readStream.format("wal3").option("logs", "*").option("maxRecordsPerTrigger", "200")
@@ -103,7 +119,7 @@ def routed(df, prefix: str, **options) -> None:
         .save(prefix)
 
 
-def test_03_routing_100k_rows_over_200_keys(spark, tmp_path):
+def test_04_routing_100k_rows_over_200_keys(spark, tmp_path):
     prefix = (tmp_path / "tenants").as_uri()
     df = spark.range(0, 100_000, numPartitions=2).select(
         "id", F.format_string("tenant-%03d", F.col("id") % 200).alias("tenant"))
@@ -122,7 +138,7 @@ def test_03_routing_100k_rows_over_200_keys(spark, tmp_path):
     assert back.where(F.format_string("tenant-%03d", F.col("id") % 200) != F.col("_log")).count() == 0
 
 
-def test_04_routing_on_s3_into_existing_logs_recorded_in_the_dirty_log(spark, seaweed):
+def test_05_routing_on_s3_into_existing_logs_recorded_in_the_dirty_log(spark, seaweed):
     prefix, options = seaweed.new_url("routing"), dict(seaweed.options)
     make_logs(prefix, {"t1": 3}, options)
     df = spark.createDataFrame([(i, "t-x" if i % 2 else "t1", f"s{i}") for i in range(50)],
@@ -146,14 +162,14 @@ def test_04_routing_on_s3_into_existing_logs_recorded_in_the_dirty_log(spark, se
     ([(1, "good"), (2, "_dirty")], "reserved"),
     ([(1, None)], "logColumn 'tenant' is null in 1 row"),
 ])
-def test_05_routing_refuses_bad_keys(spark, tmp_path, rows, match):
+def test_06_routing_refuses_bad_keys(spark, tmp_path, rows, match):
     prefix = (tmp_path / "tenants").as_uri()
     with pytest.raises(Exception, match=match):
         routed(spark.createDataFrame(rows, "id long, tenant string"), prefix)
     assert not os.path.exists(tmp_path / "tenants" / "good" / "manifest")  # nothing committed
 
 
-def test_06_routing_column_must_be_a_string_column(spark, tmp_path):
+def test_07_routing_column_must_be_a_string_column(spark, tmp_path):
     df = spark.createDataFrame([(1, 2)], "id long, tenant long")
     with pytest.raises(Exception, match="logColumn 'tenant' is not a string column"):
         routed(df, (tmp_path / "t").as_uri())
@@ -164,7 +180,7 @@ def test_06_routing_column_must_be_a_string_column(spark, tmp_path):
                (tmp_path / "t").as_uri())
 
 
-def test_07_routing_stream_replayed_batch_adds_nothing(spark, tmp_path):
+def test_08_routing_stream_replayed_batch_adds_nothing(spark, tmp_path):
     source, prefix, ckpt = (tmp_path / "src").as_uri(), (tmp_path / "out").as_uri(), tmp_path / "ck"
     spark.range(0, 300, numPartitions=2).select(
         "id", F.format_string("k%d", F.col("id") % 7).alias("tenant")

@@ -11,10 +11,12 @@ and executors, Spark Connect servers) gets `JVM_OPTIONS` through the `java` laun
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -91,7 +93,7 @@ def spark():
     builder = (
         SparkSession.builder.master("local[2,4]")
         .appName("wal3-spark-tests")
-        .config("spark.sql.python.filterPushdown.enabled", "true")
+        .config("spark.sql.python.filterPushdown.enabled", "false")  # as conf/ ships it
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.default.parallelism", "4")
         .config("spark.ui.enabled", "false")
@@ -114,3 +116,16 @@ def spark():
 def log_url(tmp_path):
     """A fresh local-filesystem log URL."""
     return (tmp_path / f"log-{uuid.uuid4().hex[:8]}").as_uri()
+
+
+@contextlib.contextmanager
+def filter_pushdown(spark, enabled: bool = True) -> Iterator[None]:
+    """Plan the block's reads with `spark.sql.python.filterPushdown.enabled` set to `enabled`
+    (the session runs with it off, as the project ships it)."""
+    key = "spark.sql.python.filterPushdown.enabled"
+    before = spark.conf.get(key)
+    spark.conf.set(key, str(enabled).lower())
+    try:
+        yield
+    finally:
+        spark.conf.set(key, before)
