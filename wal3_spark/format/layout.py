@@ -150,12 +150,26 @@ def parse_setsum(value: Any, obj: str, field: str) -> Setsum:
         raise CorruptLog("well-formed setsum", obj, f"{field} is not a setsum ({exc})") from None
 
 
+def check_int(value: Any, obj: str, name: str) -> int:
+    """The rule for every integer a log stores (offsets, counts, sizes, depths, txn versions, µs
+    times): `is_u64`, else CorruptLog naming `name` in `obj`. Readers apply it to what they
+    parse and writers to what they are about to write, so a value a reader would refuse never
+    reaches storage."""
+    if not is_u64(value):
+        raise CorruptLog("field type", obj, f"{name!r} is not an integer within [0, {MAX_U64}]: "
+                                            f"{shown(value)}")
+    return value
+
+
 def require_field(data: dict, name: str, obj: str, kind: type | tuple[type, ...]) -> Any:
+    """`data[name]`, of type `kind`; an int field also follows `check_int`."""
     if not isinstance(data, dict) or name not in data:
         raise CorruptLog("required field present", obj, f"the required field {name!r} is missing")
     value = data[name]
     if not isinstance(value, kind) or isinstance(value, bool) and kind is int:
         raise CorruptLog("field type", obj, f"{name!r} has the wrong type: {value!r}")
+    if kind is int:
+        check_int(value, obj, name)
     return value
 
 
@@ -196,15 +210,49 @@ class FragmentRef:
         one (and remember this one)."""
         if known is not None:
             return known.parse(data, obj)
-        seq_no = require_field(data, "seq_no", obj, (int, str))
-        return cls(
+        ref = cls(
             path=require_field(data, "path", obj, str),
-            seq_no=seq_no,
+            seq_no=require_field(data, "seq_no", obj, (int, str)),
             start=parse_offset(data.get("start"), obj, "start"),
             limit=parse_offset(data.get("limit"), obj, "limit"),
             num_bytes=require_field(data, "num_bytes", obj, int),
             setsum=parse_setsum(data.get("setsum"), obj, "setsum"),
         )
+        ref.check_identity(obj)
+        return ref
+
+    def check(self, obj: str) -> None:
+        """The rules of a pointer, for one built in memory before it is written: what
+        `from_dict` checks of a stored one (CorruptLog naming `obj` otherwise)."""
+        if type(self.path) is not str or type(self.seq_no) not in (int, str):
+            raise CorruptLog("field type", obj, f"fragment {self.path!r} (seq_no {self.seq_no!r}) "
+                             "has a path or seq_no of the wrong type")
+        for name in ("start", "limit", "num_bytes"):
+            check_int(getattr(self, name), obj, f"{name} of fragment {self.path}")
+        if not isinstance(self.setsum, Setsum):
+            raise CorruptLog("field type", obj, f"the setsum of fragment {self.path} is not a setsum: "
+                             f"{self.setsum!r}")
+        self.check_identity(obj)
+
+    def check_identity(self, obj: str) -> None:
+        """A sequence number is an integer in range, and a path of one of the two known shapes
+        names the fragment its identifier says: a digit changed in either (a damaged manifest)
+        would read another file, or take the write time of another UUID. Paths of other shapes
+        are not judged."""
+        seq_no, path = self.seq_no, self.path
+        if type(seq_no) is int:
+            check_int(seq_no, obj, "seq_no")
+            # Chroma's bucket directory is not derived the same way by every version: not judged
+            named = f"/FragmentSeqNo={seq_no:016x}.parquet"
+            agrees = not path.startswith("log/Bucket=") or path.endswith(named)
+        else:
+            named = f"log/Uuid={seq_no}.parquet"
+            agrees = not path.startswith("log/Uuid=") or path == named or path.lower() == named.lower()
+        if not agrees:
+            raise CorruptLog(
+                "a fragment's path names its identifier", obj,
+                f"fragment {path} has the identifier {seq_no!r}, which names {named.lstrip('/')}",
+            )
 
 
 class KnownRefs:
@@ -262,7 +310,7 @@ class SnapshotPointer:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], obj: str) -> SnapshotPointer:
-        return cls(
+        pointer = cls(
             setsum=parse_setsum(data.get("setsum"), obj, "setsum"),
             path_to_snapshot=require_field(data, "path_to_snapshot", obj, str),
             depth=require_field(data, "depth", obj, int),
@@ -270,6 +318,18 @@ class SnapshotPointer:
             limit=parse_offset(data.get("limit"), obj, "limit"),
             num_bytes=require_field(data, "num_bytes", obj, int),
         )
+        pointer.check_identity(obj)
+        return pointer
+
+    def check_identity(self, obj: str) -> None:
+        """A snapshot's path ends in its setsum (it is content-addressed), and it has children
+        of depth >= 1: a digit changed in either would load another snapshot, or none."""
+        if not self.path_to_snapshot.endswith(self.setsum.hexdigest()):
+            raise CorruptLog("a snapshot's path ends in its setsum", obj,
+                             f"snapshot {self.path_to_snapshot} does not end in its setsum "
+                             f"{self.setsum.hexdigest()}")
+        if self.depth < 1:
+            raise CorruptLog("field type", obj, f"snapshot {self.path_to_snapshot} has depth {self.depth}")
 
 
 @dataclass(frozen=True)

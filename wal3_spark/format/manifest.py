@@ -24,6 +24,7 @@ from wal3_spark.format.layout import (
     FragmentRef,
     KnownRefs,
     SnapshotPointer,
+    check_int,
     dumps,
     json_text,
     loads,
@@ -72,6 +73,13 @@ class Txn:
     version: int
     epoch_us: int
 
+    def check(self, app_id: Any, obj: str) -> None:
+        """A writer id is a string, its version and time integers (`check_int`)."""
+        if not isinstance(app_id, str):
+            raise CorruptLog("field type", obj, f"the txn writer id {app_id!r} is not a string")
+        check_int(self.version, obj, f"version of txn {app_id!r}")
+        check_int(self.epoch_us, obj, f"epoch_us of txn {app_id!r}")
+
 
 def encode_schema(schema: pa.Schema) -> str:
     return base64.b64encode(schema.serialize().to_pybytes()).decode()
@@ -81,17 +89,9 @@ def encode_schema(schema: pa.Schema) -> str:
 def decode_schema(text: str) -> pa.Schema:
     try:
         return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
-    except (ValueError, pa.ArrowInvalid) as exc:
+    except (ValueError, OSError, pa.ArrowException) as exc:  # pyarrow: OSError for bad flatbuffers
         problem = f"the schema is not base64 Arrow IPC ({exc})"
         raise CorruptLog("schema is base64 Arrow IPC", MANIFEST_KEY, problem) from None
-
-
-def _optional_micros(doc: Any, key: str, obj: str) -> int | None:
-    """An optional wal3-spark extension field of µs since the epoch (a non-negative integer)."""
-    value = doc.get(key) if isinstance(doc, dict) else None
-    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
-        raise CorruptLog("field type", obj, f"'{key}' has the wrong type: {value!r}")
-    return value
 
 
 def newest_written_us(refs: Iterable[FragmentRef]) -> int | None:
@@ -101,8 +101,7 @@ def newest_written_us(refs: Iterable[FragmentRef]) -> int | None:
     return None if None in written else max(written, default=0)
 
 
-def _parse_item_hash(doc: Any, raw: bool, obj: str) -> str | None:
-    item_hash = doc.get("item_hash") if isinstance(doc, dict) else None
+def _check_item_hash(item_hash: Any, raw: bool, obj: str) -> None:
     if item_hash not in ITEM_HASHES:
         raise CorruptLog(
             "item_hash names a setsum item hash this wal3-spark knows",
@@ -113,7 +112,6 @@ def _parse_item_hash(doc: Any, raw: bool, obj: str) -> str | None:
         )
     if raw and item_hash is not None:
         raise CorruptLog("raw logs carry no item_hash", obj, f"a raw log with an 'item_hash' ({item_hash!r})")
-    return item_hash
 
 
 def _sum_parts(snapshots: Iterable[SnapshotPointer], fragments: Iterable[FragmentRef]) -> Setsum:
@@ -131,16 +129,6 @@ def _check_contiguous(obj: str, entries: Sequence[Any], what: str) -> None:
             )
 
 
-def _check_uniform_ids(obj: str, fragments: Sequence[FragmentRef]) -> None:
-    kinds = {isinstance(f.seq_no, int) for f in fragments}
-    if len(kinds) > 1:
-        raise CorruptLog(
-            "fragment identifiers are all sequence numbers or all UUIDs",
-            obj,
-            "sequence-number and UUID fragments are mixed",
-        )
-
-
 def _check_unique(obj: str, paths: Iterable[str], what: str) -> None:
     """A path referenced twice is a record appended twice (the setsum balances all the same:
     the fragment's setsum was added twice), or a snapshot counted twice."""
@@ -152,13 +140,31 @@ def _check_unique(obj: str, paths: Iterable[str], what: str) -> None:
 
 
 def _check_fragments(obj: str, fragments: Sequence[FragmentRef]) -> None:
+    """start < limit, contiguous, one kind of identifier, each path once: in one pass, since
+    every read checks a manifest of up to a few thousand fragments."""
+    if not fragments:
+        return
+    kind = type(fragments[0].seq_no)
+    previous = None
     for frag in fragments:
         if not frag.start < frag.limit:
             problem = f"fragment {frag.path} has start >= limit"
             raise CorruptLog("start < limit for every fragment", obj, problem)
-    _check_contiguous(obj, fragments, "fragments")
-    _check_uniform_ids(obj, fragments)
-    _check_unique(obj, (f.path for f in fragments), "fragment")
+        if previous is not None and previous.limit != frag.start:
+            raise CorruptLog(
+                "fragments are contiguous", obj,
+                f"fragments are not contiguous (a gap or overlap between limit {previous.limit} "
+                f"and next start {frag.start})",
+            )
+        if type(frag.seq_no) is not kind:
+            raise CorruptLog(
+                "fragment identifiers are all sequence numbers or all UUIDs",
+                obj,
+                "sequence-number and UUID fragments are mixed",
+            )
+        previous = frag
+    if len({f.path for f in fragments}) != len(fragments):
+        _check_unique(obj, (f.path for f in fragments), "fragment")
 
 
 @dataclass(frozen=True)
@@ -318,26 +324,22 @@ class Manifest:
 
     @classmethod
     def from_bytes(
-        cls, data: bytes, obj: str = MANIFEST_KEY, known: KnownRefs | None = None
+        cls, data: bytes, obj: str = MANIFEST_KEY, known: KnownRefs | None = None, *, check: bool = True
     ) -> Manifest:
-        """Parse a manifest; `known` reuses the fragment pointers its owner parsed before."""
+        """Parse a manifest and check it (`scrub`): a reader acts only on a manifest that
+        follows every rule, so a damaged one fails the read with CorruptLog naming `obj` instead
+        of reading a shorter or different log. `known` reuses the fragment pointers its owner
+        parsed before. `check=False` only parses, for `wal3 verify`, which reports every
+        broken rule rather than the first."""
         doc = loads(data, obj)
-        collected = doc.get("collected") if isinstance(doc, dict) else None
-        initial = doc.get("initial_offset") if isinstance(doc, dict) else None
-        txns = doc.get("txns", {}) if isinstance(doc, dict) else {}
-        if not isinstance(txns, dict):
+        if not isinstance(doc, dict):
+            raise CorruptLog("field type", obj, f"not a JSON object: {type(doc).__name__}")
+        collected = doc.get("collected")
+        initial = doc.get("initial_offset")
+        txns = doc.get("txns", {})
+        if not isinstance(txns, dict) or not all(isinstance(t, dict) for t in txns.values()):
             raise CorruptLog("field type", obj, f"'txns' has the wrong type: {txns!r}")
-        sealed = doc.get("sealed", False) if isinstance(doc, dict) else False
-        if not isinstance(sealed, bool):
-            raise CorruptLog("field type", obj, f"'sealed' has the wrong type: {sealed!r}")
-        schema = doc.get("schema") if isinstance(doc, dict) else None
-        if schema is not None and not isinstance(schema, str):
-            raise CorruptLog("field type", obj, f"'schema' has the wrong type: {schema!r}")
-        horizon = _optional_micros(doc, "orphan_horizon_us", obj)
-        rolled = _optional_micros(doc, "rolled_written_us", obj)
-        gone = _optional_micros(doc, "collected_written_us", obj)
-        item_hash = _parse_item_hash(doc, schema is None, obj)
-        return cls(
+        manifest = cls(
             setsum=parse_setsum(require_field(doc, "setsum", obj, str), obj, "setsum"),
             collected=parse_setsum(collected, obj, "collected") if collected is not None else Setsum(),
             acc_bytes=require_field(doc, "acc_bytes", obj, int),
@@ -350,17 +352,21 @@ class Manifest:
             ),
             initial_offset=parse_offset(initial, obj, "initial_offset") if initial is not None else None,
             initial_seq_no=doc.get("initial_seq_no"),
-            schema=schema,
-            sealed=sealed,
-            item_hash=item_hash,
-            txns={
-                app: Txn(require_field(t, "version", obj, int), require_field(t, "epoch_us", obj, int))
+            schema=doc.get("schema"),
+            sealed=doc.get("sealed", False),
+            item_hash=doc.get("item_hash"),
+            txns={  # their values are checked by `scrub`, as a writer's are
+                app: Txn(t["version"] if "version" in t else require_field(t, "version", obj, int),
+                         t["epoch_us"] if "epoch_us" in t else require_field(t, "epoch_us", obj, int))
                 for app, t in txns.items()
             },
-            orphan_horizon_us=horizon,
-            rolled_written_us=rolled,
-            collected_written_us=gone,
+            orphan_horizon_us=doc.get("orphan_horizon_us"),
+            rolled_written_us=doc.get("rolled_written_us"),
+            collected_written_us=doc.get("collected_written_us"),
         )
+        if check:
+            manifest.scrub(obj)
+        return manifest
 
     def to_bytes(self) -> bytes:
         """Compact JSON in Chroma's key order; pointers reuse their cached text, so a commit
@@ -439,15 +445,19 @@ class Manifest:
         return bool(self.fragments) and isinstance(self.fragments[0].seq_no, int)
 
     def scrub(self, obj: str = MANIFEST_KEY) -> None:
-        """Raise CorruptLog naming the first broken invariant (docs/format.md section 4)."""
-        calculated = _sum_parts(self.snapshots, self.fragments) + self.collected
-        if calculated != self.setsum:
-            raise CorruptLog(
-                "setsum == snapshots + fragments + collected",
-                obj,
-                f"its setsum does not equal snapshots + fragments + collected (recorded "
-                f"{self.setsum.hexdigest()}, computed {calculated.hexdigest()})",
-            )
+        """Raise CorruptLog naming the first broken rule (docs/format.md section 4). The one set of
+        rules for a manifest: every reader applies it to what it parsed (`from_bytes`), every
+        writer to what it is about to write, so nothing a reader would refuse is written.
+
+        The values (types and ranges, the schema decodes, a known item hash, txns), then the
+        structure: snapshots, then fragments, each with start < limit, contiguous, referenced
+        once, and the setsum balance, the one check that covers a pointer changed or dropped
+        anywhere (a record's setsum is in exactly one pointer)."""
+        self.check_values(obj)
+        self.check_structure(obj)
+
+    def check_structure(self, obj: str = MANIFEST_KEY) -> None:
+        """`scrub`'s structural rules: ranges, order, uniqueness and the setsum balance."""
         for snap in self.snapshots:
             if not snap.start < snap.limit:
                 problem = f"snapshot {snap.path_to_snapshot} has start >= limit"
@@ -468,6 +478,44 @@ class Manifest:
                 obj,
                 f"initial_offset {self.initial_offset} is not the oldest offset {self.oldest_offset}",
             )
+        calculated = _sum_parts(self.snapshots, self.fragments) + self.collected
+        if calculated != self.setsum:
+            raise CorruptLog(
+                "setsum == snapshots + fragments + collected",
+                obj,
+                f"its setsum does not equal snapshots + fragments + collected (recorded "
+                f"{self.setsum.hexdigest()}, computed {calculated.hexdigest()})",
+            )
+
+    def check_values(self, obj: str = MANIFEST_KEY) -> None:
+        """`scrub`'s rules for the manifest's own fields (pointers check theirs when parsed or
+        built): types and ranges, a schema that decodes, a known item hash."""
+        check_int(self.acc_bytes, obj, "acc_bytes")
+        if not isinstance(self.writer, str):
+            raise CorruptLog("field type", obj, f"'writer' has the wrong type: {self.writer!r}")
+        if not isinstance(self.setsum, Setsum) or not isinstance(self.collected, Setsum):
+            raise CorruptLog("field type", obj, "'setsum' or 'collected' is not a setsum")
+        if self.initial_offset is not None:
+            check_int(self.initial_offset, obj, "initial_offset")
+        if self.initial_seq_no is not None and type(self.initial_seq_no) not in (int, str):
+            raise CorruptLog("field type", obj, f"'initial_seq_no' has the wrong type: {self.initial_seq_no!r}")
+        if not isinstance(self.sealed, bool):
+            raise CorruptLog("field type", obj, f"'sealed' has the wrong type: {self.sealed!r}")
+        if self.schema is not None:
+            if not isinstance(self.schema, str):
+                raise CorruptLog("field type", obj, f"'schema' has the wrong type: {self.schema!r}")
+            decode_schema(self.schema)  # cached by its text: decoded once per process
+        _check_item_hash(self.item_hash, self.schema is None, obj)
+        if not isinstance(self.txns, Mapping):
+            raise CorruptLog("field type", obj, f"'txns' has the wrong type: {self.txns!r}")
+        for app_id, txn in self.txns.items():
+            if not isinstance(txn, Txn):
+                raise CorruptLog("field type", obj, f"txn {app_id!r} has the wrong type: {txn!r}")
+            txn.check(app_id, obj)
+        for name in ("orphan_horizon_us", "rolled_written_us", "collected_written_us"):
+            value = getattr(self, name)
+            if value is not None:
+                check_int(value, obj, name)
 
     # -- transitions --------------------------------------------------------------------
 
@@ -484,10 +532,10 @@ class Manifest:
         refs = []
         start = self.next_offset
         for frag in fragments:
-            refs.append(
-                FragmentRef(frag.path, frag.uuid, start, start + frag.records, frag.num_bytes, frag.setsum)
-            )
-            start += frag.records
+            ref = FragmentRef(frag.path, frag.uuid, start, start + frag.records, frag.num_bytes, frag.setsum)
+            ref.check(MANIFEST_KEY)  # what a reader will check of it
+            refs.append(ref)
+            start = ref.limit
         txns = dict(self.txns)
         if txn is not None:
             txns[txn[0]] = txn[1]

@@ -63,6 +63,13 @@ class Versioned(Generic[T]):
     data: bytes
 
 
+class StaleVersion(Exception):
+    """Raised by a decision (or a `landed` check) that found the version it was given already
+    replaced: e.g. the walk of a manifest's snapshot tree found a snapshot garbage collection
+    removed after that manifest was read. `CasObject.apply` reads again and decides again, as
+    after a lost race: it is never the caller's error."""
+
+
 class Outcome(enum.Enum):
     WRITTEN = "written"
     NOTHING_TO_DO = "nothing to do"
@@ -222,7 +229,7 @@ class CasObject(Generic[T]):
             if sent:  # an ambiguous write was sent: look for it in every version read since
                 try:
                     found = self._landed(current, landed, sent)
-                except TransientError as exc:  # e.g. a snapshot the check reads: read again
+                except (TransientError, StaleVersion) as exc:  # e.g. a snapshot the check reads: read again
                     failures += 1
                     if out_of_time():
                         return result(Outcome.UNKNOWN, exc)
@@ -266,6 +273,9 @@ class CasObject(Generic[T]):
                 conflicts += 1
                 log.debug("%s: %s changed under us (attempt %d)", self.store.url, self.key, attempts)
                 time.sleep(next(delays))
+            except StaleVersion as exc:  # the decision found the version it read replaced: read again
+                conflicts, failures = conflicts + 1, failures + 1
+                log.info("%s: %s changed under a decision (%s); reading it again", self.store.url, self.key, exc)
             except AmbiguousWrite as exc:
                 log.warning("%s: %s; checking whether it landed", self.store.url, exc)
                 sent.append(data)

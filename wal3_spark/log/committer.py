@@ -34,8 +34,10 @@ import pyarrow as pa
 from wal3_spark.clock import Clock, micros
 from wal3_spark.errors import (
     AmbiguousWrite,
+    CommitFailed,
     CommitOutcomeUnknown,
     CorruptLog,
+    DataLost,
     LogNotFound,
     ObjectNotFound,
     PartlyCommitted,
@@ -59,6 +61,7 @@ from wal3_spark.log.cas import (
     CasResult,
     InFlight,
     Outcome,
+    StaleVersion,
     Versioned,
 )
 from wal3_spark.log.invariants import (
@@ -66,7 +69,9 @@ from wal3_spark.log.invariants import (
     check_item_hash,
     check_not_collected,
     check_not_sealed,
+    check_new_fragments,
     check_orphan_horizon,
+    check_txn,
     may_be_collected,
     maybe_swept,
     pending_or_gone,
@@ -249,6 +254,9 @@ class Committer:
         """
         if (app_id is None) != (version is None):
             raise ValueError("app_id and version go together")
+        if app_id is not None:
+            check_txn(app_id, version)
+        check_new_fragments(fragments)
         if in_flight is not None and since is None:
             raise ValueError("in_flight needs since (where the write in flight placed the fragments)")
         paths = [f.path for f in fragments]
@@ -265,7 +273,10 @@ class Committer:
                     raise LogNotFound(self.url)
                 current = Manifest.empty(self.writer, schema)
             check_not_sealed(current, self.url)
-            already, rolled_written_us = _committed_at(self.store, current, fragments, since)
+            try:
+                already, rolled_written_us = _committed_at(self.store, current, fragments, since)
+            except DataLost as exc:  # GC removed a snapshot this (stale) manifest points to
+                raise StaleVersion(exc) from exc
             if already is not None:
                 placed["already"] = already
                 return None
@@ -292,7 +303,12 @@ class Committer:
             if not paths:  # nothing to find: an idempotent empty commit recorded its version
                 txn = current.txns.get(app_id) if app_id is not None else None
                 return txn is not None and txn.version >= version
-            start = _locate(self.store, current, set(paths), placed["since"])
+            try:
+                start = _locate(self.store, current, set(paths), placed["since"])
+            except DataLost as exc:
+                if current.oldest_offset > placed["since"]:
+                    return None  # garbage collection moved past where they would be: cannot tell
+                raise StaleVersion(exc) from exc
             if start is not None:
                 placed["start"] = start
                 return True
@@ -300,7 +316,15 @@ class Committer:
                 return None  # garbage collection moved past where they would be: cannot tell
             return False
 
-        result = self._manifest.apply(decide, landed=landed, prepare=self._roll_snapshots, in_flight=in_flight)
+        try:
+            result = self._manifest.apply(decide, landed=landed, prepare=self._roll_snapshots,
+                                          in_flight=in_flight)
+        except (TransientError, DataLost) as exc:
+            # raised, not an UNKNOWN outcome: no manifest write of this commit may land
+            raise CommitFailed(
+                f"the append to {self.url} was not committed: {exc}. Nothing was written; "
+                "retrying the append is safe"
+            ) from exc
         if result.outcome is Outcome.UNKNOWN:
             raise CommitOutcomeUnknown(_unknown_message(self.url, paths, app_id, version)) from result.cause
         assert result.current is not None

@@ -20,17 +20,55 @@ from wal3_spark.errors import (
     AlreadyCollected,
     AppendsUnsupported,
     CommitFailed,
+    CorruptLog,
+    InvalidOption,
     LogSealed,
     PastOrphanHorizon,
     SchemaMismatch,
 )
 from wal3_spark.format.garbage import load_garbage
-from wal3_spark.format.layout import GARBAGE_KEY, MANIFEST_KEY
+from wal3_spark.format.layout import FIRST_OFFSET, GARBAGE_KEY, MANIFEST_KEY, FragmentRef, is_u64
 from wal3_spark.format.manifest import Manifest, NewFragment
 from wal3_spark.format.schema import reconcile
 from wal3_spark.format.setsum import Setsum
 from wal3_spark.format.uuid7 import uuid7_timestamp_us
 from wal3_spark.storage.base import ObjectStore
+
+
+def check_txn(app_id: object, version: object) -> None:
+    """An idempotent writer's id is a non-empty string and its version an integer within
+    [0, 2**64) (`InvalidOption`, before anything is written): the rule readers apply to the
+    manifest's `txns` (`Txn.check`), so a commit cannot write a version every later read and
+    write of the log would refuse ("7", 1.5, True, nan, -1, 10**40)."""
+    if not isinstance(app_id, str) or not app_id:
+        raise InvalidOption(f"app_id={app_id!r}: give the writer id as a non-empty string")
+    if not is_u64(version):
+        raise InvalidOption(f"version={version!r}: give an integer within [0, 2**64), as "
+                            "readers take it (a Spark batch id is one), not a string, float or bool")
+
+
+def check_new_fragments(fragments: Sequence[NewFragment]) -> None:
+    """Each fragment to commit holds at least one record, has a size and a setsum, and a path
+    its UUID names (`InvalidOption`, before anything is written): what readers check of every
+    pointer (`FragmentRef.check`). `write_fragments` makes such fragments; a caller building
+    its own could otherwise write a manifest no reader accepts."""
+    for frag in fragments:
+        records, num_bytes = getattr(frag, "records", None), getattr(frag, "num_bytes", None)
+        problem = (
+            f"records={records!r}: give an integer >= 1" if not (is_u64(records) and records >= 1)
+            else f"num_bytes={num_bytes!r}: give an integer within [0, 2**64)" if not is_u64(num_bytes)
+            else f"setsum={frag.setsum!r}: give a Setsum" if not isinstance(frag.setsum, Setsum)
+            else None
+        )
+        if problem is None:
+            try:
+                FragmentRef(frag.path, frag.uuid, FIRST_OFFSET, FIRST_OFFSET + records, num_bytes,
+                            frag.setsum).check(MANIFEST_KEY)
+            except CorruptLog as exc:
+                problem = exc.problem
+        if problem is not None:
+            raise InvalidOption(f"fragment {getattr(frag, 'path', frag)!r}: {problem}; nothing was "
+                                "committed (write fragments with write_fragments)")
 
 
 def check_not_sealed(manifest: Manifest, url: str) -> None:

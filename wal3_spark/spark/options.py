@@ -278,11 +278,16 @@ def parse_writer_version(text: str) -> int:
     return value
 
 
+#: an integer option: plain ASCII digits (Python's int() also takes "1_0", "+8" and other
+#: scripts' digits such as "٣٣", which no other reader of the option would)
+_DIGITS = re.compile(r"[0-9]+")
+
+
 def _integer_at_least(text: str, low: int, expected: str) -> int:
-    try:
-        value = int(text.strip())
-    except ValueError:
-        raise ValueError(expected) from None
+    digits = text.strip()
+    if not _DIGITS.fullmatch(digits):
+        raise ValueError(expected)
+    value = int(digits)
     if value < low:
         raise ValueError(expected)
     return value

@@ -183,6 +183,7 @@ class Wal3StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             tail = min(tail, self.available_now_limit)
         oldest = manifest.oldest_offset
         if begin < oldest:
+            reader.confirm_oldest(manifest)
             if self.options.fail_on_data_loss:
                 raise DataLost(self.options.url, begin, oldest)
             log.warning("%s: offsets [%d, %d) were garbage-collected; skipping to %d",
