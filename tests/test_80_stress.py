@@ -9,6 +9,7 @@ thing, on the local filesystem and on SeaweedFS, with every kind of fault: 0 los
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from dataclasses import replace
@@ -16,9 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from wal3_spark.errors import PastOrphanHorizon
+from wal3_spark.errors import CorruptLog, PastOrphanHorizon
 from wal3_spark.format.layout import MANIFEST_KEY
 from wal3_spark.format.manifest import Manifest
+from wal3_spark.format.setsum import Setsum
 from wal3_spark.log.committer import Committer
 from wal3_spark.log.fragment_io import write_fragments
 from wal3_spark.log.reader import LogReader
@@ -28,6 +30,7 @@ from wal3_spark.storage.common import file_url
 from wal3_spark.stress import supervisor
 from wal3_spark.stress.collector import StressCollector
 from wal3_spark.stress.config import FaultRates, StressConfig
+from wal3_spark.stress.damage import Damage, ManifestDamage, judge
 from wal3_spark.stress.journal import (
     ACK,
     EXIT,
@@ -50,7 +53,7 @@ from wal3_spark.stress.streams import (
     decode,
     encode,
 )
-from wal3_spark.stress.summary import LATE_LANDED, ORPHAN_RACE, STORE_FAULTS
+from wal3_spark.stress.summary import DAMAGE_MANIFEST, DAMAGE_REFUSED, LATE_LANDED, ORPHAN_RACE, STORE_FAULTS
 from wal3_spark.stress.supervisor import (
     READER_STALL_S,
     FragmentAudit,
@@ -468,16 +471,17 @@ BOUNDED = StressConfig(
     read_chunk=2000,
     faults=FaultRates(drop=0.03, delay=0.08, max_delay_s=0.1, error_5xx=0.03, timeout_after_write=0.03,
                       precondition_storm=0.03, storm_every_s=3.0, storm_length_s=1.0, storm_rate=0.7,
-                      late_landing=0.03, orphan_race=0.6),
+                      late_landing=0.03, orphan_race=0.6, damage_manifest=0.2),
 )
 KILLS = ("kill writer", "kill reader", "kill collector")
+DAMAGE = (DAMAGE_MANIFEST, DAMAGE_REFUSED)
 
 
 def _assert_clean_run(summary, required: tuple[str, ...]) -> None:
     assert sorted(summary.required) == sorted(required)
     table = summary.table()
     assert summary.final, table
-    assert summary.violations() == dict.fromkeys(VIOLATIONS, 0), table
+    assert summary.violations() == {**dict.fromkeys(VIOLATIONS, 0), "shortened by a damaged manifest": 0}, table
     assert summary.verified() >= summary.records_acknowledged > 0, table
     assert not summary.verify_problems, table
     assert not summary.crashes.get("writer") and not summary.crashes.get("reader"), table
@@ -490,7 +494,7 @@ def _assert_clean_run(summary, required: tuple[str, ...]) -> None:
 def test_20_bounded_stress_run_on_the_local_filesystem(tmp_path: Path) -> None:
     config = replace(BOUNDED, url=file_url(str(tmp_path / "log")))
     summary = run_stress(config, tmp_path / "run", out=open(tmp_path / "out.txt", "w"))
-    _assert_clean_run(summary, STORE_FAULTS + (LATE_LANDED, ORPHAN_RACE) + KILLS + ("gc apply",))
+    _assert_clean_run(summary, STORE_FAULTS + (LATE_LANDED, ORPHAN_RACE) + KILLS + DAMAGE + ("gc apply",))
 
 
 @pytest.mark.slow
@@ -499,8 +503,44 @@ def test_21_bounded_stress_run_on_seaweedfs_with_a_server_restart(tmp_path: Path
     config = replace(BOUNDED, seaweed_restart_every_s=60.0)  # one restart, at mid-run
     summary = run_stress(config, tmp_path / "run", s3=True, out=open(tmp_path / "out.txt", "w"))
     assert summary.url.startswith("s3://")
-    _assert_clean_run(summary, STORE_FAULTS + (LATE_LANDED, ORPHAN_RACE) + KILLS + ("seaweed_restart", "gc apply"))
+    _assert_clean_run(summary, STORE_FAULTS + (LATE_LANDED, ORPHAN_RACE) + KILLS + DAMAGE
+                      + ("seaweed_restart", "gc apply"))
 
+
+
+def test_16_a_damaged_manifest_is_judged_by_what_the_read_delivered() -> None:
+    """The fault "damage a manifest digit": the store damages one digit per manifest GET; a
+    read that planned on a damaged manifest is refused, or harmless, or (acting on it) a
+    violation. A damage crafted to pass every check (the last fragment dropped, the setsum
+    rebalanced) is how a shortened read would look: `judge` must call it one."""
+    store = open_store("memory://stress-damage")
+    writer = LogWriter(store)
+    for i in range(3):
+        writer.append([f"r{3 * i + j}".encode() for j in range(3)])
+    damaged = ManifestDamage(store, probability=1.0, seed=3)
+    original = store.get(MANIFEST_KEY).data
+    assert damaged.get(MANIFEST_KEY).data != original and len(damaged.take()) == 1
+    doc = json.loads(original)
+    last = doc["fragments"].pop()
+    doc["setsum"] = (Setsum.from_hexdigest(doc["setsum"]) - Setsum.from_hexdigest(last["setsum"])).hexdigest()
+    doc["acc_bytes"] -= last["num_bytes"]
+    smart = Damage(original, json.dumps(doc).encode())
+    assert judge(smart, start=1, end=7, wanted=100, cut_short=False) == "damage_shortened"
+    assert judge(smart, start=1, end=7, wanted=6, cut_short=False) == "damage_harmless"  # read all it wanted
+    assert judge(smart, start=1, end=4, wanted=100, cut_short=True) == "damage_harmless"  # its deadline
+    writer_only = json.loads(original)
+    writer_only["writer"] = "someone else"
+    assert judge(Damage(original, json.dumps(writer_only).encode()), 1, 1, 100, False) == "damage_harmless"
+    for _ in range(50):  # each damage it serves is refused, or reads the whole log unchanged
+        served = damaged.get(MANIFEST_KEY).data
+        store.put_if_match(MANIFEST_KEY, served, store.get(MANIFEST_KEY).etag)
+        try:
+            rows = LogReader(store).read_table().num_rows
+        except CorruptLog:
+            continue
+        finally:
+            store.put_if_match(MANIFEST_KEY, original, store.get(MANIFEST_KEY).etag)
+        assert judge(Damage(original, served), 1, 1 + rows, 100, False) == "damage_harmless"
 
 
 def test_15_run_files_are_replaced_atomically_by_threads_writing_at_once(tmp_path: Path) -> None:

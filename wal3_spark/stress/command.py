@@ -30,9 +30,9 @@ from wal3_spark.stress.config import FaultRates, StressConfig
 
 EXIT_USAGE = 2
 #: the FaultRates fields that are probabilities (scaled by --fault-scale); `orphan_race` is per
-#: collector run, the others per request
+#: collector run, `damage_manifest` per manifest GET of a reader, the others per request
 PROBABILITIES = ("drop", "delay", "error_5xx", "timeout_after_write", "precondition_storm", "late_landing",
-                 "orphan_race")
+                 "orphan_race", "damage_manifest")
 #: the faults a single request may suffer: their probabilities must not add up to more than 1
 PER_REQUEST = ("drop", "error_5xx", "timeout_after_write", "precondition_storm", "late_landing")
 #: the most processes of one kind a run starts (a bound, so a typo is refused, not attempted)

@@ -22,6 +22,7 @@ class FaultRates:
     `orphan_race`: the probability that a collector's run sweeps orphans with its clock ahead by
     more than the orphan grace, so that the fragments of appends still committing look like
     orphans left long ago: the race of design.md section 14 (GC's horizon against the commit).
+    `damage_manifest`: see the field.
     """
 
     drop: float = 0.01
@@ -35,6 +36,9 @@ class FaultRates:
     storm_rate: float = 0.7
     late_landing: float = 0.01
     orphan_race: float = 0.1
+    #: readers only: the probability that a GET of the manifest returns it with one digit
+    #: changed (`wal3_spark.stress.damage`), which every read must refuse or read unchanged
+    damage_manifest: float = 0.02
 
     def injects(self, kind: str) -> bool:
         """Whether these rates inject `kind` at all (`storm`, the store faults, `orphan_race`)."""

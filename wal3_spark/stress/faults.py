@@ -4,8 +4,8 @@
 `Storms` turns the spurious 412s into storms now and then; `LateLandingStore` (outermost) makes some
 conditional writes time out and land later, still conditioned on what they were sent with, either
 right after the writer's next read of the key (the late landing that can place a commit twice) or
-after a few more requests. Counts are per process; the supervisor adds up every process's stats
-file.
+after a few more requests. Readers' stores also damage a manifest now and then (`ManifestDamage`).
+Counts are per process; the supervisor adds up every process's stats file.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from collections.abc import Callable
 from wal3_spark.storage import ObjectStore, open_store
 from wal3_spark.testing import FaultyStore, LateLandingStore
 from wal3_spark.stress.config import StressConfig
+from wal3_spark.stress.damage import ManifestDamage
 
 #: a late write chosen to land "random"ly lands within this many more requests
 LATE_AFTER_REQUESTS = 8
@@ -50,9 +51,11 @@ class Storms:
 
 
 def fault_store(
-    config: StressConfig, name: str, stop: threading.Event
+    config: StressConfig, name: str, stop: threading.Event, *, damage_manifests: bool = False
 ) -> tuple[ObjectStore, Callable[[], dict[str, int]]]:
-    """The log's store for process `name`, with faults; and a function counting them by kind."""
+    """The log's store for process `name`, with faults; and a function counting them by kind.
+    `damage_manifests` (readers): some manifest GETs return a damaged manifest
+    (`wal3_spark.stress.damage`)."""
     rates = config.faults
     rng = random.Random(f"{config.seed}/{name}/faults")
     faulty = FaultyStore(
@@ -76,9 +79,13 @@ def fault_store(
         seed=rng.randrange(2**32),
     )
 
+    damage = ManifestDamage(late, rates.damage_manifest if damage_manifests else 0.0,
+                            seed=rng.randrange(2**32))
+
     def counts() -> dict[str, int]:
         held = late.counts
+        damaged = {"damage_manifest": damage.count} if damage_manifests else {}
         return {**faulty.counts, "storm": storms.count, "late_landing": held["held"],
-                "late_landed": held["landed"]}
+                "late_landed": held["landed"], **damaged}
 
-    return late, counts
+    return (damage if damage_manifests else late), counts

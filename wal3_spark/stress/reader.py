@@ -23,10 +23,12 @@ from collections import Counter
 from typing import Any
 
 from wal3_spark.errors import CorruptLog, Wal3Error
+from wal3_spark.format.layout import MANIFEST_KEY
 from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.fragment_io import read_range
 from wal3_spark.log.reader import LogReader
 from wal3_spark.storage import ObjectStore
+from wal3_spark.stress.damage import Damage, ManifestDamage, judge
 from wal3_spark.stress.journal import read_new
 from wal3_spark.stress.ledger import Ledger
 from wal3_spark.stress.rundir import RunDir, read_json, write_json
@@ -52,6 +54,10 @@ class StressReader:
         self.reader = LogReader(store)
         self.cursors = CursorStore(store, writer=f"wal3 stress {slot}")
         self.errors: Counter[str] = Counter()
+        #: what became of the damaged manifests this reader's store served (`stress.damage`)
+        self.damage: Counter[str] = Counter()
+        #: the damaged manifest the current cycle planned on, if it was
+        self._planned_on: Damage | None = None
         self.failures: Counter[str] = Counter()  # fragment path -> consecutive read failures
         saved = read_json(run.reader_state(slot))
         self.ledger = Ledger.from_json(saved["ledger"]) if saved else Ledger(seed)
@@ -67,6 +73,12 @@ class StressReader:
                 self.errors[type(exc).__name__] += 1
                 log.warning("%s: read failed: %s", self.slot, exc)
                 progressed = False
+                damaged = self._damaged_store()
+                if isinstance(exc, CorruptLog) and damaged is not None:
+                    if damaged.take() or self._planned_on is not None:
+                        self.damage["damage_refused"] += 1
+                    else:  # corruption nobody injected: the log itself is damaged
+                        self.errors[f"CorruptLog without damage: {exc}"[:200]] += 1
             self.catch_up_journals()
             self.ledger.settle()
             if final is not None and self.ledger.position >= final["tail"] and not progressed:
@@ -80,18 +92,42 @@ class StressReader:
         return dict(self.errors)
 
     def faults(self) -> dict[str, int]:
-        """Readers inject no faults of their own (only their store's)."""
-        return {}
+        """What became of the damaged manifests (the damage itself is the store's count)."""
+        return dict(self.damage)
+
+    def _damaged_store(self) -> ManifestDamage | None:
+        return self.store if isinstance(self.store, ManifestDamage) else None
 
     def read_some(self) -> bool:
         """Read the next chunk into the ledger; False when there was nothing new."""
         deadline = time.monotonic() + self.cycle_s
+        damaged = self._damaged_store()
+        self._planned_on = None
+        if damaged is not None:
+            damaged.take()  # served to an earlier cycle, which judged it
         manifest = self.reader.manifest()
-        if self.ledger.position < manifest.oldest_offset:
+        if damaged is not None:
+            self._planned_on = next(reversed(damaged.take()), None)
+        start = self.ledger.position
+        if manifest.next_offset < start:
+            raise CorruptLog("a log's tail never moves back", MANIFEST_KEY,
+                             f"its tail {manifest.next_offset} is behind offset {start}, which "
+                             "this reader has read")
+        if start < manifest.oldest_offset:
+            self.reader.confirm_oldest(manifest)
             self.ledger.skip(manifest.oldest_offset, "garbage-collected before this reader read them")
         limit = min(manifest.next_offset, self.ledger.position + self.read_chunk)
-        if self.ledger.position >= limit:
-            return False
+        cut_short = self.ledger.position < limit and self._read_parts(manifest, limit, deadline)
+        if self._planned_on is not None:
+            outcome = judge(self._planned_on, start, self.ledger.position, self.read_chunk, cut_short)
+            self.damage[outcome] += 1
+            if outcome == "damage_shortened":
+                log.error("%s: a damaged manifest went unnoticed and shortened a read of [%d, ...) "
+                          "to [%d, %d)", self.slot, start, start, self.ledger.position)
+        return self.ledger.position > start
+
+    def _read_parts(self, manifest, limit: int, deadline: float) -> bool:
+        """Read [position, limit) into the ledger; True when the deadline cut it short."""
         for part in self.reader.plan(self.ledger.position, limit, manifest=manifest):
             try:
                 batch = read_range(self.store, part, manifest.arrow_schema())
@@ -108,8 +144,8 @@ class StressReader:
             for offset, body in zip(offsets, batch.column("body").to_pylist()):
                 self.ledger.observe(offset, body)
             if time.monotonic() >= deadline:
-                break  # persist this much before a kill -9 can take it away
-        return True
+                return True  # persist this much before a kill -9 can take it away
+        return False
 
     def catch_up_journals(self) -> None:
         for writer, path in self.rundir.journals():

@@ -38,6 +38,12 @@ ORPHAN_RACE_REFUSED = "orphan_race_refused"
 #: counts writes held back, and one that never lands (its process killed, or its condition
 #: lost first) never tests what the count is for, a duplicate from a late landing
 LATE_LANDED = "late_landed"
+#: manifests damaged on their way to a reader (`wal3_spark.stress.damage`), and what became of
+#: them: refused (CorruptLog, what a run requires), harmless (nothing a read acts on changed, or
+#: the read was the undamaged one's), shortened (a read that acted on the damage: a violation)
+DAMAGE_MANIFEST = "damage_manifest"
+DAMAGE_REFUSED = "damage_refused"
+DAMAGE_SHORTENED = "damage_shortened"
 
 
 class AppendTally:
@@ -106,7 +112,9 @@ class Summary:
     required: list[str] = field(default_factory=list)
 
     def violations(self) -> dict[str, int]:
-        return {k: max((r["counts"][k] for r in self.readers.values()), default=0) for k in VIOLATIONS}
+        """By kind, the most any reader saw; and the reads a damaged manifest shortened."""
+        seen = {k: max((r["counts"][k] for r in self.readers.values()), default=0) for k in VIOLATIONS}
+        return {**seen, "shortened by a damaged manifest": self.faults.get(DAMAGE_SHORTENED, 0)}
 
     def verified(self) -> int:
         return min((r["counts"]["verified"] for r in self.readers.values()), default=0)

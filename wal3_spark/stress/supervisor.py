@@ -45,6 +45,8 @@ from wal3_spark.stress.reader import cursor_name
 from wal3_spark.stress.rundir import RunDir, read_json, write_json
 from wal3_spark.stress.seaweed import SeaweedProcess
 from wal3_spark.stress.summary import (
+    DAMAGE_MANIFEST,
+    DAMAGE_REFUSED,
     LATE_LANDED,
     ORPHAN_RACE,
     STORE_FAULTS,
@@ -213,6 +215,8 @@ class Supervisor:
             kinds.append("seaweed_restart")
         if c.collectors and c.faults.injects("orphan_race"):
             kinds.append(ORPHAN_RACE)
+        if c.readers and c.faults.injects("damage_manifest"):
+            kinds += [DAMAGE_MANIFEST, DAMAGE_REFUSED]
         if c.collectors:
             kinds.append("gc apply")
         return kinds

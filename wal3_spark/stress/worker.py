@@ -55,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor stops us on Ctrl-C
-    store, fault_counts = fault_store(config, args.name, stop)
+    store, fault_counts = fault_store(config, args.name, stop, damage_manifests=args.role == "reader")
 
     def write_stats() -> None:
         stats: dict[str, Any] = {"name": args.name, "role": args.role,
