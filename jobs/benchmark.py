@@ -49,6 +49,8 @@ import _common  # noqa: E402
 
 sys.path.insert(0, str(_common.ROOT))  # jobs.transport_floor, as Spark's workers import it
 
+from wal3_spark.cli.arguments import count_arg, partitions_arg, positive_arg  # noqa: E402 (after the path set-up)
+
 
 def cpu_seconds(root: int) -> float:
     """CPU time of process `root` and all its descendants, living or reaped (Linux /proc)."""
@@ -99,14 +101,14 @@ def micro_batches(query) -> int:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--rows", type=int, default=3_000_000)
-    p.add_argument("--partitions", type=int, default=4)
-    p.add_argument("--repeat", type=int, default=3, help="alternating runs per measurement (median)")
+    p.add_argument("--rows", type=positive_arg, default=3_000_000)
+    p.add_argument("--partitions", type=partitions_arg, default=4)
+    p.add_argument("--repeat", type=positive_arg, default=3, help="alternating runs per measurement (median)")
     p.add_argument("--dir", help="work directory (default: a temp dir, removed afterwards)")
     p.add_argument("--fragment-bytes", default="64m")
     p.add_argument("--only", nargs="+", choices=GROUPS, default=GROUPS,
                    help="which groups of rows to measure (the logs are written in any case)")
-    p.add_argument("--case-limit", type=int,
+    p.add_argument("--case-limit", type=count_arg,
                    help="native scan: fragments up to which per-file values are a CASE rather than "
                         "a broadcast join (wal3_spark.spark.scan.CASE_LIMIT; to compare the two)")
     p.add_argument("--core", action="store_true",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from wal3_spark.cli.arguments import offset_arg, url_arg
-from wal3_spark.cli.commands import EXIT_OK, AddCommand, open_log_store
+from wal3_spark.cli.commands import EXIT_OK, AddCommand, Command, open_log_store
 from wal3_spark.cli.output import Output
 from wal3_spark.errors import CursorError, Wal3Error
 from wal3_spark.log.cursors import CursorState, CursorStore
@@ -13,37 +13,62 @@ from wal3_spark.log.lag import cursor_lags
 from wal3_spark.log.reader import LogReader
 
 
+def list_cursors(args: argparse.Namespace, output: Output) -> int:
+    cursors = _cursors(args)
+    states, broken = cursors.scan()
+    manifest = LogReader(cursors.store).manifest()
+    lags = cursor_lags(cursors.store, manifest, states)
+    output.cursors({
+        "url": cursors.url,
+        "oldest_offset": manifest.oldest_offset,
+        "next_offset": manifest.next_offset,
+        "cursors": [lag.to_dict() for lag in lags],
+        "broken_cursors": {b.name: f"broken: {b.problem} (fix: {b.fix(args.url)})"
+                           for b in sorted(broken, key=lambda b: b.name)},
+    }, lags)
+    return EXIT_OK
+
+
+def get_cursor(args: argparse.Namespace, output: Output) -> int:
+    cursors = _cursors(args)
+    state = cursors.get(_name(args))
+    if state is None:
+        raise CursorError(f"no cursor named {args.name!r}")
+    output.cursor(_report(cursors, state), moved=False)
+    return EXIT_OK
+
+
+def set_cursor(args: argparse.Namespace, output: Output) -> int:
+    cursors, name = _cursors(args), _name(args)
+    if args.offset is None:
+        raise Wal3Error("`wal3 cursor set URL NAME OFFSET` needs an OFFSET")
+    state = cursors.move(name, args.offset, allow_backwards=args.force)
+    output.cursor(_report(cursors, state), moved=True)
+    return EXIT_OK
+
+
+def delete_cursor(args: argparse.Namespace, output: Output) -> int:
+    cursors, name = _cursors(args), _name(args)
+    cursors.delete(name)
+    output.cursor_deleted({"url": cursors.url, "name": name, "deleted": True})
+    return EXIT_OK
+
+
+ACTIONS: dict[str, Command] = {"list": list_cursors, "get": get_cursor, "set": set_cursor, "delete": delete_cursor}
+
+
 def cursor(args: argparse.Namespace, output: Output) -> int:
-    cursors = CursorStore(open_log_store(args.url, args), writer="wal3 cli")
-    if args.action == "list":
-        states, broken = cursors.scan()
-        manifest = LogReader(cursors.store).manifest()
-        lags = cursor_lags(cursors.store, manifest, states)
-        output.cursors({
-            "url": cursors.url,
-            "oldest_offset": manifest.oldest_offset,
-            "next_offset": manifest.next_offset,
-            "cursors": [lag.to_dict() for lag in lags],
-            "broken_cursors": {b.name: f"broken: {b.problem} (fix: {b.fix(args.url)})"
-                               for b in sorted(broken, key=lambda b: b.name)},
-        }, lags)
-        return EXIT_OK
+    return ACTIONS[args.action](args, output)
+
+
+def _cursors(args: argparse.Namespace) -> CursorStore:
+    return CursorStore(open_log_store(args.url, args), writer="wal3 cli")
+
+
+def _name(args: argparse.Namespace) -> str:
     if not args.name:
         raise Wal3Error(f"`wal3 cursor {args.action}` needs a cursor NAME")
-    if args.action == "get":
-        state = cursors.get(args.name)
-        if state is None:
-            raise CursorError(f"no cursor named {args.name!r}")
-        output.cursor(_report(cursors, state), moved=False)
-    elif args.action == "set":
-        if args.offset is None:
-            raise Wal3Error("`wal3 cursor set URL NAME OFFSET` needs an OFFSET")
-        state = cursors.move(args.name, args.offset, allow_backwards=args.force)
-        output.cursor(_report(cursors, state), moved=True)
-    elif args.action == "delete":
-        cursors.delete(args.name)
-        output.cursor_deleted({"url": cursors.url, "name": args.name, "deleted": True})
-    return EXIT_OK
+    return args.name
 
 
 def _report(cursors: CursorStore, state: CursorState) -> dict[str, object]:
@@ -54,7 +79,7 @@ def _report(cursors: CursorStore, state: CursorState) -> dict[str, object]:
 def register(add: AddCommand) -> None:
     p = add("cursor", cursor, "list cursors with their lag, get, set or delete one",
             json=("cursor list", "cursor get", "cursor set", "cursor delete"))
-    p.add_argument("action", choices=["list", "get", "set", "delete"])
+    p.add_argument("action", choices=list(ACTIONS))
     p.add_argument("url", type=url_arg)
     p.add_argument("name", nargs="?")
     p.add_argument("offset", nargs="?", type=offset_arg)

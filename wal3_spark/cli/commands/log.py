@@ -22,12 +22,13 @@ from wal3_spark.storage.base import ObjectStore
 
 def init(args: argparse.Namespace, output: Output) -> int:
     schema = args.schema
-    committer = Committer(open_log_store(args.url, args), writer="wal3 cli")
+    store = open_log_store(args.url, args)
+    committer = Committer(store, writer="wal3 cli")
     existed = committer.load() is not None
     manifest, _ = committer.create(schema)
     if existed and schema is not None and manifest.arrow_schema() != schema:
-        raise Wal3Error(f"{args.url} already exists with another schema: {manifest.arrow_schema()}")
-    output.initialised({"url": args.url, "created": not existed, "raw": manifest.is_raw,
+        raise Wal3Error(f"{store.url} already exists with another schema: {manifest.arrow_schema()}")
+    output.initialised({"url": store.url, "created": not existed, "raw": manifest.is_raw,
                         "schema": schema_lines(manifest), "next_offset": manifest.next_offset})
     return EXIT_OK
 
@@ -116,8 +117,9 @@ def cat(args: argparse.Namespace, output: Output) -> int:
 
 
 def seal(args: argparse.Namespace, output: Output) -> int:
-    manifest = Committer(open_log_store(args.url, args), writer="wal3 seal").seal()
-    output.sealed({"url": args.url, "sealed": manifest.sealed, "next_offset": manifest.next_offset})
+    store = open_log_store(args.url, args)
+    manifest = Committer(store, writer="wal3 seal").seal()
+    output.sealed({"url": store.url, "sealed": manifest.sealed, "next_offset": manifest.next_offset})
     return EXIT_OK
 
 
