@@ -32,6 +32,7 @@ from botocore.exceptions import (
 
 from tests.support.seaweed import SeaweedServer
 from tests.support.unprivileged import shared_tmp_dir, unprivileged
+from wal3_spark.clock import ManualClock
 from wal3_spark.errors import (
     AmbiguousWrite,
     InvalidOption,
@@ -764,7 +765,7 @@ def test_37_backoff_delays_are_bounded_and_jittered() -> None:
 
 
 def test_38_retry_retries_only_what_it_is_told_to() -> None:
-    calls, slept = [], []
+    calls, clock = [], ManualClock()
 
     def flaky() -> str:
         calls.append(1)
@@ -772,13 +773,13 @@ def test_38_retry_retries_only_what_it_is_told_to() -> None:
             raise TransientError("flaky")
         return "done"
 
-    assert retry(flaky, attempts=5, sleep=slept.append) == "done"
-    assert len(calls) == 3 and len(slept) == 2
+    assert retry(flaky, attempts=5, clock=clock) == "done"
+    assert len(calls) == 3 and len(clock.sleeps) == 2
     calls.clear()
     with pytest.raises(TransientError):
-        retry(lambda: flaky() and flaky() and flaky(), attempts=2, sleep=slept.append)
+        retry(lambda: flaky() and flaky() and flaky(), attempts=2, clock=clock)
     with pytest.raises(PreconditionFailed):
-        retry(lambda: (_ for _ in ()).throw(PreconditionFailed("k")), sleep=slept.append)
+        retry(lambda: (_ for _ in ()).throw(PreconditionFailed("k")), clock=clock)
 
 
 # --------------------------------------------------------------------------------- faults

@@ -13,6 +13,7 @@ import threading
 
 import pytest
 
+from wal3_spark.clock import ManualClock
 from wal3_spark.errors import AmbiguousWrite, InvalidOption, PreconditionFailed
 from wal3_spark.log.writer import LogWriter
 from wal3_spark.storage import open_store
@@ -20,14 +21,6 @@ from wal3_spark.storage.forwarding import ForwardingStore
 from wal3_spark.storage.hedged import HedgedStore, HedgePolicy
 
 _names = itertools.count()
-
-
-class Clock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self):
-        return self.now
 
 
 class Scripted(ForwardingStore):
@@ -114,7 +107,7 @@ def test_00_a_slow_read_is_hedged_and_the_first_answer_wins(memory):
     memory.put_if_absent("slow/a", b"payload")
     inner = Scripted(memory)
     [first_gate] = inner.block("slow/a")
-    store = hedged(inner, Clock())
+    store = hedged(inner, ManualClock())
     assert store.threshold("get") == 0.001
     assert store.get("slow/a").data == b"payload"  # the hedge answered; the first copy waits
     assert inner.calls["slow/a"] == 2
@@ -124,12 +117,12 @@ def test_00_a_slow_read_is_hedged_and_the_first_answer_wins(memory):
 
 def test_01_hedges_never_exceed_one_per_budget_interval(memory):
     """Bursts of slow reads while the clock moves: hedges <= 1 + hedges_per_s x elapsed."""
-    clock = Clock()
+    clock = ManualClock()
     inner = Scripted(memory)
     store = hedged(inner, clock, hedges_per_s=10.0)  # one hedge per 0.1 s
     gates, threads = [], []
     for burst_at, burst in [(0.0, 8), (0.05, 4), (0.1, 4), (0.15, 4), (0.35, 6)]:
-        clock.now = burst_at
+        clock.advance(burst_at - clock.monotonic())
         for _ in range(burst):
             key = f"slow/{len(threads)}"
             memory.put_if_absent(key, b"x")
@@ -149,7 +142,7 @@ def test_02_no_hedge_while_max_outstanding_requests_are_in_flight(memory):
     memory.put_if_absent("slow/a", b"x")
     inner = Scripted(memory)
     [gate] = inner.block("slow/a")
-    store = hedged(inner, Clock(), max_outstanding=1)
+    store = hedged(inner, ManualClock(), max_outstanding=1)
     thread, result = in_thread(store.get, "slow/a")
     assert store.wait_for(lambda s: s.over_outstanding == 1, timeout=60)
     assert store.stats.hedged == 0 and inner.calls["slow/a"] == 1
@@ -171,7 +164,7 @@ def test_03_conditional_writes_lists_deletes_and_other_creates_are_never_hedged(
     }
     gates = [inner.block(key)[0] for key in calls]
     [read_gate] = inner.block("slow/read")
-    store = hedged(inner, Clock(), hedges_per_s=1e9)
+    store = hedged(inner, ManualClock(), hedges_per_s=1e9)
     threads = []
     for key, call in calls.items():
         threads.append(in_thread(call, store)[0])
@@ -189,7 +182,7 @@ def test_03_conditional_writes_lists_deletes_and_other_creates_are_never_hedged(
 def test_04_a_hedged_create_succeeds_when_the_hedge_creates_and_the_slow_copy_sees_412(memory):
     inner = Scripted(memory)
     [first_gate] = inner.block("log/fragment")
-    store = hedged(inner, Clock())
+    store = hedged(inner, ManualClock())
     etag = store.put_if_absent("log/fragment", b"ours")
     assert etag == memory.get("log/fragment").etag and store.stats.hedge_won == 1
     first_gate.set()  # the slow copy now loses with 412: nobody sees it
@@ -209,7 +202,7 @@ def test_05_a_hedged_create_whose_slow_copy_wrote_and_timed_out_reads_back_its_b
         raise AmbiguousWrite("log/fragment", "injected timeout after the write")
 
     inner.actions["log/fragment"] = [write_then_time_out, None]
-    store = hedged(inner, Clock())
+    store = hedged(inner, ManualClock())
     thread, result = in_thread(store.put_if_absent, "log/fragment", b"ours")
     assert inner.entered["log/fragment"][1].wait(timeout=60)  # the hedge was sent
     first_gate.set()
@@ -231,7 +224,7 @@ def test_06_a_hedged_create_of_a_key_someone_else_wrote_fails(memory):
         raise AmbiguousWrite("log/fragment", "injected 5xx")
 
     inner.actions["log/fragment"] = [someone_else_then_time_out, None]
-    store = hedged(inner, Clock())
+    store = hedged(inner, ManualClock())
     thread, result = in_thread(store.put_if_absent, "log/fragment", b"ours")
     assert inner.entered["log/fragment"][1].wait(timeout=60)
     first_gate.set()
@@ -242,13 +235,13 @@ def test_06_a_hedged_create_of_a_key_someone_else_wrote_fails(memory):
 
 
 def test_07_the_threshold_follows_recent_latencies(memory):
-    clock = Clock()
+    clock = ManualClock()
 
     class Timed(ForwardingStore):
         latency = 0.1
 
         def get(self, key):
-            clock.now += self.latency
+            clock.advance(self.latency)
             return self.inner.get(key)
 
     store = HedgedStore(Timed(memory), HedgePolicy(window=10, min_samples=5, quantile=0.5, factor=2),

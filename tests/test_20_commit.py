@@ -9,6 +9,7 @@ import threading
 import pyarrow as pa
 import pytest
 
+from wal3_spark.clock import ManualClock
 from wal3_spark.errors import AmbiguousWrite, LogNotFound, LogSealed, SchemaMismatch
 from wal3_spark.format.layout import MANIFEST_KEY
 from wal3_spark.format.manifest import SnapshotOptions
@@ -159,6 +160,6 @@ def test_10_snapshots_roll_during_commits_and_reads_are_unchanged(store):
 
 
 def test_11_idempotent_commits_are_stamped_by_the_injected_clock(store):
-    committer = Committer(store, clock=lambda: 1_700_000_000.5)
+    committer = Committer(store, clock=ManualClock(now=1_700_000_000.5))
     committer.commit(raw_files(store, [b"a"]), app_id="q1", version=0)
     assert LogReader(store).manifest().txns["q1"].epoch_us == 1_700_000_000_500_000

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import functools
 import itertools
-import time
 from dataclasses import replace
 
 import pytest
 
 from tests.support.fakes import CountingStore
+from wal3_spark.clock import SYSTEM, SystemClock
 from wal3_spark.errors import (
     AlreadyCollected,
     CommitOutcomeUnknown,
@@ -260,7 +260,7 @@ def test_10_the_same_fragments_rolled_into_a_snapshot_are_found_there(store):
     for i in range(6):
         writer.append(b"x%d" % i)
     assert files[0].path not in {f.path for f in LogReader(store).manifest().fragments}
-    later = Committer(store, clock=lambda: time.time() + 3600)  # the retry comes an hour later
+    later = Committer(store, clock=SystemClock(skew_s=3600))  # the retry comes an hour later
     again = later.commit(files)
     assert again.duplicate and (again.start, again.limit) == (1, 2)
     partly = files + raw_files(store, [b"r2"])
@@ -342,7 +342,7 @@ def test_13_a_commit_reads_snapshots_only_when_its_fragments_may_be_in_them(stor
     assert bodies(store)[-4:] == [b"fresh", b"early", b"first", b"second"] and verify(store).ok
 
 
-def collect_below(store, offset: int, *, grace_s: float = 0.0, clock=time.time):
+def collect_below(store, offset: int, *, grace_s: float = 0.0, clock=SYSTEM):
     """Move a cursor to `offset` and run garbage collection (forced: tests drop most records)."""
     CursorStore(store).move("c", offset)
     return GarbageCollector(store, grace_s=grace_s, max_drop_share=1.0, force=True, clock=clock).run()
@@ -387,7 +387,7 @@ def test_15_recommitting_fragments_gc_applied_but_has_not_deleted_adds_nothing(s
     with pytest.raises(AlreadyCollected, match="pending garbage"):
         Committer(store).commit(files)
     assert bodies(store) == [b"x2", b"x3", b"x4"]
-    later = collect_below(store, 5, grace_s=3600, clock=lambda: time.time() + 7200)
+    later = collect_below(store, 5, grace_s=3600, clock=SystemClock(skew_s=7200))
     assert files[0].path in later.deleted and verify(store).ok
 
 
@@ -424,7 +424,7 @@ def test_17_a_first_commit_of_fragments_swept_as_orphans_is_still_an_orphan_hori
     writer = LogWriter(store)
     for i in range(5):
         writer.append(b"x%d" % i)
-    report = collect_below(store, 5, clock=lambda: time.time() + 7 * 86400)
+    report = collect_below(store, 5, clock=SystemClock(skew_s=7 * 86400))
     assert stale[0].path in report.orphans_deleted
     with pytest.raises(PastOrphanHorizon, match="as orphans .* rerun the append.* already committed"):
         Committer(store).commit(stale)

@@ -7,6 +7,7 @@ import itertools
 
 import pytest
 
+from wal3_spark.clock import ManualClock
 from wal3_spark.errors import CursorError
 from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.writer import LogWriter
@@ -43,7 +44,7 @@ def test_00_cursors_move_forward_by_cas(store):
 
 def test_01_moves_are_stamped_by_the_injected_clock(store):
     LogWriter(store).append([b"r"] * 3)
-    cursors = CursorStore(store, clock=lambda: 1_700_000_000.25)
+    cursors = CursorStore(store, clock=ManualClock(now=1_700_000_000.25))
     assert cursors.create("c", 1).cursor.epoch_us == 1_700_000_000_250_000
-    later = CursorStore(store, clock=lambda: 1_700_000_060.0)
+    later = CursorStore(store, clock=ManualClock(now=1_700_000_060.0))
     assert later.advance("c", 2).cursor.epoch_us == 1_700_000_060_000_000

@@ -11,6 +11,7 @@ from dataclasses import replace
 import pytest
 
 from tests.support.fakes import chroma_testdata
+from wal3_spark.clock import ManualClock
 from wal3_spark.errors import GCRefused
 from wal3_spark.format.fragment import encode_raw
 from wal3_spark.format.garbage import Garbage, compute_garbage, load_garbage
@@ -141,8 +142,8 @@ def test_02_phase_3_waits_for_the_grace_interval(store):
     fill(store, appends=6)
     CursorStore(store).create("c", 20)
     t0 = time.time()
-    clock = [t0]
-    gc = GarbageCollector(store, grace_s=3600, clock=lambda: clock[0])
+    clock = ManualClock(now=t0)
+    gc = GarbageCollector(store, grace_s=3600, clock=clock)
     first = gc.run()
     assert first.steps == ["compute", "apply", "mark"]
     assert first.delete_after == pytest.approx(t0 + 3600, abs=1)
@@ -152,10 +153,10 @@ def test_02_phase_3_waits_for_the_grace_interval(store):
     assert len(keys(store, FRAGMENT_PREFIX)) == 6
     assert len(Committer_manifest(store).fragments) == 3
     assert verify(store).ok
-    clock[0] = t0 + 3599
+    clock.set(t0 + 3599)
     assert gc.run().steps == []
     assert len(keys(store, FRAGMENT_PREFIX)) == 6
-    clock[0] = t0 + 3601
+    clock.set(t0 + 3601)
     assert gc.run().steps == ["delete", "reset"]
     assert len(keys(store, FRAGMENT_PREFIX)) == 3
     clean(store)
@@ -167,16 +168,16 @@ def test_03_orphans_of_aborted_appends_go_only_after_the_grace_interval(store):
     orphan = write_fragment(store, encode_raw([b"lost"], int(time.time() * 1e6)))
     assert orphan.path in keys(store, FRAGMENT_PREFIX)
     t0 = time.time()
-    report = GarbageCollector(store, grace_s=3600, clock=lambda: t0).run()
+    report = GarbageCollector(store, grace_s=3600, clock=ManualClock(now=t0)).run()
     assert report.orphans_deleted == [] and orphan.path in keys(store, FRAGMENT_PREFIX)
-    dry = GarbageCollector(store, grace_s=3600, clock=lambda: t0 + 3601).run(dry_run=True)
+    dry = GarbageCollector(store, grace_s=3600, clock=ManualClock(now=t0 + 3601)).run(dry_run=True)
     assert dry.orphans_deleted == [orphan.path] and orphan.path in keys(store, FRAGMENT_PREFIX)
-    late = GarbageCollector(store, grace_s=3600, clock=lambda: t0 + 3601).run()
+    late = GarbageCollector(store, grace_s=3600, clock=ManualClock(now=t0 + 3601)).run()
     assert late.orphans_deleted == [orphan.path]
     assert orphan.path not in keys(store, FRAGMENT_PREFIX)
     # referenced fragments are never orphans, however old
     assert len(keys(store, FRAGMENT_PREFIX)) == 3
-    much_later = GarbageCollector(store, grace_s=0, clock=lambda: t0 + 10**6).run()
+    much_later = GarbageCollector(store, grace_s=0, clock=ManualClock(now=t0 + 10**6)).run()
     assert much_later.orphans_deleted == []
     clean(store)
     assert len(offsets_and_bodies(store, 1)) == 15
@@ -356,9 +357,9 @@ def test_12_snapshots_left_by_lost_commit_attempts_go_after_the_orphan_grace(sto
     lost = Snapshot.of_fragments(list(loose), "a commit attempt that lost its race")
     assert write_snapshot(store, lost) and lost.path not in referenced_snapshots
     t0 = time.time()
-    young = GarbageCollector(store, clock=lambda: t0).run()
+    young = GarbageCollector(store, clock=ManualClock(now=t0)).run()
     assert young.orphans_deleted == [] and lost.path in keys(store, SNAPSHOT_PREFIX)
-    old = GarbageCollector(store, clock=lambda: t0 + 7200).run()
+    old = GarbageCollector(store, clock=ManualClock(now=t0 + 7200)).run()
     assert old.orphans_deleted == [lost.path] and old.orphan_horizon_us is not None
     assert keys(store, SNAPSHOT_PREFIX) == referenced_snapshots
     writer.append([b"after"])

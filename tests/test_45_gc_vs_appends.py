@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from wal3_spark.clock import SystemClock
 from wal3_spark.cli.main import main as wal3_main
 from wal3_spark.errors import CommitFailed, InvalidOption
 from wal3_spark.log.committer import Committer
@@ -52,7 +53,7 @@ def test_01_a_commit_of_fragments_gc_swept_as_orphans_is_refused_and_commits_not
     LogWriter(store).append(b"r0")
     files = upload(store, [b"r1"])
     # a collector whose clock says the fragment is far older than any orphan grace
-    report = GarbageCollector(store, grace_s=0, clock=lambda: time.time() + 7 * 86400).run()
+    report = GarbageCollector(store, grace_s=0, clock=SystemClock(skew_s=7 * 86400)).run()
     assert report.orphans_deleted == [files[0].path]
     with pytest.raises(CommitFailed, match="rerun the append"):
         Committer(store).commit(files)
@@ -111,7 +112,7 @@ def test_02_appender_processes_and_repeated_gc_lose_no_acknowledged_record(store
             ahead = MIN_ORPHAN_GRACE_S if runs % 2 else 0.0
             tail = LogReader(store).manifest().next_offset
             cursors.advance("consumer", max(1, tail - 6))
-            report = GarbageCollector(store, grace_s=0, force=True, clock=lambda: time.time() + ahead).run()
+            report = GarbageCollector(store, grace_s=0, force=True, clock=SystemClock(skew_s=ahead)).run()
             orphans += len(report.orphans_deleted)
             runs += 1
     finally:
@@ -150,7 +151,7 @@ def test_03_every_gc_setting_between_upload_and_commit_is_safe(local_url, option
     LogWriter(store).append([b"r0", b"r0b"])
     CursorStore(store).create("consumer", 2)
     files = upload(store, [b"r1"])
-    GarbageCollector(store, clock=lambda: time.time() + clock_ahead_s, **options).run()
+    GarbageCollector(store, clock=SystemClock(skew_s=clock_ahead_s), **options).run()
     try:
         Committer(store).commit(files)
         committed = True

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from wal3_spark.clock import ManualClock
 from wal3_spark.spark import options as opts
 from wal3_spark.storage import open_store
 
@@ -32,11 +33,11 @@ def test_00_min_records_per_trigger_waits_for_records_or_the_delay():
 
     append(4)  # offsets 1..4
     schema = payload_to_spark(LogReader(open_store(url)).manifest().arrow_schema())
-    now = [1000.0]
+    clock = ManualClock(monotonic=1000.0)
 
     def reader(**options):
         parsed = opts.parse({"path": url, "minRecordsPerTrigger": "10", **options}, opts.STREAM_READ)
-        return Wal3StreamReader(parsed, schema, clock=lambda: now[0])
+        return Wal3StreamReader(parsed, schema, clock=clock)
 
     r = reader(maxTriggerDelay="30s", maxRecordsPerTrigger="25")
     limit = r.getDefaultReadLimit()
@@ -45,14 +46,14 @@ def test_00_min_records_per_trigger_waits_for_records_or_the_delay():
     assert r.latestOffset({"offset": 1}, limit) == {"offset": 5}  # a run's first batch: no wait
     append(3)
     assert r.latestOffset({"offset": 5}, limit) == {"offset": 5}  # 3 < 10: wait
-    now[0] += 29.9
+    clock.advance(29.9)
     assert r.latestOffset({"offset": 5}, limit) == {"offset": 5}  # still within the delay
     append(8)
     assert r.latestOffset({"offset": 5}, limit) == {"offset": 16}  # 11 >= 10: go
     append(2)
-    now[0] += 29.9
+    clock.advance(29.9)
     assert r.latestOffset({"offset": 16}, limit) == {"offset": 16}
-    now[0] += 0.1  # 30 s since the last batch: go with what there is
+    clock.advance(0.1)  # 30 s since the last batch: go with what there is
     assert r.latestOffset({"offset": 16}, limit) == {"offset": 18}
     append(40)
     assert r.latestOffset({"offset": 18}, limit) == {"offset": 43}  # the maximum still caps it

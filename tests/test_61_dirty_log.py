@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.support.fakes import CountingStore
+from wal3_spark.clock import ManualClock
 from wal3_spark.errors import InvalidLogName, InvalidOption, StorageError
 from wal3_spark.log.committer import Committer
 from wal3_spark.log.cursors import CursorStore
@@ -40,14 +41,6 @@ from wal3_spark.ops.gc import collect_garbage
 from wal3_spark.storage import open_store
 from wal3_spark.storage.base import ObjectStore
 from wal3_spark.storage.forwarding import ForwardingStore
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_800_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def append(prefix: ObjectStore, dirty: DirtyLog | None, name: str, *records: bytes) -> int:
@@ -162,18 +155,18 @@ def test_04_changes_since_reads_only_the_dirty_log_between_full_scans(prefix: Ob
     with DirtyLog(prefix) as dirty:
         for name in names:
             append(prefix, dirty, name, b"x")
-        clock = Clock()
+        clock = ManualClock()
         counting = CountingStore(prefix)
         logs = LogSet(counting)
         first = changes_since(logs, None, clock=clock)
         assert first.full_scan and first.tails == dict.fromkeys(names, 2)
-        assert first.position == DirtyPosition(9, int(clock.now * 1e6))
+        assert first.position == DirtyPosition(9, int(clock.now() * 1e6))
 
         append(prefix, dirty, "t3", b"y", b"z")
         append(prefix, dirty, "t5", b"y")
         append(prefix, dirty, "new", b"y")  # created after the scan: joins through its record
         counting.counts.clear()
-        clock.now += 1
+        clock.advance(1)
         second = changes_since(logs, first.position, clock=clock)
         assert not second.full_scan
         assert second.tails == {"t3": 4, "t5": 3, "new": 2}
@@ -185,7 +178,7 @@ def test_04_changes_since_reads_only_the_dirty_log_between_full_scans(prefix: Ob
         assert changes_since(logs, second.position, clock=clock).tails == {}
         assert counting.counts == {("get", "_dirty"): 1}
 
-        clock.now += DEFAULT_FULL_SCAN_EVERY_S
+        clock.advance(DEFAULT_FULL_SCAN_EVERY_S)
         third = changes_since(logs, second.position, clock=clock)
         assert third.full_scan and third.tails["t3"] == 4 and len(third.tails) == 9
         picked = changes_since(LogSet(prefix, LogSelection.matching("t[0-4]")), second.position,
@@ -268,7 +261,7 @@ def test_09_a_crash_between_the_commit_and_its_record_loses_no_data(
     with DirtyLog(prefix) as dirty:
         append(prefix, dirty, "victim", b"before")
         append(prefix, dirty, "other", b"before")
-    clock = Clock()
+    clock = ManualClock()
     logs = LogSet(prefix)
     start = changes_since(logs, None, clock=clock)
     assert start.tails == {"victim": 2, "other": 2}
@@ -287,10 +280,10 @@ def test_09_a_crash_between_the_commit_and_its_record_loses_no_data(
     assert victim.column("body").to_pylist() == [b"before"] + [b"committed"] * 3
     assert read_dirty(dirty_store(prefix), start.position.offset)[0] == {}
 
-    clock.now += 1
+    clock.advance(1)
     quiet = changes_since(logs, start.position, clock=clock)
     assert quiet.tails == {} and not quiet.full_scan
-    clock.now += DEFAULT_FULL_SCAN_EVERY_S  # the next full scan is what bounds the delay
+    clock.advance(DEFAULT_FULL_SCAN_EVERY_S)  # the next full scan is what bounds the delay
     found = changes_since(logs, quiet.position, clock=clock)
     assert found.full_scan and found.tails["victim"] == 5
 

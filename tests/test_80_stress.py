@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from wal3_spark.clock import ManualClock
 from wal3_spark.errors import CorruptLog, PastOrphanHorizon
 from wal3_spark.format.layout import MANIFEST_KEY
 from wal3_spark.format.manifest import Manifest
@@ -406,26 +407,23 @@ def test_17_the_audit_finds_a_referenced_fragment_deleted_after_every_reader_rea
     assert "yet missing" in audit.missing[victim.path]
 
 
-class _ReaderClock:
-    """Stands in for the supervisor's `time`: each sleep advances the clock and lets a simulated
-    reader move its saved position by `step` until it reaches `finish_at` (where it finishes), or
-    stall at `stall_at` (never finishing)."""
+class _ReaderClock(ManualClock):
+    """The supervisor's clock: each sleep advances it and lets a simulated reader move its saved
+    position by `step` until it reaches `finish_at` (where it finishes), or stall at `stall_at`
+    (never finishing)."""
 
     def __init__(self, run: RunDir, step: int, finish_at: int, stall_at: int | None = None) -> None:
+        super().__init__(monotonic=0.0)
         self.run, self.step, self.finish_at, self.stall_at = run, step, finish_at, stall_at
-        self.now = 0.0
         self.position = 1
         self.moved_at = 0.0
         self._save()
 
-    def monotonic(self) -> float:
-        return self.now
-
     def sleep(self, seconds: float) -> None:
-        self.now += seconds
+        super().sleep(seconds)
         if self.stall_at is None or self.position < self.stall_at:
             self.position += self.step
-            self.moved_at = self.now
+            self.moved_at = self.monotonic()
         self._save()
 
     def _save(self) -> None:
@@ -434,22 +432,19 @@ class _ReaderClock:
 
 
 def test_19_the_end_of_a_run_waits_for_readers_while_they_progress_and_gives_up_once_they_stall(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
     """Readers far behind (S3 under load) may need longer than any fixed wait to catch up; one that
     reads nothing new for READER_STALL_S is stuck."""
     run = RunDir(tmp_path / "run").create()
     config = StressConfig(url=file_url(str(tmp_path / "log")), writers=1, readers=1, collectors=0)
-    boss = Supervisor(config, run)
     slow = _ReaderClock(run, step=1, finish_at=2 * int(READER_STALL_S))  # a few steps per stall time
-    monkeypatch.setattr(supervisor, "time", slow)
-    assert boss.await_readers() == []
-    assert slow.now > READER_STALL_S
+    assert Supervisor(config, run, clock=slow).await_readers() == []
+    assert slow.monotonic() > READER_STALL_S
 
     stuck = _ReaderClock(run, step=1, finish_at=10**9, stall_at=50)
-    monkeypatch.setattr(supervisor, "time", stuck)
-    assert boss.await_readers() == [f"reader r0 did not finish: nothing new read for {READER_STALL_S:.0f} s"]
-    assert READER_STALL_S <= stuck.now - stuck.moved_at <= READER_STALL_S + supervisor.READER_POLL_S
+    assert Supervisor(config, run, clock=stuck).await_readers() == [f"reader r0 did not finish: nothing new read for {READER_STALL_S:.0f} s"]
+    assert READER_STALL_S <= stuck.monotonic() - stuck.moved_at <= READER_STALL_S + supervisor.READER_POLL_S
 
 
 # ----------------------------------------------------------------------- bounded runs

@@ -33,11 +33,11 @@ from __future__ import annotations
 import enum
 import itertools
 import logging
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from wal3_spark.clock import SYSTEM, Clock
 from wal3_spark.errors import (
     AmbiguousWrite,
     CommitFailed,
@@ -134,8 +134,11 @@ class CasObject(Generic[T]):
         validate: Callable[[T], None] | None = None,
         policy: CasPolicy | None = None,
         gave_up: type[Wal3Error] = CommitFailed,
+        clock: Clock = SYSTEM,
     ) -> None:
+        """`clock` times the deadline and the backoff between attempts."""
         self.store = store
+        self.clock = clock
         self.key = key
         self.parse = parse
         self.serialise = serialise
@@ -200,7 +203,7 @@ class CasObject(Generic[T]):
         every version read, written again only on the version it was conditioned on).
         """
         policy = self.policy
-        deadline = time.monotonic() + policy.deadline_s
+        deadline = self.clock.monotonic() + policy.deadline_s
         delays = policy.delays()
         sent: list[bytes] = [in_flight.data] if in_flight is not None else []
         #: the version a lost write may still land on
@@ -223,7 +226,7 @@ class CasObject(Generic[T]):
             return CasResult(outcome, current, attempts, conflicts, cause)
 
         def out_of_time() -> bool:
-            return attempts + failures >= policy.max_attempts or time.monotonic() > deadline
+            return attempts + failures >= policy.max_attempts or self.clock.monotonic() > deadline
 
         while True:
             if sent:  # an ambiguous write was sent: look for it in every version read since
@@ -234,7 +237,7 @@ class CasObject(Generic[T]):
                     if out_of_time():
                         return result(Outcome.UNKNOWN, exc)
                     log.warning("%s: could not check whether %s landed: %s", self.store.url, self.key, exc)
-                    time.sleep(next(delays))
+                    self.clock.sleep(next(delays))
                     try:
                         current = self._read(deadline, delays, lost_on or _version(current))
                     except _Unreadable as unreadable:
@@ -272,7 +275,7 @@ class CasObject(Generic[T]):
             except PreconditionFailed:
                 conflicts += 1
                 log.debug("%s: %s changed under us (attempt %d)", self.store.url, self.key, attempts)
-                time.sleep(next(delays))
+                self.clock.sleep(next(delays))
             except StaleVersion as exc:  # the decision found the version it read replaced: read again
                 conflicts, failures = conflicts + 1, failures + 1
                 log.info("%s: %s changed under a decision (%s); reading it again", self.store.url, self.key, exc)
@@ -285,7 +288,7 @@ class CasObject(Generic[T]):
                     raise  # nothing was sent yet: known not to have changed anything
                 failures, error = failures + 1, exc
                 log.warning("%s: transient error writing %s: %s", self.store.url, self.key, exc)
-                time.sleep(next(delays))
+                self.clock.sleep(next(delays))
             except Exception as exc:  # noqa: BLE001 (a refusal, unless a lost write may land)
                 if lost_on is _NO_LOST_WRITE:
                     raise
@@ -321,11 +324,11 @@ class CasObject(Generic[T]):
             try:
                 return self.load()
             except TransientError:
-                if time.monotonic() > deadline:
+                if self.clock.monotonic() > deadline:
                     if lost_on is not _NO_LOST_WRITE:
                         raise _Unreadable() from None
                     raise
-                time.sleep(next(delays))
+                self.clock.sleep(next(delays))
 
 
 class _Unreadable(Exception):

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
@@ -31,7 +30,7 @@ from typing import Protocol
 
 import pyarrow as pa
 
-from wal3_spark.clock import Clock, micros
+from wal3_spark.clock import SYSTEM, Clock, micros
 from wal3_spark.errors import (
     AmbiguousWrite,
     CommitFailed,
@@ -114,7 +113,9 @@ class DirtyRecorder(Protocol):
         """Wait until every record made so far is durable (or failed)."""
 
 
-def manifest_object(store: ObjectStore, policy: CasPolicy | None = None) -> CasObject[Manifest]:
+def manifest_object(
+    store: ObjectStore, policy: CasPolicy | None = None, clock: Clock = SYSTEM
+) -> CasObject[Manifest]:
     """The manifest under compare-and-swap: every value written is scrubbed first. Each
     re-read after a lost race reuses the fragment pointers this object parsed before."""
     return CasObject(
@@ -124,6 +125,7 @@ def manifest_object(store: ObjectStore, policy: CasPolicy | None = None) -> CasO
         serialise=Manifest.to_bytes,
         validate=Manifest.scrub,
         policy=policy,
+        clock=clock,
     )
 
 
@@ -142,10 +144,11 @@ class Committer:
         backoff_base_s: float = 0.002,
         backoff_cap_s: float = 0.1,
         dirty_log: DirtyRecorder | None = None,
-        clock: Clock = time.time,
+        clock: Clock = SYSTEM,
     ) -> None:
         """`dirty_log`: record every commit's new tail there (the log must sit directly under
-        the dirty log's prefix: checked here). See `wal3_spark.logset.dirty`. `clock` stamps txns.
+        the dirty log's prefix: checked here). See `wal3_spark.logset.dirty`. `clock` stamps txns
+        and times the compare-and-swap's deadline and backoff.
         `store`: the log's URL (opened with `options`) or its store."""
         self.store = store = resolve_store(store, options)
         self.writer = writer
@@ -155,7 +158,7 @@ class Committer:
             dirty_log.name_of(store.url)
         self.snapshot_options = snapshot_options or SnapshotOptions()
         self._manifest = manifest_object(
-            store, CasPolicy(max_attempts, deadline_s, backoff_base_s, backoff_cap_s)
+            store, CasPolicy(max_attempts, deadline_s, backoff_base_s, backoff_cap_s), clock
         )
 
     @property

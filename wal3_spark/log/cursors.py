@@ -18,11 +18,10 @@ collection to refuse (it may be pinning data), but never a reason for anything e
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from wal3_spark.clock import Clock, micros
+from wal3_spark.clock import SYSTEM, Clock, micros
 from wal3_spark.errors import CorruptLog, CursorError, LogNotFound, ObjectNotFound
 from wal3_spark.format.layout import CURSOR_PREFIX, Cursor, cursor_key, dumps, loads
 from wal3_spark.log.cas import CasObject, Outcome, Versioned
@@ -84,7 +83,7 @@ class CursorStore:
 
     def __init__(
         self, store: StoreLike, writer: str = "wal3-spark", *, options: Mapping[str, str] | None = None,
-        clock: Clock = time.time,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.store = resolve_store(store, options)
         self.writer = writer
@@ -97,7 +96,8 @@ class CursorStore:
 
     def _object(self, name: str) -> CasObject[Cursor | BrokenCursor]:
         key = cursor_key(name)
-        return CasObject(self.store, key, parse=_parse(key), serialise=_serialise, gave_up=CursorError)
+        return CasObject(self.store, key, parse=_parse(key), serialise=_serialise, gave_up=CursorError,
+                         clock=self.clock)
 
     # -- reading ------------------------------------------------------------------------
 

@@ -11,7 +11,6 @@ plans (`wal3_spark.spark.source`).
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -19,7 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
-from wal3_spark.clock import micros
+from wal3_spark.clock import SYSTEM, Clock, micros
 from wal3_spark.errors import (
     AmbiguousWrite,
     CorruptLog,
@@ -99,10 +98,11 @@ def write_fragments(
     fragment_bytes: int,
     timestamp_us: int | None = None,
     item_hash: str | None = None,
+    clock: Clock = SYSTEM,
 ) -> list[FragmentFile]:
     """Write `batches` (already in `schema`) as fragments of about `fragment_bytes` each."""
     return list(iter_write_fragments(store, batches, schema, fragment_bytes=fragment_bytes,
-                                     timestamp_us=timestamp_us, item_hash=item_hash))
+                                     timestamp_us=timestamp_us, item_hash=item_hash, clock=clock))
 
 
 def iter_write_fragments(
@@ -113,10 +113,12 @@ def iter_write_fragments(
     fragment_bytes: int,
     timestamp_us: int | None = None,
     item_hash: str | None = None,
+    clock: Clock = SYSTEM,
 ) -> Iterator[FragmentFile]:
     """Each fragment as soon as it is uploaded, so that a caller holds at most one fragment in
     memory and knows what to clean up if a later one fails. `item_hash` is the log's
-    (`Manifest.append_item_hash`)."""
+    (`Manifest.append_item_hash`); `clock` stamps the fragments (unless `timestamp_us` is given)
+    and times the backoff of their uploads."""
     from wal3_spark.format.fragment import FragmentBuilder  # see the module docstring
 
     builder: FragmentBuilder | None = None
@@ -124,13 +126,13 @@ def iter_write_fragments(
         if batch.num_rows == 0:
             continue
         if builder is None:
-            builder = FragmentBuilder(schema, timestamp_us or micros(), item_hash=item_hash)
+            builder = FragmentBuilder(schema, timestamp_us or micros(clock), item_hash=item_hash)
         builder.add(batch)
         if builder.bytes_buffered >= fragment_bytes:
             encoded, builder = builder.finish(), None
-            yield write_fragment(store, encoded)
+            yield write_fragment(store, encoded, clock=clock)
     if builder is not None:
-        yield write_fragment(store, builder.finish())
+        yield write_fragment(store, builder.finish(), clock=clock)
 
 
 
@@ -158,7 +160,7 @@ class FragmentFile:
 
 
 def write_fragment(
-    store: ObjectStore, encoded: EncodedFragment, *, attempts: int = 6
+    store: ObjectStore, encoded: EncodedFragment, *, attempts: int = 6, clock: Clock = SYSTEM
 ) -> FragmentFile:
     """Upload `encoded` with create-if-absent (`create`: its ETag is never read) at a fresh
     UUIDv7 path made from its timestamp.
@@ -186,7 +188,7 @@ def write_fragment(
             delay = next(delays, None)
             if delay is None:
                 raise
-            time.sleep(delay)
+            clock.sleep(delay)
     return FragmentFile(
         path=path,
         uuid=str(fragment_uuid),

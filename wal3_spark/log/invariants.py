@@ -11,11 +11,11 @@ tell a collected fragment from one never committed.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 import pyarrow as pa
 
+from wal3_spark.clock import utc_text
 from wal3_spark.errors import (
     AlreadyCollected,
     AppendsUnsupported,
@@ -103,7 +103,7 @@ def check_orphan_horizon(manifest: Manifest, fragments: Sequence[NewFragment], u
     if old:
         raise PastOrphanHorizon(
             f"{len(old)} of this commit's fragments (e.g. {old[0]}) were written before "
-            f"{_utc(horizon)}, the orphan horizon of {url}: garbage collection may have deleted "
+            f"{utc_text(horizon / 1e6)}, the orphan horizon of {url}: garbage collection may have deleted "
             "them as orphans. Nothing was committed; rerun the append. If appends take longer "
             "than that, give `wal3 gc --grace` more time than your longest append job"
         )
@@ -178,7 +178,7 @@ def check_not_collected(store: ObjectStore, manifest: Manifest, fragments: Seque
     if swept:
         raise PastOrphanHorizon(
             f"{len(swept[0])} of this commit's fragments (e.g. {swept[0][0]}) are no longer in "
-            f"{store.url}, and were written before {_utc(swept[1])}, its orphan horizon: garbage "
+            f"{store.url}, and were written before {utc_text(swept[1] / 1e6)}, its orphan horizon: garbage "
             "collection deleted them, as orphans (then nothing was committed: rerun the append) "
             "or after an earlier commit of them that a cursor had moved past (then they were "
             "already committed and since collected, their offsets no longer known: do not rerun "
@@ -231,8 +231,3 @@ def maybe_swept(store: ObjectStore, gone: Sequence[NewFragment]) -> tuple[list[s
         return None
     swept = [f.path for f in gone if (uuid7_timestamp_us(f.uuid) or 0) < horizon]
     return (swept, horizon) if swept else None
-
-
-def _utc(us: int) -> str:
-    """A time in microseconds since the epoch, as an error message shows it."""
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(us / 1e6))

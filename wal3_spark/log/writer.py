@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import deque
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -29,6 +28,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from wal3_spark.clock import SYSTEM, Clock
 from wal3_spark.errors import (
     CommitFailed,
     CommitOutcomeUnknown,
@@ -88,9 +88,11 @@ class _FragmentFormat:
     schema: pa.Schema | None
     item_hash: str | None
 
-    def write(self, store: ObjectStore, batches: list[pa.RecordBatch], fragment_bytes: int) -> list[FragmentFile]:
+    def write(
+        self, store: ObjectStore, batches: list[pa.RecordBatch], fragment_bytes: int, clock: Clock
+    ) -> list[FragmentFile]:
         return write_fragments(store, batches, self.schema, fragment_bytes=fragment_bytes,
-                               item_hash=self.item_hash)
+                               item_hash=self.item_hash, clock=clock)
 
 
 class _Condition(threading.Condition):
@@ -232,8 +234,12 @@ class LogWriter:
         hedge: bool | HedgePolicy = False,
         snapshot_options: SnapshotOptions | None = None,
         dirty_log: DirtyRecorder | None = None,
+        clock: Clock = SYSTEM,
     ) -> None:
-        """`dirty_log` (a `wal3_spark.logset.dirty.DirtyLog` of the log's parent prefix): record each
+        """`clock` stamps the fragments (their UUIDv7 names) and txns, times the batch interval,
+        the backoff of uploads and commits, and the hedging thresholds.
+
+        `dirty_log` (a `wal3_spark.logset.dirty.DirtyLog` of the log's parent prefix): record each
         commit there. Records are written in the background, batched with those of other
         writers sharing the `DirtyLog` (`CommitResult.dirty` is the record's future); `flush`
         and `close` wait until the records of everything committed are durable."""
@@ -250,13 +256,15 @@ class LogWriter:
             # Fragment paths are fresh and snapshots content-addressed: their creates may be hedged.
             self._hedged = HedgedStore(
                 store, hedge if isinstance(hedge, HedgePolicy) else None,
-                create_prefixes=(FRAGMENT_PREFIX, SNAPSHOT_PREFIX),
+                create_prefixes=(FRAGMENT_PREFIX, SNAPSHOT_PREFIX), clock=clock,
             )
             store = self._hedged
         self.store = store
+        self.clock = clock
         self.dirty_log = dirty_log
         self.committer = Committer(
-            self.store, writer=writer, snapshot_options=snapshot_options, dirty_log=dirty_log
+            self.store, writer=writer, snapshot_options=snapshot_options, dirty_log=dirty_log,
+            clock=clock,
         )
         self.merge_schema = merge_schema
         self.fragment_bytes = fragment_bytes
@@ -267,7 +275,7 @@ class LogWriter:
         self._commit_lock = threading.RLock()  # the commit thread holds it around the chain, which commits
         #: how appends of each schema are written, found once (the commit re-checks it)
         self._formats: dict[pa.Schema | None, _FragmentFormat] = {}
-        self._schema_committer = Committer(self.store, writer=writer)
+        self._schema_committer = Committer(self.store, writer=writer, clock=clock)
         self._schema_lock = threading.Lock()
         lock = threading.Lock()
         self._wake_batcher = threading.Condition(lock)  # appends waiting, flush, close
@@ -298,7 +306,7 @@ class LogWriter:
         fmt = self._format(schema)
         if fmt.schema is not None:
             batches = [conform(b, fmt.schema) for b in batches]
-        return self._commit(fmt.write(self.store, batches, self.fragment_bytes), fmt.schema)
+        return self._commit(fmt.write(self.store, batches, self.fragment_bytes, self.clock), fmt.schema)
 
     def _format(self, schema: pa.Schema | None) -> _FragmentFormat:
         """How appends of `schema` are written; creates the log on first use. Asked of the store
@@ -339,7 +347,7 @@ class LogWriter:
             if not self._threads:
                 self._start()
             if not self._pending:
-                self._oldest = time.monotonic()
+                self._oldest = self.clock.monotonic()
                 self._wake_batcher.notify()
             self._pending.append(append)
             self._pending_bytes += append.nbytes
@@ -401,7 +409,7 @@ class LogWriter:
                         self._batcher_done = True
                         self._progress.notify_all()
                         return
-                    timeout = self._oldest + self.batch_interval_s - time.monotonic() if self._pending else None
+                    timeout = self._oldest + self.batch_interval_s - self.clock.monotonic() if self._pending else None
                     self._wake_batcher.wait(None if timeout is None else max(timeout, 0.0))
                 batch = self._cut()
             self._uploads.submit(self._upload, batch)
@@ -411,7 +419,7 @@ class LogWriter:
             self._cut_now
             or self._closed
             or self._pending_bytes >= self.batch_bytes
-            or time.monotonic() >= self._oldest + self.batch_interval_s
+            or self.clock.monotonic() >= self._oldest + self.batch_interval_s
         )
 
     def _cut(self) -> _Batch:
@@ -430,7 +438,9 @@ class LogWriter:
         for run in batch.runs:
             try:
                 run.format = self._format(run.schema)
-                run.files = run.format.write(self.store, run.batches(run.format.schema), self.fragment_bytes)
+                run.files = run.format.write(
+                    self.store, run.batches(run.format.schema), self.fragment_bytes, self.clock
+                )
             except BaseException as exc:  # fails exactly this run's appends
                 run.error = exc
         with self._progress:

@@ -29,14 +29,14 @@ reasoning; the contract:
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
+from wal3_spark.clock import SYSTEM, Clock, micros
 from wal3_spark.errors import DataLost, InvalidOption, LogNotFound, Wal3Error
 from wal3_spark.format.layout import FIRST_OFFSET
 from wal3_spark.format.manifest import Manifest
@@ -224,7 +224,7 @@ def changes_since(
     position: DirtyPosition | None,
     *,
     full_scan_every_s: float = DEFAULT_FULL_SCAN_EVERY_S,
-    clock: Callable[[], float] = time.time,
+    clock: Clock = SYSTEM,
 ) -> LogSetChanges:
     """The logs of `logs` that changed since `position`, with their tails: what a log-set
     stream source does once per trigger, and garbage collection of a prefix once per run.
@@ -235,7 +235,7 @@ def changes_since(
     that ends before `position`) does a full scan: the dirty log's tail first, then every selected manifest in parallel, so that
     any commit the scan missed has its record after the position returned.
     """
-    now_us = int(clock() * 1_000_000)
+    now_us = micros(clock)
     try:
         manifest: Manifest | None = LogReader(dirty_store(logs.store)).manifest()
     except LogNotFound:

@@ -32,11 +32,10 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 
-from wal3_spark.clock import Clock
+from wal3_spark.clock import SYSTEM, Clock, micros, utc_text
 from wal3_spark.errors import (
     CommitOutcomeUnknown,
     GarbageStale,
@@ -112,9 +111,9 @@ class _Referenced:
     snapshots: frozenset[str]
 
 
-def garbage_object(store: ObjectStore) -> CasObject[Garbage]:
+def garbage_object(store: ObjectStore, clock: Clock = SYSTEM) -> CasObject[Garbage]:
     """`gc/GARBAGE` under compare-and-swap (absent and zero bytes are the empty garbage)."""
-    return CasObject(store, GARBAGE_KEY, parse=Garbage.from_bytes, serialise=Garbage.to_bytes)
+    return CasObject(store, GARBAGE_KEY, parse=Garbage.from_bytes, serialise=Garbage.to_bytes, clock=clock)
 
 
 def referenced(
@@ -158,7 +157,7 @@ class GarbageCollector:
         orphan_grace_s: float | None = None,
         max_drop_share: float = DEFAULT_MAX_DROP_SHARE,
         force: bool = False,
-        clock: Clock = time.time,
+        clock: Clock = SYSTEM,
         orphan_clock: Clock | None = None,
         writer: str = "wal3-spark gc",
         after_step: Callable[[str], None] | None = None,
@@ -193,9 +192,9 @@ class GarbageCollector:
         #: there, as a crash would (how the tests crash a collector between two steps)
         self.after_step = after_step
         self.progress = progress
-        self.committer = Committer(store, writer=writer)
-        self.cursors = CursorStore(store, writer=writer)
-        self.garbage = garbage_object(store)
+        self.committer = Committer(store, writer=writer, clock=clock)
+        self.cursors = CursorStore(store, writer=writer, clock=clock)
+        self.garbage = garbage_object(store, clock)
         #: every step walks the same snapshot tree (compute, count, the orphan sweep)
         self.snapshots = SnapshotCache()
 
@@ -247,17 +246,17 @@ class GarbageCollector:
             if garbage.applied_epoch_us is None:
                 if dry_run:
                     break
-                marked = replace(garbage, applied_epoch_us=int(self.clock() * 1e6))
+                marked = replace(garbage, applied_epoch_us=micros(self.clock))
                 if not self._replace_garbage(garbage, marked):
                     continue  # another collector moved it on: look again
                 garbage = marked
                 self._step(report, "mark")
             delete_after = garbage.applied_epoch_us / 1e6 + self.grace_s
-            if self.clock() < delete_after:
+            if self.clock.now() < delete_after:
                 report.pending, report.delete_after = garbage.summary(), delete_after
                 report.notes.append(
                     f"garbage below offset {garbage.first_to_keep} is applied; its files are "
-                    f"deleted by a run after {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(delete_after))}"
+                    f"deleted by a run after {utc_text(delete_after)}"
                 )
                 break
             if dry_run:
@@ -286,7 +285,7 @@ class GarbageCollector:
                     fresh = False
                 if not fresh:
                     raise GarbageStale(f"its rebuilt snapshot {snapshot.path} predates the orphan horizon")
-        return apply_garbage(manifest, garbage, self.writer, now_us=int(self.clock() * 1e6))
+        return apply_garbage(manifest, garbage, self.writer, now_us=micros(self.clock))
 
     def _step(self, report: GCReport, name: str) -> None:
         report.steps.append(name)
@@ -412,7 +411,7 @@ class GarbageCollector:
         landed before the horizon is seen there, a commit after it is refused by the committer
         (fragments) or rolls another snapshot (`committer.write_snapshot`).
         """
-        cutoff_us = int((self.orphan_clock() - self.orphan_grace_s) * 1e6)
+        cutoff_us = int((self.orphan_clock.now() - self.orphan_grace_s) * 1e6)
         old = {
             m.key: fragment_created_us(m)
             for m in self.store.list(FRAGMENT_PREFIX)

@@ -28,8 +28,7 @@ micro-batch reads, for every log, its offsets [start, end). What each decision r
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
@@ -41,6 +40,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from wal3_spark.clock import SYSTEM, Clock
 from wal3_spark.errors import DataLost, LogNotFound
 from wal3_spark.format.layout import FIRST_OFFSET
 from wal3_spark.format.manifest import Manifest
@@ -73,7 +73,7 @@ def decode(offset: Mapping) -> dict[str, int]:
 
 class LogSetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: Wal3Options, schema: StructType,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Clock = SYSTEM) -> None:
         self.options = options
         self.target = spark_to_arrow(schema)
         self.delay = TriggerDelay(options, clock)

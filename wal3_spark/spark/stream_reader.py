@@ -20,8 +20,7 @@ found missing at read time and reported as DataLost from a fresh manifest).
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader
@@ -36,6 +35,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from wal3_spark.clock import SYSTEM, Clock
 from wal3_spark.errors import DataLost
 from wal3_spark.format.layout import KnownRefs
 from wal3_spark.format.manifest import Manifest
@@ -107,7 +107,7 @@ class TriggerDelay:
     """minRecordsPerTrigger's clock: Spark's ReadMinRows carries no delay, so the reader keeps
     the time of the last micro-batch it let through."""
 
-    def __init__(self, options: Wal3Options, clock: Callable[[], float]) -> None:
+    def __init__(self, options: Wal3Options, clock: Clock) -> None:
         self.min_records = options.min_records
         self.max_delay_ms = options.max_trigger_delay_ms
         self.clock = clock
@@ -124,7 +124,7 @@ class TriggerDelay:
         """
         if self.min_records is None or available_now:
             return False
-        now = self.clock()
+        now = self.clock.monotonic()
         waited_ms = None if self.last_trigger is None else (now - self.last_trigger) * 1000
         if available < self.min_records and waited_ms is not None and waited_ms < self.max_delay_ms:
             return True
@@ -134,7 +134,7 @@ class TriggerDelay:
 
 class Wal3StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: Wal3Options, schema: StructType,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Clock = SYSTEM) -> None:
         self.options = options
         self.target = spark_to_arrow(schema)
         self.available_now_limit: int | None = None

@@ -15,11 +15,11 @@ from __future__ import annotations
 import json
 import logging
 import os
-import time
 from collections.abc import Iterable, Sequence
 
 import pyarrow as pa
 
+from wal3_spark.clock import SYSTEM, Clock
 from wal3_spark.errors import (
     CommitFailed,
     CommitOutcomeUnknown,
@@ -125,12 +125,13 @@ def commit_files(
     app_id: str | None = None,
     version: int | None = None,
     dirty_log: DirtyRecorder | None = None,
+    clock: Clock = SYSTEM,
 ) -> CommitResult:
     """One manifest CAS for all of `files` (in order), recorded in `dirty_log` when given.
     Definite failures delete the files; an unknown outcome (`CommitOutcomeUnknown`) deletes
     nothing."""
-    committer = Committer(store, writer=writer, dirty_log=dirty_log)
-    t0 = time.perf_counter()
+    committer = Committer(store, writer=writer, dirty_log=dirty_log, clock=clock)
+    t0 = clock.monotonic()
     try:
         result = committer.commit(
             list(files), schema=target, merge_schema=merge_schema, app_id=app_id, version=version
@@ -141,7 +142,7 @@ def commit_files(
     except CommitOutcomeUnknown:
         log.warning("the commit of %d fragments has an unknown outcome; none deleted", len(files))
         raise
-    elapsed = time.perf_counter() - t0
+    elapsed = clock.monotonic() - t0
     log.info("committed %d fragments to offsets [%d, %d) in %.1f ms (%d attempts)",
              len(files), result.start, result.limit, elapsed * 1000, result.attempts)
     _record_metrics(seconds=elapsed, fragments=len(files), attempts=result.attempts,

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -31,6 +30,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from wal3_spark.clock import SYSTEM, Clock
 from wal3_spark.errors import (
     AmbiguousWrite,
     InvalidOption,
@@ -92,7 +92,7 @@ class HedgeStats:
 class HedgedStore(ForwardingStore):
     """`inner` with slow idempotent requests hedged; see the module docstring.
 
-    `clock` (seconds, monotonic) times requests and the budget; tests inject one. Waiting for
+    `clock` (its monotonic time) times requests and the budget; tests inject one. Waiting for
     the threshold uses real time.
     """
 
@@ -102,7 +102,7 @@ class HedgedStore(ForwardingStore):
         policy: HedgePolicy | None = None,
         *,
         create_prefixes: tuple[str, ...] = (),
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM,
     ) -> None:
         super().__init__(inner)
         self.policy = policy or HedgePolicy()
@@ -195,7 +195,7 @@ class HedgedStore(ForwardingStore):
     def _may_hedge(self) -> bool:
         """Take the budget (one hedge per 1/hedges_per_s) if it and the outstanding bound allow."""
         with self._changed:
-            now = self._clock()
+            now = self._clock.monotonic()
             if self._outstanding >= self.policy.max_outstanding:
                 self._counts["over_outstanding"] += 1
                 allowed = False
@@ -212,13 +212,13 @@ class HedgedStore(ForwardingStore):
     def _send(self, kind: str, call: Callable[[], T]) -> Future:
         with self._changed:
             self._outstanding += 1
-        started = self._clock()
+        started = self._clock.monotonic()
 
         def timed() -> T:
             try:
                 return call()
             finally:
-                self._finished(kind, self._clock() - started)
+                self._finished(kind, self._clock.monotonic() - started)
 
         return self._pool.submit(timed)
 

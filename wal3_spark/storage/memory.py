@@ -8,10 +8,10 @@ starts empty. ETags are hex MD5s, as on S3, so code cannot tell this store from 
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from wal3_spark.clock import SYSTEM, Clock
 from wal3_spark.errors import ObjectNotFound, PreconditionFailed
 from wal3_spark.storage.base import Blob, ObjectMeta, ObjectStore
 from wal3_spark.storage.common import check_children_prefix, check_key, md5_etag
@@ -38,8 +38,11 @@ class MemoryStore(ObjectStore):
 
     md5_etags = True
 
-    def __init__(self, name: str, prefix: str = "") -> None:
+    def __init__(self, name: str, prefix: str = "", *, clock: Clock = SYSTEM) -> None:
+        """`clock` stamps each write's `last_modified`, as a real store's own clock does (a
+        copy unpickled elsewhere uses the system's)."""
         self.name = name
+        self.clock = clock
         self.prefix = prefix.strip("/")
         self.url = f"memory://{name}" + (f"/{self.prefix}" if self.prefix else "")
         self._root = f"{self.prefix}/" if self.prefix else ""
@@ -74,7 +77,7 @@ class MemoryStore(ObjectStore):
         with self._ns.lock:
             if full in self._ns.objects:
                 raise PreconditionFailed(key, "the object already exists")
-            self._ns.objects[full] = (data, etag, time.time())
+            self._ns.objects[full] = (data, etag, self.clock.now())
         return etag
 
     def put_if_match(self, key: str, data: bytes, etag: str) -> str:
@@ -86,7 +89,7 @@ class MemoryStore(ObjectStore):
                 raise PreconditionFailed(key, "the object does not exist")
             if entry[1] != expected:
                 raise PreconditionFailed(key, f"its ETag is {entry[1]}, not {expected}")
-            self._ns.objects[full] = (data, new_etag, time.time())
+            self._ns.objects[full] = (data, new_etag, self.clock.now())
         return new_etag
 
     def list(self, prefix: str = "") -> Iterator[ObjectMeta]:

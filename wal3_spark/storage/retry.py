@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import logging
 import random
-import time
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
+from wal3_spark.clock import SYSTEM, Clock
 from wal3_spark.errors import TransientError
 
 log = logging.getLogger(__name__)
@@ -40,7 +40,7 @@ def backoff_delays(
         raise ValueError(f"jitter must be within [0, 1], got {jitter}")
     draw = (rng or random).random
     for i in range(attempts - 1):
-        ceiling = min(cap, base * 2.0**i)
+        ceiling = min(cap, base * 2.0 ** min(i, 64))  # 2.0**1024 overflows: a float cannot hold it
         yield ceiling * (1.0 - jitter * draw())
 
 
@@ -53,9 +53,10 @@ def retry(
     cap: float = 4.0,
     jitter: float = 0.5,
     what: str = "operation",
-    sleep: Callable[[float], None] = time.sleep,
+    clock: Clock = SYSTEM,
 ) -> T:
-    """Call `fn` until it returns, retrying the exceptions in `retry_on` with backoff.
+    """Call `fn` until it returns, retrying the exceptions in `retry_on` with backoff (slept on
+    `clock`).
 
     After the last attempt the last exception propagates unchanged. With the defaults the
     total sleep is at most 0.2 + 0.4 + 0.8 + 1.6 + 3.2 = 6.2 s.
@@ -71,5 +72,5 @@ def retry(
                 log.debug("%s failed on attempt %d, giving up: %s", what, attempt, exc)
                 raise
             log.debug("%s failed on attempt %d (%s); retrying in %.3f s", what, attempt, exc, delay)
-            sleep(delay)
+            clock.sleep(delay)
             attempt += 1

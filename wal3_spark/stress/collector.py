@@ -19,10 +19,10 @@ from __future__ import annotations
 import logging
 import random
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable
 
+from wal3_spark.clock import SystemClock
 from wal3_spark.errors import Wal3Error
 from wal3_spark.ops.gc import MIN_ORPHAN_GRACE_S, GarbageCollector
 from wal3_spark.storage import ObjectStore
@@ -69,7 +69,7 @@ class StressCollector:
         ahead_s = max(self.config.gc_grace_s, MIN_ORPHAN_GRACE_S) + ORPHAN_RACE_LEAD_S
         collector = GarbageCollector(
             self.store, grace_s=self.config.gc_grace_s, force=True, writer=f"wal3 stress {self.name}",
-            orphan_clock=(lambda: time.time() + ahead_s) if race else None,
+            orphan_clock=SystemClock(skew_s=ahead_s) if race else None,
         )
         try:
             report = collector.run()

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import Counter
 from typing import Any
 
+from wal3_spark.clock import SYSTEM
 from wal3_spark.errors import CorruptLog, Wal3Error
 from wal3_spark.format.layout import MANIFEST_KEY
 from wal3_spark.log.cursors import CursorStore
@@ -100,7 +100,7 @@ class StressReader:
 
     def read_some(self) -> bool:
         """Read the next chunk into the ledger; False when there was nothing new."""
-        deadline = time.monotonic() + self.cycle_s
+        deadline = SYSTEM.monotonic() + self.cycle_s
         damaged = self._damaged_store()
         self._planned_on = None
         if damaged is not None:
@@ -143,7 +143,7 @@ class StressReader:
             offsets = batch.column("_offset").to_pylist()
             for offset, body in zip(offsets, batch.column("body").to_pylist()):
                 self.ledger.observe(offset, body)
-            if time.monotonic() >= deadline:
+            if SYSTEM.monotonic() >= deadline:
                 return True  # persist this much before a kill -9 can take it away
         return False
 

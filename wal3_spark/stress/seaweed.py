@@ -22,7 +22,6 @@ import socket
 import subprocess
 import sys
 import sysconfig
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -31,6 +30,8 @@ from pathlib import Path
 import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
+
+from wal3_spark.clock import SYSTEM
 
 log = logging.getLogger(__name__)
 
@@ -250,11 +251,11 @@ class SeaweedProcess:
 
     def _wait_ready(self, proc: subprocess.Popen[bytes]) -> bool:
         client = _s3_client(self.server.endpoint)
-        deadline = time.monotonic() + STARTUP_DEADLINE_S
-        while proc.poll() is None and time.monotonic() < deadline:
+        deadline = SYSTEM.monotonic() + STARTUP_DEADLINE_S
+        while proc.poll() is None and SYSTEM.monotonic() < deadline:
             if _ready(client) and proc.poll() is None:
                 return True
-            time.sleep(0.2)  # polling a starting server
+            SYSTEM.sleep(0.2)  # polling a starting server
         return False
 
 

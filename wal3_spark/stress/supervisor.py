@@ -24,12 +24,12 @@ import random
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO
 
+from wal3_spark.clock import SYSTEM, Clock
 from wal3_spark.errors import StorageError, Wal3Error
 from wal3_spark.format.layout import FRAGMENT_PREFIX
 from wal3_spark.log.committer import Committer
@@ -133,8 +133,10 @@ class Process:
 
 class Supervisor:
     def __init__(self, config: StressConfig, run: RunDir, seaweed: SeaweedProcess | None = None,
-                 out: IO[str] = sys.stdout) -> None:
+                 out: IO[str] = sys.stdout, clock: Clock = SYSTEM) -> None:
+        """`clock` paces the run: its ticks, schedules, deadlines and waits."""
         self.config = config
+        self.clock = clock
         self.run_dir = run
         self.seaweed = seaweed
         self.out = out
@@ -148,7 +150,7 @@ class Supervisor:
         #: reads the log without faults
         self.reader = LogReader(open_store(config.url, config.options))
         self.audit = FragmentAudit(open_store(config.url, config.options), self.reader)
-        self.started = time.monotonic()
+        self.started = self.clock.monotonic()
         #: why the run stopped early, if it did
         self.aborted: str | None = None
         self._next_fault_check = 0.0
@@ -195,13 +197,13 @@ class Supervisor:
 
     def await_started(self) -> None:
         """Start the clock once every process is up (imports take seconds on a busy machine)."""
-        deadline = time.monotonic() + STARTUP_S
-        while time.monotonic() < deadline and self.aborted is None:
+        deadline = self.clock.monotonic() + STARTUP_S
+        while self.clock.monotonic() < deadline and self.aborted is None:
             self.reap()
             if all(self.run_dir.stats(p.name).exists() for p in self.processes):
                 break
-            time.sleep(TICK_S)
-        self.started = time.monotonic()
+            self.clock.sleep(TICK_S)
+        self.started = self.clock.monotonic()
 
     def required(self) -> list[str]:
         """Every fault kind this run is configured to inject, and a GC that collects."""
@@ -234,8 +236,8 @@ class Supervisor:
         next_summary = self.started + c.summary_every_s
         next_audit = self.started + min(AUDIT_EVERY_S, c.duration_s / 2)
         end = self.started + c.duration_s
-        while self.aborted is None and self.keep_going(time.monotonic(), end):
-            now = time.monotonic()
+        while self.aborted is None and self.keep_going(self.clock.monotonic(), end):
+            now = self.clock.monotonic()
             self.reap()
             # a role whose processes are all still starting keeps its turn (on a loaded machine
             # imports take seconds, and a turn passed on would leave that role unkilled for long)
@@ -246,14 +248,14 @@ class Supervisor:
                 log.info("restarting SeaweedFS")
                 self.seaweed.restart()
                 self.seaweed_restarts += 1
-                next_restart = time.monotonic() + c.seaweed_restart_every_s
+                next_restart = self.clock.monotonic() + c.seaweed_restart_every_s
             if now >= next_audit:
                 self.audit.audit()
-                next_audit = time.monotonic() + AUDIT_EVERY_S
+                next_audit = self.clock.monotonic() + AUDIT_EVERY_S
             if now >= next_summary:
                 self.print(self.summary())
                 next_summary = now + c.summary_every_s
-            time.sleep(TICK_S)
+            self.clock.sleep(TICK_S)
 
     def keep_going(self, now: float, end: float) -> bool:
         """Until the end; with `require_every_fault`, then on (for at most `EXTENSION` times the
@@ -345,10 +347,10 @@ class Supervisor:
         stopping = self.live(role)
         for p in stopping:
             p.popen.terminate()
-        deadline = time.monotonic() + timeout_s
+        deadline = self.clock.monotonic() + timeout_s
         for p in stopping:
             try:
-                code = p.popen.wait(max(0.0, deadline - time.monotonic()))
+                code = p.popen.wait(max(0.0, deadline - self.clock.monotonic()))
             except subprocess.TimeoutExpired:
                 log.error("%s did not stop within %.0f s; killing it", p.name, timeout_s)
                 p.popen.kill()
@@ -363,8 +365,8 @@ class Supervisor:
         about those that did not finish."""
         slots = [slot for role, slot in self.slots() if role == "reader"]
         progress: dict[str, int] = {}
-        deadline = time.monotonic() + READER_STALL_S
-        while time.monotonic() < deadline:
+        deadline = self.clock.monotonic() + READER_STALL_S
+        while self.clock.monotonic() < deadline:
             self.reap()
             states = {s: read_json(self.run_dir.reader_state(s)) or {} for s in slots}
             if all(state.get("finished") for state in states.values()):
@@ -372,8 +374,8 @@ class Supervisor:
             positions = {s: state["ledger"]["position"] for s, state in states.items() if state}
             if positions != progress:
                 progress = positions
-                deadline = time.monotonic() + READER_STALL_S
-            time.sleep(READER_POLL_S)
+                deadline = self.clock.monotonic() + READER_STALL_S
+            self.clock.sleep(READER_POLL_S)
         return [f"reader {s} did not finish: nothing new read for {READER_STALL_S:.0f} s" for s in slots
                 if not (read_json(self.run_dir.reader_state(s)) or {}).get("finished")]
 
@@ -397,7 +399,7 @@ class Supervisor:
     # -- reporting --------------------------------------------------------------------
 
     def summary(self, final: bool = False) -> Summary:
-        summary = gather(self.run_dir, self.tally, self.config.url, time.monotonic() - self.started,
+        summary = gather(self.run_dir, self.tally, self.config.url, self.clock.monotonic() - self.started,
                          self.config.duration_s, self.kills, self.crashes, self.seaweed_restarts)
         summary.final = final
         summary.required = self.required()
@@ -412,7 +414,7 @@ class Supervisor:
     def _after(self, mean_s: float, jitter: bool = True) -> float:
         if mean_s <= 0:
             return float("inf")
-        return time.monotonic() + mean_s * (self.rng.uniform(0.5, 1.5) if jitter else 1.0)
+        return self.clock.monotonic() + mean_s * (self.rng.uniform(0.5, 1.5) if jitter else 1.0)
 
 
 def run_stress(config: StressConfig, run_dir: Path, *, s3: bool = False,

@@ -15,11 +15,11 @@ import os
 import signal
 import sys
 import threading
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from wal3_spark.clock import SYSTEM
 from wal3_spark.stress.collector import StressCollector
 from wal3_spark.stress.config import StressConfig
 from wal3_spark.stress.faults import fault_store
@@ -66,7 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     role: StressWriter | StressReader | StressCollector
     if args.role == "writer":
         role = StressWriter(config, args.name, open_writer(config, args.name, store),
-                            Journal(run.journal(args.name)), time.monotonic)
+                            Journal(run.journal(args.name)), SYSTEM)
     elif args.role == "reader":
         role = StressReader(run, config.seed, args.slot or args.name, store, config.read_chunk,
                             config.read_cycle_s)

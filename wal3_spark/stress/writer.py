@@ -21,10 +21,10 @@ import logging
 import random
 import threading
 from collections import Counter
-from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 
+from wal3_spark.clock import Clock
 from wal3_spark.errors import CommitFailed, LogSealed, PastOrphanHorizon, SchemaMismatch
 from wal3_spark.format.manifest import SnapshotOptions
 from wal3_spark.log.writer import LogWriter
@@ -77,7 +77,7 @@ class Regime:
 
 class StressWriter:
     def __init__(self, config: StressConfig, name: str, writer: LogWriter, journal: Journal,
-                 clock: Callable[[], float]) -> None:
+                 clock: Clock) -> None:
         self.config = config
         self.name = name
         self.writer = writer
@@ -92,10 +92,10 @@ class StressWriter:
         self._in_flight: list[Future] = []
 
     def run(self, stop: threading.Event) -> None:
-        regime = Regime.draw(self.rng, self.config.max_records_per_append, self.clock())
+        regime = Regime.draw(self.rng, self.config.max_records_per_append, self.clock.monotonic())
         while not stop.is_set():
-            if self.clock() >= regime.until:
-                regime = Regime.draw(self.rng, self.config.max_records_per_append, self.clock())
+            if self.clock.monotonic() >= regime.until:
+                regime = Regime.draw(self.rng, self.config.max_records_per_append, self.clock.monotonic())
             self.append_one(regime)
             if regime.pause_s:
                 stop.wait(self.rng.expovariate(1.0 / regime.pause_s))  # load shaping

@@ -34,11 +34,11 @@ from __future__ import annotations
 import os
 import random
 import threading
-import time
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
+from wal3_spark.clock import SYSTEM, Clock
 from wal3_spark.errors import (
     AmbiguousWrite,
     PreconditionFailed,
@@ -141,7 +141,9 @@ class FaultyStore(InjectingStore):
         precondition_storm: float = 0.0,
         max_delay_s: float = 0.02,
         read_attempts: int = 4,
+        clock: Clock = SYSTEM,
     ) -> None:
+        """`clock` sleeps the delays and the read retries."""
         probabilities = {
             "drop": drop,
             "delay": delay,
@@ -158,6 +160,7 @@ class FaultyStore(InjectingStore):
         self.probabilities = probabilities
         self.max_delay_s = max_delay_s
         self.read_attempts = read_attempts
+        self.clock = clock
 
     def _draw(self) -> float:
         with self._lock:
@@ -166,7 +169,7 @@ class FaultyStore(InjectingStore):
     def _maybe_delay(self) -> None:
         if self._draw() < self.probabilities["delay"]:
             self._inject("delay")
-            time.sleep(self._draw() * self.max_delay_s)
+            self.clock.sleep(self._draw() * self.max_delay_s)
 
     def _pick_fault(self, kinds: tuple[str, ...]) -> str | None:
         """At most one of `kinds`, each with its own probability."""
@@ -188,7 +191,7 @@ class FaultyStore(InjectingStore):
                 raise TransientError(f"injected {kind} on {what}")
             return fn()
 
-        return retry(attempt, attempts=self.read_attempts, base=0.001, cap=0.005, what=what)
+        return retry(attempt, attempts=self.read_attempts, base=0.001, cap=0.005, what=what, clock=self.clock)
 
     def _write(self, method: str, key: str, data: bytes, etag: str | None, write: Callable[[], str]) -> str:
         create = etag is None

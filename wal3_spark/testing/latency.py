@@ -9,9 +9,9 @@ storage that hedging (`HedgedStore`) is meant to cut.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Collection
 
+from wal3_spark.clock import SYSTEM, Clock
 from wal3_spark.storage.base import ObjectStore
 from wal3_spark.testing.faults import InjectingStore, T
 
@@ -30,7 +30,7 @@ class LatencyStore(InjectingStore):
         tail_factor: float = 10.0,
         tail_methods: Collection[str] | None = None,
         seed: int = 0,
-        sleep: Callable[[float], None] = time.sleep,
+        clock: Clock = SYSTEM,
     ) -> None:
         if latency_s < 0:
             raise ValueError(f"latency_s must be >= 0, got {latency_s}")
@@ -43,7 +43,7 @@ class LatencyStore(InjectingStore):
         self.tail_share = tail_share
         self.tail_factor = tail_factor
         self.tail_methods = None if tail_methods is None else frozenset(tail_methods)
-        self._sleep = sleep
+        self.clock = clock
 
     @property
     def slow_requests(self) -> int:
@@ -55,7 +55,7 @@ class LatencyStore(InjectingStore):
                 self.tail_methods is None or method in self.tail_methods
             )
             self._counts["slow"] += slow
-        self._sleep(self.latency_s * (self.tail_factor if slow else 1.0))
+        self.clock.sleep(self.latency_s * (self.tail_factor if slow else 1.0))
 
     def _call(self, method: str, key: str, fn: Callable[[], T]) -> T:
         self._wait(method)
