@@ -157,3 +157,16 @@ def test_04_a_fragment_path_and_its_uuid_must_agree():
     edit(store, change_uuid)
     with pytest.raises(CorruptLog, match="names"):
         LogReader(store).bounds()
+
+
+def test_05_a_fragments_count_from_its_footer(tmp_path):
+    """What the native scan checks of the log's boundary fragments: one range GET, no decoding."""
+    from wal3_spark.log.fragment_io import fragment_row_count
+
+    for store in (nine_rows(f"memory://checked-{next(_names)}"), nine_rows(f"file://{tmp_path}/log")):
+        refs = [part.ref for part in LogReader(store).plan()]
+        assert [fragment_row_count(store, ref) for ref in refs] == [ref.records for ref in refs] == [3, 3, 3]
+        store.delete(refs[0].path)
+        store.put_if_absent(refs[0].path, b"not parquet")
+        with pytest.raises(CorruptLog, match="Parquet footer"):
+            fragment_row_count(store, refs[0])

@@ -6,7 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_12_checked_reads import damaged_schema, drop_last_fragment, edit, last_limit_below_start, nine_rows
+from tests.test_12_checked_reads import (
+    damaged_schema,
+    drop_last_fragment,
+    edit,
+    last_limit_below_start,
+    last_limit_lowered,
+    nine_rows,
+)
 from wal3_spark.errors import CorruptLog
 from wal3_spark.format.layout import MANIFEST_KEY
 from wal3_spark.spark import Wal3Log
@@ -52,6 +59,24 @@ def test_00_every_spark_reader_refuses_a_damaged_manifest(spark, tmp_path, damag
         assert isinstance(info.value, CorruptLog) or "CorruptLog" in text, (read.__name__, text[:2000])
         assert MANIFEST_KEY in text, (read.__name__, text[:2000])
         assert "Invalid flatbuffers" not in text or "Arrow IPC" in text, text[:2000]
+
+
+def last_limit_raised(doc: dict) -> None:
+    doc["fragments"][-1]["limit"]["offset"] += 1
+
+
+@pytest.mark.parametrize("damage", [last_limit_lowered, last_limit_raised], ids=lambda d: d.__name__)
+def test_03_the_native_scan_checks_the_last_fragments_count(spark, tmp_path, damage):
+    """The manifest balances, and this scan decodes nothing: the last fragment's Parquet footer
+    gives its count away (format("wal3") finds it decoding the fragment)."""
+    url = (tmp_path / "log").as_uri()
+    store = nine_rows(url)
+    assert len(native(spark, url, tmp_path)) == 9
+    edit(store, damage)
+    with pytest.raises(CorruptLog, match="holds 3 records, the manifest"):
+        native(spark, url, tmp_path)
+    with pytest.raises(Exception, match="holds 3 records, the manifest says"):
+        batch(spark, url, tmp_path)
 
 
 @pytest.mark.parametrize("text", ["1_0", "٣٣", "+8", "7x", "", "-1", "1.0", "9223372036854775808"])

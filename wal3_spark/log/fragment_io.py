@@ -238,6 +238,32 @@ def exact_path_timestamp_us(ref: FragmentRef, structured: bool) -> int | None:
     return uuid7_timestamp_us(ref.seq_no, exact=True)
 
 
+#: what `fragment_row_count` fetches first from a fragment's end: the footer of a fragment of
+#: a few columns fits (the native scan's checks read one or two fragments per query)
+_FOOTER_READ = 1 << 16
+
+
+def fragment_row_count(store: ObjectStore, ref: FragmentRef) -> int:
+    """A referenced fragment's record count from its Parquet footer, without its data: one range
+    GET (two for a footer larger than 64 KiB). A missing one raises `missing_error`'s verdict,
+    a file that is not Parquet CorruptLog."""
+    import pyarrow.parquet as pq  # see the module docstring
+
+    try:
+        tail = store.get_range(ref.path, -_FOOTER_READ, _FOOTER_READ)
+        size = int.from_bytes(tail[-8:-4], "little") + 8 if len(tail) >= 12 else 0
+        if len(tail) < size:
+            tail = store.get_range(ref.path, -size, size)
+    except ObjectNotFound:
+        raise missing_error(store, MISSING_FRAGMENT, ref.path, ref.start) from None
+    if len(tail) < 12 or tail[-4:] != b"PAR1" or len(tail) < size:
+        raise CorruptLog("a fragment is a Parquet file", ref.path, "does not end in a Parquet footer")
+    try:
+        return pq.read_metadata(pa.BufferReader(b"PAR1" + tail[-size:])).num_rows
+    except (OSError, pa.ArrowException) as exc:
+        raise CorruptLog("a fragment is a Parquet file", ref.path, f"its Parquet footer does not parse ({exc})") from None
+
+
 def fetch_fragment(store: ObjectStore, ref: FragmentRef) -> bytes:
     """A referenced fragment's bytes; a missing one raises `missing_error`'s verdict."""
     try:

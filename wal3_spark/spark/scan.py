@@ -19,7 +19,9 @@ column). Rows outside the range in the first and last fragment are filtered by r
 payload column named `_metadata` hides Spark's file metadata from SQL text; the scan then
 reaches it through `DataFrame.metadataColumn`.
 
-It does NOT verify setsums: the bytes are trusted as they are read. Scrub the log with
+It does NOT verify setsums: the bytes are trusted as they are read. It does check, from their
+Parquet footers, that the log's first and last fragment hold the records the manifest says
+(the only ranges the manifest's own checks cannot pin). Scrub the log with
 `jobs/verify.py` (distributed) or `wal3 verify`, or read with `format("wal3")` (which checks
 every fragment) when that matters more than speed. The DataFrame is fixed to the fragments the
 log held when `toDF` ran; call it again to see later appends.
@@ -37,11 +39,11 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import DecimalType, StructField, StructType
 
-from wal3_spark.errors import InvalidOption, ScanUnsupported
-from wal3_spark.format.layout import RELATIVE_OFFSET, TIMESTAMP
+from wal3_spark.errors import CorruptLog, InvalidOption, ScanUnsupported
+from wal3_spark.format.layout import MANIFEST_KEY, RELATIVE_OFFSET, TIMESTAMP
 from wal3_spark.format.manifest import Manifest
 from wal3_spark.format.schema import OFFSET_COLUMN, TIMESTAMP_COLUMN
-from wal3_spark.log.fragment_io import ReadRange, exact_path_timestamp_us
+from wal3_spark.log.fragment_io import ReadRange, exact_path_timestamp_us, fragment_row_count
 from wal3_spark.log.reader import LogReader
 from wal3_spark.spark import options as opts
 from wal3_spark.spark.hadoop import driver_store, hadoop_options, hadoop_url
@@ -105,8 +107,29 @@ def plan_scan(store: ObjectStore, manifest: Manifest, root: str, options: opts.W
     start = resolve(reader, manifest, options.starting, default=manifest.oldest_offset)
     limit = resolve(reader, manifest, options.ending, default=manifest.next_offset)
     ranges = reader.plan(start, limit, manifest=manifest, fail_on_data_loss=options.fail_on_data_loss)
+    _check_boundary_counts(store, manifest, ranges)
     payload = manifest.arrow_schema()
     return ScanPlan(payload, tuple(_scan_file(root, r, payload is not None) for r in ranges))
+
+
+def _check_boundary_counts(store: ObjectStore, manifest: Manifest, ranges: Sequence[ReadRange]) -> None:
+    """The log's first and last fragment, when the scan reads them, hold the records their
+    range says (from the Parquet footer: one small range GET each). The manifest's checks
+    cannot show a damaged `limit` of the last fragment that stays above its `start` (or a first
+    fragment's `start`: nothing precedes it), and this scan takes offsets from the manifest
+    and row positions without decoding, so a wrong count would read a shorter or shifted log
+    silently. Every other fragment's range is pinned by its neighbours; `format("wal3")`
+    checks every fragment's count as it decodes it."""
+    ends = {manifest.fragments[-1].path} if manifest.fragments else set()
+    if manifest.fragments and not manifest.snapshots:
+        ends.add(manifest.fragments[0].path)
+    for part in ranges:
+        if part.ref.path in ends:
+            rows = fragment_row_count(store, part.ref)
+            if rows != part.ref.records:
+                raise CorruptLog("a fragment holds limit - start records", part.ref.path,
+                                 f"holds {rows} records, the manifest ({MANIFEST_KEY}) says "
+                                 f"{part.ref.records}")
 
 
 def _scan_file(root: str, part: ReadRange, structured: bool) -> ScanFile:
