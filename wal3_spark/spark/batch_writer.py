@@ -88,8 +88,11 @@ def dirty_log(options: Wal3Options, prefix: ObjectStore | None = None) -> Iterat
     if not options.dirty_log:
         yield None
         return
-    where = prefix if prefix is not None else parent_url(options.url)[0]
-    with DirtyLog(where, options=dict(options.store_options) or None) as recorder:
+    if prefix is not None:  # already opened with the store options
+        recording = DirtyLog(prefix)
+    else:
+        recording = DirtyLog(parent_url(options.url)[0], options=dict(options.store_options) or None)
+    with recording as recorder:
         yield recorder
 
 
