@@ -63,6 +63,7 @@ def collect_one(target, settings: dict) -> dict:  # type: ignore[no-untyped-def]
             max_drop_share=settings["max_drop_share"],
             force=settings["force"],
             writer="wal3 gc job",
+            orphans_without_log=True,  # a name a failed job wrote to but never created
         )
     except LogNotFound:
         return {"url": url, "ok": True, "skipped": "no log here"}  # a listed directory, not a log

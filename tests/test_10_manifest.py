@@ -106,7 +106,7 @@ def test_05_extensions_round_trip_and_are_omitted_at_their_defaults():
     manifest = manifest.sealed_by("w")
     again = Manifest.from_bytes(manifest.to_bytes())
     assert again == manifest and again.sealed and again.txns == {"app": Txn(3, 42)}
-    plain = json.loads(Manifest.empty("w").to_bytes())
+    plain = json.loads(replace(Manifest.empty("w"), incarnation=None).to_bytes())
     assert list(plain) == ["setsum", "collected", "acc_bytes", "writer", "snapshots", "fragments"]
 
 

@@ -229,7 +229,7 @@ def test_12_progress_reports_the_tail_and_the_offsets_behind_it(spark, log_url, 
     finally:
         spark.streams.removeListener(listener)
     batches = [p for p in progress if p["numInputRows"]]
-    assert [json.loads(p["sources"][0]["latestOffset"]) for p in batches] == [{"offset": 1001}] * 4
+    assert [json.loads(p["sources"][0]["latestOffset"])["offset"] for p in batches] == [1001] * 4
     assert [offsets_behind(p) for p in batches] == [700, 400, 100, 0]
     logged = [r.getMessage() for r in caplog.records if r.name == "wal3_spark.spark.lag"]
     assert any("700 records behind the log's tail (read up to offset 301 of 1001)" in m for m in logged)

@@ -32,7 +32,7 @@ def test_00_a_garbage_collected_log_fails_or_skips_alone():
     with pytest.raises(DataLost, match=f"offsets \\[1, 11\\) of {prefix}/gone"):
         strict.latestOffset(start, ReadAllAvailable())
     end = lenient.latestOffset(start, ReadAllAvailable())
-    assert end == encode({"ok": 4, "gone": 21})
+    assert end["logs"] == encode({"ok": 4, "gone": 21})["logs"]
     parts = lenient.partitions(start, end)
     assert sorted((rr.log, rr.range.start) for p in parts for rr in p.ranges) == [
         ("gone", 11), ("ok", 1)]
@@ -68,7 +68,7 @@ def test_02_sealed_and_missing_logs_do_not_stop_the_others(caplog):
     open_store(f"{prefix}/vanishing").delete(MANIFEST_KEY)
     append(prefix, "a", 3, start=2)
     end = r.latestOffset(start, ReadAllAvailable())
-    assert end == encode({"a": 6, "sealed": 3, "vanishing": 1})
+    assert end["logs"] == encode({"a": 6, "sealed": 3, "vanishing": 1})["logs"]
     assert f"{prefix}/vanishing has no manifest" in caplog.text
     again = r.latestOffset(end, ReadAllAvailable())
     assert again == end

@@ -152,6 +152,20 @@ class DataLost(Wal3Error):
         self.oldest = oldest
 
 
+class LogRecreated(Wal3Error):
+    """A log was deleted and created again under the same URL since a consumer recorded an
+    offset in it: the offset belongs to the earlier log (docs/design.md section 23)."""
+
+    def __init__(self, url: str, offset: int, recorded: str, current: str, fix: str) -> None:
+        super().__init__(
+            f"{url} was deleted and created again since offset {offset} was recorded in it "
+            f"(incarnation then: {recorded}; now: {current}): that offset belongs to the earlier "
+            f"log, and the new log starts again from its own first offset. {fix}"
+        )
+        self.url = url
+        self.offset = offset
+
+
 class CommitFailed(Wal3Error):
     """A commit failed definitely: nothing it wrote is (or can later become) part of the log."""
 

@@ -48,7 +48,8 @@ JSON_SHAPES: dict[str, JsonShape] = {
     "info": JsonShape("for a log, one object", (
         "url", "oldest_offset", "next_offset", "records", "fragments", "snapshots", "bytes",
         "acc_bytes", "setsum", "collected", "balanced", "balance_problem", "schema", "raw",
-        "sealed", "cursors", "broken_cursors", "lag", "pending_garbage", "txns", "writer")),
+        "sealed", "cursors", "broken_cursors", "stale_cursors", "incarnation", "lag",
+        "pending_garbage", "txns", "writer")),
     "info PREFIX": JsonShape("for a log set, one object", (
         "url", "logs", "records", "bytes", "sealed", "logs_with_cursors", "most_behind",
         "broken_cursors", "unreadable", "dirty_log")),
@@ -202,8 +203,10 @@ class TextOutput(Output):
         self.write(f"balanced       {'yes' if info['balanced'] else 'NO: ' + str(info['balance_problem'])}\n")
         self.write(f"schema         {'raw (body: binary)' if info['raw'] else ', '.join(info['schema'])}\n")
         self.write(f"sealed         {'yes' if info['sealed'] else 'no'}\n")
+        self.write(f"incarnation    {info['incarnation'] or 'none (created before incarnations)'}\n")
         lines = [describe_lag(CursorLag(**lag)) for lag in info["lag"].values()]
-        lines += [f"{k} (broken: {v})" for k, v in sorted(info["broken_cursors"].items())]
+        lines += [f"{k} ({'stale' if k in info['stale_cursors'] else 'broken'}: {v})"
+                  for k, v in sorted(info["broken_cursors"].items())]
         self.write("cursors        " + ("\n" + " " * 15).join(lines or ["none"]) + "\n")
         pending = info["pending_garbage"]
         self.write(

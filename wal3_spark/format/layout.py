@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from wal3_spark.errors import CorruptLog, CursorError
+from wal3_spark.format.incarnation import parse_incarnation
 from wal3_spark.format.setsum import Setsum
 
 MANIFEST_KEY = "manifest/MANIFEST"
@@ -339,9 +340,17 @@ class Cursor:
     offset: int
     epoch_us: int
     writer: str
+    #: wal3-spark extension: the incarnation of the log the offset was set in (its manifest's
+    #: `incarnation`); None: not recorded (a cursor set before incarnations, or on a log without
+    #: one). docs/design.md section 23
+    incarnation: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"position": position(self.offset), "epoch_us": self.epoch_us, "writer": self.writer}
+        doc: dict[str, Any] = {"position": position(self.offset), "epoch_us": self.epoch_us,
+                               "writer": self.writer}
+        if self.incarnation is not None:
+            doc["incarnation"] = self.incarnation
+        return doc
 
     @classmethod
     def from_dict(cls, data: Any, obj: str) -> Cursor:
@@ -356,4 +365,5 @@ class Cursor:
             offset=offset,
             epoch_us=epoch_us,
             writer=require_field(data, "writer", obj, str),
+            incarnation=parse_incarnation(data.get("incarnation"), obj),
         )

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from wal3_spark.errors import CorruptLog
+from wal3_spark.format.incarnation import new_incarnation, parse_incarnation
 from wal3_spark.format.layout import (
     BLAKE3,
     FIRST_OFFSET,
@@ -306,11 +307,18 @@ class Manifest:
     #: collected none (or, with `collected` non-empty, not known: a log collected before the
     #: field). A commit of fragments written after it cannot be a re-commit of collected ones
     collected_written_us: int | None = None
+    #: wal3-spark extension (docs/design.md section 23): the log's identity, a UUIDv7 recorded
+    #: when the log is created and kept by every later manifest, so that consumers tell a log
+    #: deleted and created again under the same name from the one they read; None: a log
+    #: created before the field (its identity is unknown; it never gets one)
+    incarnation: str | None = None
 
     # -- construction -------------------------------------------------------------------
 
     @classmethod
-    def empty(cls, writer: str, schema: pa.Schema | None = None) -> Manifest:
+    def empty(cls, writer: str, schema: pa.Schema | None = None, *,
+              incarnation: str | None = None) -> Manifest:
+        """A new log's first manifest, with a fresh incarnation unless one is given."""
         return cls(
             setsum=Setsum(),
             collected=Setsum(),
@@ -320,6 +328,7 @@ class Manifest:
             fragments=(),
             schema=encode_schema(schema) if schema is not None else None,
             item_hash=BLAKE3 if schema is not None else None,
+            incarnation=incarnation or new_incarnation(),
         )
 
     @classmethod
@@ -363,6 +372,7 @@ class Manifest:
             orphan_horizon_us=doc.get("orphan_horizon_us"),
             rolled_written_us=doc.get("rolled_written_us"),
             collected_written_us=doc.get("collected_written_us"),
+            incarnation=doc.get("incarnation"),
         )
         if check:
             manifest.scrub(obj)
@@ -400,6 +410,8 @@ class Manifest:
             extras["rolled_written_us"] = self.rolled_written_us
         if self.collected_written_us is not None:
             extras["collected_written_us"] = self.collected_written_us
+        if self.incarnation is not None:
+            extras["incarnation"] = self.incarnation
         parts.extend(f",{json_text(key)}:{json_text(value)}" for key, value in extras.items())
         parts.append("}")
         return "".join(parts).encode()
@@ -516,6 +528,7 @@ class Manifest:
             value = getattr(self, name)
             if value is not None:
                 check_int(value, obj, name)
+        parse_incarnation(self.incarnation, obj)
 
     # -- transitions --------------------------------------------------------------------
 

@@ -13,6 +13,12 @@ digits and underscores, e.g. `cursor/bad-name.json` written by hand), or that is
 `BrokenCursor`: listed
 and shown as broken, replaced by a forced `move`, removed by `delete`, and a reason for garbage
 collection to refuse (it may be pinning data), but never a reason for anything else to fail.
+
+A cursor records the incarnation of the log it was set in (docs/design.md section 23). One set
+in an earlier incarnation (the log was deleted and created again since) is *stale*: listed as
+such, replaced by the next `advance` or `move` without `--force` (its offset means nothing in
+the new log), and counted by garbage collection as pinning the whole new log (its consumer has
+read none of it), so it never wedges anything nor lets GC drop what its consumer has not read.
 """
 
 from __future__ import annotations
@@ -22,9 +28,12 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from wal3_spark.clock import SYSTEM, Clock, micros
-from wal3_spark.errors import CorruptLog, CursorError, LogNotFound, ObjectNotFound
+from wal3_spark.errors import CorruptLog, CursorError, LogNotFound, LogRecreated, ObjectNotFound
+from wal3_spark.format.incarnation import UNRECORDED, describe
 from wal3_spark.format.layout import CURSOR_PREFIX, Cursor, cursor_key, dumps, loads
+from wal3_spark.format.manifest import Manifest
 from wal3_spark.log.cas import CasObject, Outcome, Versioned
+from wal3_spark.log.head import read_manifest
 from wal3_spark.log.reader import LogReader
 from wal3_spark.log.scan import LogScan
 from wal3_spark.storage import StoreLike, resolve_store
@@ -46,13 +55,29 @@ class BrokenCursor:
     name: str
     key: str
     problem: str
+    #: set in an earlier incarnation of the log: not broken, but its offset means nothing now
+    stale: bool = False
 
     def fix(self, url: str) -> str:
+        if self.stale:
+            return (f"its consumer resets it at its next commit; or `wal3 cursor set {url} "
+                    f"{self.name} OFFSET`, or `wal3 cursor delete {url} {self.name}`")
         return (
             f"`wal3 cursor delete {url} {self.name}`"
             + ("" if not _valid_name(self.name) else
                f", or `wal3 cursor set {url} {self.name} OFFSET --force`")
         )
+
+
+def stale_problem(cursor: Cursor, manifest: Manifest) -> str | None:
+    """Why `cursor` does not belong to the log `manifest` is the head of, or None when it does.
+    A cursor set before incarnations belongs unless it is beyond the tail (reported as such)."""
+    if cursor.incarnation is None or cursor.incarnation == manifest.incarnation:
+        return None
+    return (f"set at offset {cursor.offset} in an earlier incarnation of the log "
+            f"({cursor.incarnation}; the log was deleted and created again since, its incarnation "
+            f"is now {describe(manifest.incarnation)}): it pins the whole log until its consumer "
+            "resets it")
 
 
 def _valid_name(name: str) -> bool:
@@ -116,7 +141,8 @@ class CursorStore:
         return state
 
     def scan(self) -> tuple[list[CursorState], list[BrokenCursor]]:
-        """Every cursor, readable or broken (unreadable, or beyond the tail), in name order."""
+        """Every cursor, readable or broken (unreadable, beyond the tail, or stale: set in an
+        earlier incarnation of the log, `BrokenCursor.stale`), in name order."""
         states: list[CursorState] = []
         broken: list[BrokenCursor] = []
         for meta in self.store.list(CURSOR_PREFIX):
@@ -143,56 +169,94 @@ class CursorStore:
         )
 
     def _beyond_the_tail(self, states: list[CursorState]) -> dict[str, BrokenCursor]:
-        """The cursors past the log's tail, as broken ones. The tail is read after the cursors:
-        it only grows, and every cursor was at most the tail when it was set, so a cursor a
+        """The cursors past the log's tail, as broken ones, and those set in an earlier
+        incarnation of the log, as stale ones. The manifest is read after the cursors: the tail
+        only grows, and every cursor was at most the tail when it was set, so a cursor a
         consumer moves meanwhile is never mistaken for one beyond it."""
         if not states:
             return {}
         try:
-            _, tail = LogReader(self.store).bounds()
+            manifest = read_manifest(self.store)
         except LogNotFound:
             return {}
-        return {
-            s.name: BrokenCursor(
-                s.name, cursor_key(s.name),
-                f"offset {s.cursor.offset} is beyond the tail (next offset {tail}): garbage "
-                "collection would drop records appended later that no consumer read",
-            )
-            for s in states if s.cursor.offset > tail
-        }
+        tail = manifest.next_offset
+        found = {}
+        for s in states:
+            problem = stale_problem(s.cursor, manifest)
+            if problem is not None:
+                found[s.name] = BrokenCursor(s.name, cursor_key(s.name), problem, stale=True)
+            elif s.cursor.offset > tail:
+                found[s.name] = BrokenCursor(
+                    s.name, cursor_key(s.name),
+                    f"offset {s.cursor.offset} is beyond the tail (next offset {tail}): garbage "
+                    "collection would drop records appended later that no consumer read",
+                )
+        return found
 
     def list(self) -> Iterator[CursorState]:
         """The readable cursors (see `scan` for the broken ones too)."""
         yield from self.scan()[0]
 
     def scan_from(self, name: str, *, start: int | None = None, max_records: int | None = None,
-                  verify: bool = True) -> LogScan:
+                  verify: bool = True, on_recreated_log: str = "fail") -> LogScan:
         """The records from cursor `name` to the tail (at most `max_records`), as a LogScan; a
         cursor that does not exist yet reads from `start` (default: the oldest offset), as a new
         Kafka consumer group does. Move the cursor to the scan's `position` once the records
-        are processed (`advance(name, scan.position)`): only then may GC drop them."""
-        state = self.get(name)
-        begin = start if state is None else state.cursor.offset
-        return LogReader(self.store).scan(begin, max_records=max_records, verify=verify)
+        are processed (`advance(name, scan.position)`): only then may GC drop them.
+
+        A stale cursor (the log was deleted and created again since it was set) raises
+        LogRecreated, or with `on_recreated_log="restart"` reads the new log from its oldest
+        offset (the next `advance` replaces the cursor), as a stream's `onRecreatedLog` does."""
+        if on_recreated_log not in ("fail", "restart"):
+            raise ValueError(f"on_recreated_log must be 'fail' or 'restart', not {on_recreated_log!r}")
+        loaded = self._object(name).load()
+        if loaded is None:
+            return LogReader(self.store).scan(start, max_records=max_records, verify=verify)
+        cursor = loaded.value
+        if isinstance(cursor, BrokenCursor):
+            raise self._broken(cursor)
+        reader = LogReader(self.store)
+        manifest = reader.manifest()
+        begin = cursor.offset
+        if stale_problem(cursor, manifest) is not None:
+            if on_recreated_log == "fail":
+                raise LogRecreated(
+                    self.url, cursor.offset, describe(cursor.incarnation), describe(manifest.incarnation),
+                    f"Cursor {name!r} belongs to the earlier log; read the new one from its oldest "
+                    "offset with scan_from(..., on_recreated_log=\"restart\"), or set the cursor "
+                    f"(`wal3 cursor set {self.url} {name} OFFSET`)")
+            log.warning("%s: cursor %s was set in an earlier incarnation of the log; reading the "
+                        "new log from its oldest offset %d", self.url, name, manifest.oldest_offset)
+            begin = manifest.oldest_offset
+        elif begin > manifest.next_offset:
+            raise self._broken(self._beyond_the_tail([CursorState(name, cursor, loaded.etag)])[name])
+        return reader.scan(begin, max_records=max_records, verify=verify, manifest=manifest)
+
+    def incarnation(self) -> str | None:
+        """The log's incarnation now (what `advance` records by default); one manifest GET."""
+        return read_manifest(self.store).incarnation
 
     def lowest(self) -> int | None:
-        """The lowest cursor position: garbage collection keeps everything at or after it.
-        CursorError when a cursor is broken (it may be the lowest)."""
+        """The lowest cursor position: garbage collection keeps everything at or after it (a
+        stale cursor pins the log from its oldest offset). CursorError when a cursor is broken
+        (it may be the lowest)."""
         states, broken = self.scan()
-        if broken:
-            raise self._broken(broken[0])
+        if any(not b.stale for b in broken):
+            raise self._broken(next(b for b in broken if not b.stale))
+        if any(b.stale for b in broken):
+            return read_manifest(self.store).oldest_offset
         return min((s.cursor.offset for s in states), default=None)
 
     # -- changing -----------------------------------------------------------------------
 
     def create(self, name: str, offset: int, *, force: bool = False) -> CursorState:
         """Create a cursor; fails if it exists (use `move` to change it)."""
-        self._check_offset(name, offset, force)
+        manifest = self._check_offset(name, offset, force)
 
         def decide(current: Cursor | BrokenCursor | None) -> Cursor:
             if current is not None:
                 raise CursorError(f"cursor {name!r} already exists; move it instead")
-            return Cursor(offset, micros(self.clock), self.writer)
+            return Cursor(offset, micros(self.clock), self.writer, manifest.incarnation)
 
         return self._apply(name, offset, self._object(name), decide)
 
@@ -202,9 +266,10 @@ class CursorStore:
 
         With `expected`, the swap fails (CursorError) if the cursor changed since it was read.
         Moving backwards, below the log's oldest offset, or over a broken cursor object needs
-        `allow_backwards` (`--force`): GC may already have removed what lies behind.
+        `allow_backwards` (`--force`): GC may already have removed what lies behind. A stale
+        cursor (set in an earlier incarnation of the log) is replaced without it.
         """
-        self._check_offset(name, offset, allow_backwards)
+        manifest = self._check_offset(name, offset, allow_backwards)
         obj = self._object(name)
         if expected is not None:  # decide on the version the caller read
             obj.last = Versioned(expected.cursor, expected.etag, dumps(expected.cursor.to_dict()))
@@ -215,35 +280,51 @@ class CursorStore:
                 raise CursorError(f"cursor {name!r} was moved by someone else since it was read")
             if isinstance(current, BrokenCursor) and not allow_backwards:
                 raise self._broken(current)
-            if isinstance(current, Cursor):
+            if isinstance(current, Cursor) and stale_problem(current, manifest) is not None:
+                log.warning("%s: replacing stale cursor %s (set in incarnation %s) at offset %d",
+                            self.url, name, current.incarnation, offset)
+            elif isinstance(current, Cursor):
                 if offset < current.offset and not allow_backwards:
                     raise CursorError(
                         f"cursor {name!r} is at {current.offset}; refusing to move it back to "
                         f"{offset} (pass allow_backwards / --force if GC has not collected that "
                         "range)"
                     )
-                if offset == current.offset:
+                if offset == current.offset and current.incarnation == manifest.incarnation:
                     return None
-            return Cursor(offset, micros(self.clock), self.writer)
+            return Cursor(offset, micros(self.clock), self.writer, manifest.incarnation)
 
         return self._apply(name, offset, obj, decide)
 
-    def advance(self, name: str, offset: int) -> CursorState:
+    def advance(self, name: str, offset: int, *, incarnation: object = UNRECORDED) -> CursorState:
         """Move the cursor forward to `offset` (never back), creating it if absent; a cursor
         already at or past `offset` is left alone, so concurrent advances never regress it.
 
         A broken object of that name is replaced: the consumer advancing it knows where it is
         (this is what a stream's `cursor` option does after each batch), so its stream is never
-        wedged by it."""
-        self._check_offset(name, offset, False)
+        wedged by it. So is a cursor of another incarnation than the one `offset` was read in
+        (`incarnation`, default: the log's now): a stale one, or one set before incarnations
+        (the consumer's own record is authoritative). LogRecreated when the log is not that
+        incarnation any more: the consumer must first decide what to do about the new log."""
+        manifest = read_manifest(self.store)
+        if incarnation is not UNRECORDED and incarnation != manifest.incarnation:
+            raise LogRecreated(self.url, offset, describe(incarnation),
+                               describe(manifest.incarnation),
+                               f"Cursor {name!r} was not moved; the consumer decides first")
+        self._check_offset(name, offset, False, manifest)
+        current_incarnation = manifest.incarnation
 
         def decide(current: Cursor | BrokenCursor | None) -> Cursor | None:
             if isinstance(current, BrokenCursor):
                 log.warning("%s: replacing broken cursor %s (%s) at offset %d",
                             self.url, current.key, current.problem, offset)
+            elif current is not None and current.incarnation != current_incarnation:
+                log.warning("%s: replacing cursor %s of incarnation %s (at offset %d) with offset "
+                            "%d of incarnation %s", self.url, name, describe(current.incarnation),
+                            current.offset, offset, describe(current_incarnation))
             elif current is not None and current.offset >= offset:
                 return None
-            return Cursor(offset, micros(self.clock), self.writer)
+            return Cursor(offset, micros(self.clock), self.writer, current_incarnation)
 
         return self._apply(name, offset, self._object(name), decide)
 
@@ -262,13 +343,17 @@ class CursorStore:
 
     # -- helpers ------------------------------------------------------------------------
 
-    def _check_offset(self, name: str, offset: int, force: bool) -> None:
+    def _check_offset(self, name: str, offset: int, force: bool,
+                      manifest: Manifest | None = None) -> Manifest:
+        """Check `offset` against the log (`manifest`, else read now); return the manifest it
+        was checked against."""
         if isinstance(offset, bool) or not isinstance(offset, int):
             raise CursorError(f"cursor {name!r}: the offset must be an integer, got {offset!r}")
         if offset < 0:
             raise CursorError(f"cursor {name!r}: offset {offset} is negative; offsets start at 1")
         cursor_key(name)
-        oldest, tail = LogReader(self.store).bounds()
+        manifest = manifest or read_manifest(self.store)
+        oldest, tail = manifest.oldest_offset, manifest.next_offset
         if offset > tail:
             raise CursorError(
                 f"cursor {name!r}: offset {offset} is beyond the tail of {self.url} (next offset "
@@ -281,6 +366,7 @@ class CursorStore:
                 f"({oldest}): the records before it were garbage-collected. Use an offset in "
                 f"[{oldest}, {tail}], or --force (allow_backwards=True) to set it anyway"
             )
+        return manifest
 
     def _apply(self, name: str, offset: int, obj: CasObject, decide) -> CursorState:
         result = obj.apply(decide)
@@ -295,6 +381,9 @@ class CursorStore:
         return CursorState(name, current.value, current.etag)
 
     def _broken(self, broken: BrokenCursor) -> CursorError:
+        if broken.stale:
+            return CursorError(f"cursor {broken.name!r} ({broken.key}) is stale: {broken.problem}. "
+                               f"Fix: {broken.fix(self.url)}")
         return CursorError(
             f"cursor {broken.name!r} ({broken.key}) is broken: {broken.problem}. Fix it with "
             f"{broken.fix(self.url)}"

@@ -211,12 +211,14 @@ class LogSetChanges:
     `tails` maps each changed log (or, after a full scan, every log found) to a tail it has
     reached: its current tail is at least that. `position` is where to continue from.
     `full_scan` says whether every manifest was read; `failed` names logs whose manifest a full
-    scan could not read. `requests` counts the dirty-log objects read (manifest, fragments)."""
+    scan could not read. `requests` counts the dirty-log objects read (manifest, fragments).
+    `incarnations`: after a full scan, each log's incarnation (`Manifest.incarnation`)."""
 
     tails: dict[str, int]
     position: DirtyPosition
     full_scan: bool
     failed: dict[str, Wal3Error] = field(default_factory=dict)
+    incarnations: dict[str, str | None] = field(default_factory=dict)
 
 
 def changes_since(
@@ -263,7 +265,8 @@ def changes_since(
 def _full_scan(logs: LogSet, dirty_tail: int, now_us: int) -> LogSetChanges:
     scan = logs.scan()
     tails = {name: t.next_offset for name, t in scan.tails.items()}
-    return LogSetChanges(tails, DirtyPosition(dirty_tail, now_us), full_scan=True, failed=scan.failed)
+    return LogSetChanges(tails, DirtyPosition(dirty_tail, now_us), full_scan=True, failed=scan.failed,
+                         incarnations={name: t.incarnation for name, t in scan.tails.items()})
 
 
 def read_dirty(

@@ -162,10 +162,14 @@ class LogTail:
     oldest_offset: int
     next_offset: int
     sealed: bool
+    #: the log's incarnation (`Manifest.incarnation`): tells a log created again under the same
+    #: name from the one a reader knew
+    incarnation: str | None = field(default=None, compare=False)
 
     @classmethod
     def of(cls, name: str, manifest: Manifest) -> LogTail:
-        return cls(name, manifest.oldest_offset, manifest.next_offset, manifest.sealed)
+        return cls(name, manifest.oldest_offset, manifest.next_offset, manifest.sealed,
+                   manifest.incarnation)
 
 
 @dataclass(frozen=True)

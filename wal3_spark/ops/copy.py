@@ -37,6 +37,7 @@ from wal3_spark.errors import (
     PreconditionFailed,
 )
 from wal3_spark.format.fragment import encode_table
+from wal3_spark.format.incarnation import new_incarnation
 from wal3_spark.format.layout import MANIFEST_KEY, FragmentRef, fragment_path
 from wal3_spark.format.manifest import Manifest, SnapshotOptions
 from wal3_spark.format.setsum import Setsum
@@ -169,6 +170,8 @@ def copy_log(
         schema=manifest.schema,
         item_hash=manifest.item_hash,
         txns=dict(manifest.txns),
+        # a copy is another log: consumers of the source must not take it for the source
+        incarnation=new_incarnation(),
     )
     new = roll_snapshots(destination, new, snapshot_options or SnapshotOptions(), COPY_WRITER)
     # Created through the compare-and-swap primitive: create-if-absent, and a write whose

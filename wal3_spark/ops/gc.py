@@ -41,6 +41,7 @@ from wal3_spark.errors import (
     GarbageStale,
     GCRefused,
     InvalidOption,
+    LogNotFound,
     ObjectNotFound,
 )
 from wal3_spark.format.garbage import (
@@ -162,6 +163,7 @@ class GarbageCollector:
         writer: str = "wal3-spark gc",
         after_step: Callable[[str], None] | None = None,
         progress: Callable[[int, int], None] | None = None,
+        orphans_without_log: bool = False,
     ) -> None:
         if not (math.isfinite(grace_s) and grace_s >= 0):
             raise InvalidOption(f"grace_s must be a number of seconds >= 0, got {grace_s}")
@@ -187,6 +189,10 @@ class GarbageCollector:
         #: it would after a writer stalled between upload and commit; the orphan horizon makes
         #: that safe (those appends fail cleanly). Python only: no CLI option sets it
         self.orphan_clock = clock if orphan_clock is None else orphan_clock
+        #: where there is no manifest, sweep fragments and snapshots older than the orphan
+        #: grace anyway (a failed job's leftovers for a log it never created: prefix GC), after
+        #: fencing them with an empty log (`_fence_orphans`); else such a name is LogNotFound
+        self.orphans_without_log = orphans_without_log
         self.writer = writer
         #: called with each step's name (`PHASES`) once it is done; what it raises ends the run
         #: there, as a crash would (how the tests crash a collector between two steps)
@@ -207,8 +213,17 @@ class GarbageCollector:
     def run(self, *, keep_from: int | None = None, dry_run: bool = False) -> GCReport:
         """Do every step that is due; see the module docstring."""
         report = GCReport(self.url, dry_run=dry_run)
-        manifest = self.committer.manifest()  # LogNotFound for a missing log
+        try:
+            manifest = self.committer.manifest()
+        except LogNotFound:
+            if not self.orphans_without_log or not self._fence_orphans(report, dry_run):
+                raise
+            if dry_run:
+                return report
+            manifest = self.committer.manifest()
         states, broken = self.cursors.scan()
+        stale = [b for b in broken if b.stale]
+        broken = [b for b in broken if not b.stale]
         if broken:
             raise GCRefused(
                 f"{self.url}: {len(broken)} cursor(s) are broken (unreadable, or beyond the tail), "
@@ -217,6 +232,10 @@ class GarbageCollector:
                 + "; ".join(f"{b.key}: {b.problem} (fix: {b.fix(self.url)})" for b in broken)
             )
         report.cursors = {c.name: c.cursor.offset for c in states}
+        for cursor in stale:  # its consumer has read none of this incarnation: it pins it whole
+            report.cursors[cursor.name] = manifest.oldest_offset
+            report.notes.append(f"cursor {cursor.name} is stale ({cursor.problem}); it keeps "
+                                f"every record until its consumer resets it (fix: {cursor.fix(self.url)})")
         report.cutoff = self._cutoff(report.cursors, keep_from)
         computed = False
         for _ in range(8):
@@ -411,17 +430,7 @@ class GarbageCollector:
         landed before the horizon is seen there, a commit after it is refused by the committer
         (fragments) or rolls another snapshot (`committer.write_snapshot`).
         """
-        cutoff_us = int((self.orphan_clock.now() - self.orphan_grace_s) * 1e6)
-        old = {
-            m.key: fragment_created_us(m)
-            for m in self.store.list(FRAGMENT_PREFIX)
-            if parse_fragment_uuid(m.key) is not None and fragment_created_us(m) < cutoff_us
-        }
-        old.update(
-            (m.key, int(m.last_modified * 1e6))
-            for m in self.store.list(SNAPSHOT_PREFIX)
-            if m.last_modified * 1e6 < cutoff_us
-        )
+        old = self._aged()
         if not old:
             return
         kept = self._held(self.committer.manifest())
@@ -438,6 +447,48 @@ class GarbageCollector:
             if key not in kept:
                 self.store.delete(key)
                 report.orphans_deleted.append(key)
+
+    def _aged(self) -> dict[str, int]:
+        """The UUID fragments and the snapshots older than the orphan grace, with their age
+        (UUIDv7 time; last-modified time for snapshots), µs."""
+        cutoff_us = int((self.orphan_clock.now() - self.orphan_grace_s) * 1e6)
+        old = {
+            m.key: fragment_created_us(m)
+            for m in self.store.list(FRAGMENT_PREFIX)
+            if parse_fragment_uuid(m.key) is not None and fragment_created_us(m) < cutoff_us
+        }
+        old.update(
+            (m.key, int(m.last_modified * 1e6))
+            for m in self.store.list(SNAPSHOT_PREFIX)
+            if m.last_modified * 1e6 < cutoff_us
+        )
+        return old
+
+    def _fence_orphans(self, report: GCReport, dry_run: bool) -> bool:
+        """A name without a manifest that holds fragments or snapshots older than the orphan
+        grace (a failed or killed job's, for a log it never created): create an empty log there
+        (create-if-absent), so that the orphan sweep can raise its horizon before it deletes
+        them. That horizon is what keeps a first commit still in flight (its fragments uploaded,
+        the manifest not yet created) from publishing deleted fragments: its create loses to
+        this one, and its decision on the new manifest refuses fragments older than the horizon
+        (`PastOrphanHorizon`: nothing committed, rerun). Deleting the empty log again could
+        never be made safe (a commit may be turning it into a log at that moment, and stores
+        have no conditional delete), so it stays: `wal3 ls` shows an empty log. False (nothing
+        done) when nothing is old enough: younger objects may be a first commit in flight."""
+        old = self._aged()
+        if not old:
+            return False
+        report.notes.append(f"no log here, but {len(old)} object(s) older than the orphan grace "
+                            "(left by a job that never created the log): "
+                            + ("they would be deleted" if dry_run else
+                               "created an empty log to fence them, and swept them"))
+        if dry_run:
+            report.orphans_deleted = sorted(old)
+            return True
+        log.warning("%s: no manifest, but %d object(s) older than the orphan grace; creating an "
+                    "empty log to fence them before deleting them", self.url, len(old))
+        self.committer.create()
+        return True
 
     def _held(self, manifest: Manifest) -> frozenset[str]:
         """The fragments and snapshots the orphan sweep must keep: those `manifest` references,

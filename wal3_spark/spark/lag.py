@@ -40,7 +40,8 @@ class SourceLag:
 
 def _positions(value: Any) -> dict[str, int] | None:
     """The positions in a wal3 stream offset, as a dict or its JSON: `{"offset": N}` (one log)
-    as `{"": N}`, `{"logs": {...}}` (a log set) as its per-log offsets; else None."""
+    as `{"": N}`, `{"logs": {...}}` (a log set) as its per-log offsets; else None. The
+    incarnations recorded beside them (`"incarnation"`, `"incarnations"`) do not count."""
     if isinstance(value, str):
         try:
             value = json.loads(value)
@@ -48,9 +49,9 @@ def _positions(value: Any) -> dict[str, int] | None:
             return None
     if not isinstance(value, Mapping):
         return None
-    if set(value) == {"offset"} and isinstance(value["offset"], int):
+    if "offset" in value and set(value) <= {"offset", "incarnation"} and isinstance(value["offset"], int):
         return {"": value["offset"]}
-    logs = value.get("logs") if set(value) == {"logs"} else None
+    logs = value.get("logs") if set(value) <= {"logs", "incarnations"} else None
     if isinstance(logs, Mapping) and all(isinstance(v, int) for v in logs.values()):
         return dict(logs)
     return None

@@ -1,7 +1,8 @@
 """Streaming source over a log set: `spark.readStream.format("wal3").option("logs", "*")`.
 
-Offsets are per log, `{"logs": {"a": 17, "b": 3}}`: for each log, the next offset to read. A
-micro-batch reads, for every log, its offsets [start, end). What each decision rests on:
+Offsets are per log, `{"logs": {"a": 17, "b": 3}, "incarnations": {"a": "0192…", "b": …}}`: for
+each log, the next offset to read and the incarnation of the log it belongs to. A micro-batch
+reads, for every log, its offsets [start, end). What each decision rests on:
 
 - **Finding what changed** costs O(logs written), not O(logs): each trigger asks
   `wal3_spark.logset.dirty.changes_since`, which reads the prefix's dirty log (or, at the first look,
@@ -21,6 +22,12 @@ micro-batch reads, for every log, its offsets [start, end). What each decision r
 - **Data loss is per log**: a log whose offset garbage collection passed fails the query naming
   the log (`failOnDataLoss=true`) or skips that log ahead with a warning naming it.
 - **Sealed logs** are read to their end (a warning names each once it is).
+- **A log deleted and created again** under a known name (another incarnation than the offset
+  records: `wal3_spark.spark.recreated`) fails the query naming it (`onRecreatedLog=fail`), or
+  joins again at its oldest offset (`restart`), like a new log: recorded in the offset in a
+  micro-batch that reads nothing from it. Every log the last look says changed is checked (a
+  re-created log may not have reached the old offset), and those a full scan found with another
+  incarnation.
 - **`cursor`** moves that cursor on every log whose offset a committed batch advanced.
 - **Partitions** pack the fragment ranges of many logs together (`logset_reader`).
 """
@@ -41,7 +48,8 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from wal3_spark.clock import SYSTEM, Clock
-from wal3_spark.errors import DataLost, LogNotFound
+from wal3_spark.errors import DataLost, LogNotFound, LogRecreated
+from wal3_spark.format.incarnation import UNRECORDED, same_log
 from wal3_spark.format.layout import FIRST_OFFSET
 from wal3_spark.format.manifest import Manifest
 from wal3_spark.log.cursors import CursorStore
@@ -56,19 +64,36 @@ from wal3_spark.spark.logset_reader import (
 )
 from wal3_spark.spark.options import Wal3Options
 from wal3_spark.spark.planning import resolve
+from wal3_spark.spark.recreated import check_same_log, stale_batch
 from wal3_spark.spark.schemas import spark_to_arrow
 from wal3_spark.spark.stream_reader import TriggerDelay, default_read_limit, limits_for
 
 log = logging.getLogger(__name__)
 
 
-def encode(offsets: Mapping[str, int]) -> dict:
-    """A log-set stream offset: logs in name order (Spark stores it as JSON per batch)."""
-    return {"logs": {name: offsets[name] for name in sorted(offsets)}}
+#: a log the last look found changed, without learning its incarnation (a dirty-log record)
+UNSEEN = object()
+
+
+def encode(offsets: Mapping[str, int], incarnations: Mapping[str, object] | None = None) -> dict:
+    """A log-set stream offset: logs in name order (Spark stores it as JSON per batch), and the
+    incarnation of each log that has one recorded."""
+    names = sorted(offsets)
+    incarnations = incarnations or {}
+    recorded = {name: incarnations[name] for name in names
+                if incarnations.get(name, UNRECORDED) is not UNRECORDED}
+    return {"logs": {name: offsets[name] for name in names},
+            **({"incarnations": recorded} if recorded else {})}
 
 
 def decode(offset: Mapping) -> dict[str, int]:
     return {str(name): int(value) for name, value in offset["logs"].items()}
+
+
+def decode_incarnations(offset: Mapping) -> dict[str, object]:
+    """Each log's recorded incarnation (`UNRECORDED` for offsets written before them)."""
+    recorded = offset.get("incarnations", {})
+    return {str(name): recorded.get(name, UNRECORDED) for name in offset["logs"]}
 
 
 class LogSetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -90,10 +115,12 @@ class LogSetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.manifests: dict[str, Manifest] = {}
         #: each log's tail as of prepareForTriggerAvailableNow (None: not an AvailableNow run)
         self.available_now: dict[str, int] | None = None
-        #: offsets the cursor was last moved to (None: not yet in this run)
-        self.cursor_at: dict[str, int] | None = None
+        #: offsets (and incarnations) the cursor was last moved to (None: not yet in this run)
+        self.cursor_at: dict[str, tuple[int, object]] | None = None
         #: (log, what) already warned about, so a warning is given once per log and run
         self.warned: set[tuple[str, str]] = set()
+        #: the logs the last look found changed, with the incarnation it saw (`UNSEEN`: none)
+        self.changed: dict[str, object] = {}
 
     # -- driver: what changed -------------------------------------------------------------
 
@@ -105,6 +132,7 @@ class LogSetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         changes = changes_since(self.log_set, self.position,
                                 full_scan_every_s=self.options.full_scan_interval_ms / 1000)
         self.position = changes.position
+        self.changed = {name: changes.incarnations.get(name, UNSEEN) for name in changes.tails}
         for name, tail in changes.tails.items():
             self.tails[name] = max(tail, self.tails.get(name, 0))
         if changes.full_scan:
@@ -140,19 +168,28 @@ class LogSetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                        default=manifest.oldest_offset)
 
     def _starts(self, names: Iterable[str], otherwise: tuple[str, int]) -> dict[str, int]:
-        """`_start` of each log (an empty one starts at its first offset without a request)."""
+        """`_start` of each log (an empty one starts at its first offset without a request,
+        unless its incarnation is not known yet)."""
         names = list(names)
-        found = self._manifests(n for n in names if self.tails.get(n, FIRST_OFFSET) > FIRST_OFFSET)
+        found = self._manifests(n for n in names if self.tails.get(n, FIRST_OFFSET) > FIRST_OFFSET
+                                or self.changed.get(n, UNSEEN) is UNSEEN)
         return {n: self._start(n, found[n], otherwise) if n in found else FIRST_OFFSET
                 for n in names}
+
+    def _incarnation(self, name: str) -> object:
+        """Log `name`'s incarnation as last seen (a manifest read, else a full scan)."""
+        if name in self.manifests:
+            return self.manifests[name].incarnation
+        seen = self.changed.get(name, UNSEEN)
+        return UNRECORDED if seen is UNSEEN else seen
 
     # -- driver: offsets ------------------------------------------------------------------
 
     def initialOffset(self) -> dict:
         self._look()
         starting = self.options.starting
-        return encode(self._starts(self.tails, ("earliest", 0) if starting[0] == "logs"
-                                   else starting))
+        starts = self._starts(self.tails, ("earliest", 0) if starting[0] == "logs" else starting)
+        return encode(starts, {n: self._incarnation(n) for n in starts})
 
     def prepareForTriggerAvailableNow(self) -> None:
         self.position = None  # a full scan: every log's tail as of now
@@ -165,26 +202,48 @@ class LogSetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def reportLatestOffset(self) -> dict:
         if self.position is None:
             self._look()
-        return encode(self.tails)
+        return encode(self.tails, {n: self._incarnation(n) for n in self.tails})
+
+    def _suspects(self, begins: Mapping[str, int], recorded: Mapping[str, object]) -> list[str]:
+        """The logs of the offset the last look found changed that may have been created again
+        (a dirty-log record does not say; a full scan does), whose manifest is read although
+        they may have nothing to read: a new log under a known name may not have reached the
+        offset of the old one."""
+        return [n for n, seen in self.changed.items() if n in begins and (
+            seen is UNSEEN or not same_log(recorded[n], seen, begins[n], self.tails.get(n, 0)))]
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         begins = decode(start)
+        recorded = decode_incarnations(start)
         self._look(begins)
         tails = {n: self.tails.get(n, b) for n, b in begins.items()}
         if self.available_now is not None:
             tails = {n: min(t, self.available_now.get(n, begins[n])) for n, t in tails.items()}
         pending = [n for n in begins if tails[n] > begins[n]]
-        manifests = self._manifests(pending, again=True)
-        for name in pending:
+        checked = pending + [n for n in self._suspects(begins, recorded) if n not in pending]
+        manifests = self._manifests(checked, again=True)
+        rejoins: dict[str, int] = {}
+        for name in checked:
             if name not in manifests:
-                self._warn_missing(name)
+                if name in pending:
+                    self._warn_missing(name)
+                    tails[name] = begins[name]
+                continue
+            manifest = manifests[name]
+            if not check_same_log(self.options, self.log_set.log_url(name), begins[name],
+                                  recorded[name], manifest):
+                rejoins[name] = manifest.oldest_offset
+                self.tails[name] = manifest.next_offset
                 tails[name] = begins[name]
                 continue
-            begins[name] = self._skip_lost(name, begins[name], manifests[name])
-            tails[name] = min(tails[name], manifests[name].next_offset)
+            recorded[name] = manifest.incarnation
+            if name in pending:
+                begins[name] = self._skip_lost(name, begins[name], manifest)
+                tails[name] = min(tails[name], manifest.next_offset)
         joins = self._starts(self._newcomers(begins), (self.options.new_log_offsets, 0))
         available = sum(tails[n] - begins[n] for n in pending)
-        if available and self.delay.hold_back(available, self.available_now is not None):
+        if available and not rejoins and self.delay.hold_back(available,
+                                                              self.available_now is not None):
             return start
         if isinstance(limit, ReadAllAvailable):
             ends = {n: max(begins[n], tails[n]) for n in begins}
@@ -195,7 +254,11 @@ class LogSetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.rotation.forget(ends)
         for name, offset in joins.items():
             log.info("%s joins the stream at offset %d", self.log_set.log_url(name), offset)
-        return encode({**ends, **joins})
+        for name in joins:
+            recorded[name] = self._incarnation(name)
+        for name in rejoins:
+            recorded[name] = manifests[name].incarnation
+        return encode({**ends, **joins, **rejoins}, recorded)
 
     def _newcomers(self, begins: Mapping[str, int]) -> list[str]:
         """Logs found that the stream does not read yet (during AvailableNow, only those that
@@ -238,14 +301,25 @@ class LogSetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict, end: dict) -> list[LogSetPartition]:
         begins, ends = decode(start), decode(end)
-        wanted = {n: (begins[n], e) for n, e in ends.items() if n in begins and e > begins[n]}
+        firsts, lasts = decode_incarnations(start), decode_incarnations(end)
+        # a log joining again after it was created again reads nothing in this batch
+        wanted = {n: (begins[n], e) for n, e in ends.items() if n in begins and e > begins[n]
+                  and same_log(firsts[n], lasts[n], begins[n], e)}
         for name, (_, finish) in wanted.items():  # a restarted query replans an older batch
             self.tails[name] = max(finish, self.tails.get(name, 0))
         manifests = self._manifests(wanted)
+        again = [n for n in wanted if n in manifests
+                 and lasts[n] not in (UNRECORDED, manifests[n].incarnation)]
+        for name in again:  # created again since latestOffset read it: look once more
+            del manifests[name]
+        manifests.update(self._manifests(again, again=True))
         planned = {}
         for name, (begin, finish) in wanted.items():
             if name not in manifests:
                 raise LogNotFound(self.log_set.log_url(name))
+            if stale_batch(self.options, self.log_set.log_url(name), finish, lasts[name],
+                           manifests[name]):
+                continue
             ranges = self._log_reader(name).plan(
                 begin, finish, manifest=manifests[name],
                 fail_on_data_loss=self.options.fail_on_data_loss)
@@ -258,22 +332,25 @@ class LogSetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         name = self.options.cursor
         if name is None:
             return
-        ends = decode(end)
-        moved = {n: e for n, e in ends.items()
-                 if self.cursor_at is None or self.cursor_at.get(n) != e}
+        ends, incarnations = decode(end), decode_incarnations(end)
+        moved = {n: (e, incarnations[n]) for n, e in ends.items()
+                 if self.cursor_at is None or self.cursor_at.get(n) != (e, incarnations[n])}
         if moved:
             with ThreadPoolExecutor(min(self.log_set.max_workers, len(moved)),
                                     thread_name_prefix="wal3-cursor") as pool:
-                list(pool.map(lambda item: self._advance(name, *item), moved.items()))
-        self.cursor_at = ends
+                list(pool.map(lambda item: self._advance(name, item[0], *item[1]), moved.items()))
+        self.cursor_at = {n: (e, incarnations[n]) for n, e in ends.items()}
 
-    def _advance(self, cursor: str, name: str, offset: int) -> None:
+    def _advance(self, cursor: str, name: str, offset: int, incarnation: object) -> None:
         store = self.log_set.log_store(name)
         try:
-            CursorStore(store, writer="wal3-spark stream").advance(cursor, offset)
+            CursorStore(store, writer="wal3-spark stream").advance(cursor, offset,
+                                                                   incarnation=incarnation)
         except LogNotFound:
             self._warn_once(name, "missing", "%s has no manifest any more; cursor %s not moved",
                             store.url, cursor)
+        except LogRecreated as exc:  # the next trigger decides what to do about the new log
+            log.warning("cursor %s not moved: %s", cursor, exc)
 
     # -- executors ------------------------------------------------------------------------
 

@@ -62,6 +62,8 @@ OPTIONS: dict[str, tuple[tuple[str, ...], str]] = {
     "maxTriggerDelay": ((STREAM_READ,), "with minRecordsPerTrigger: the longest wait, e.g. 15m"),
     "cursor": ((STREAM_READ,), "wal3 cursor moved to each committed offset"),
     "failOnDataLoss": ((READ, STREAM_READ), "fail when offsets were garbage-collected"),
+    "onRecreatedLog": ((STREAM_READ,), "fail | restart: a log deleted and created again since "
+                       "its offset was recorded fails the query, or is read from its oldest offset"),
     "maxPartitionBytes": ((READ, STREAM_READ), "fragment bytes bin-packed per input partition"),
     "minPartitions": ((READ, STREAM_READ), "split reads into at least this many partitions"),
     "verifyOnRead": ((READ, STREAM_READ), "recompute each fragment's setsum as it is read"),
@@ -190,6 +192,10 @@ class Wal3Options:
     max_trigger_delay_ms: int = DEFAULT_TRIGGER_DELAY_MS
     cursor: str | None = None
     fail_on_data_loss: bool = True
+    #: what a stream does with a log deleted and created again under the same name since it
+    #: recorded an offset in it: "fail" (naming the log) or "restart" (read it from its oldest
+    #: offset); docs/design.md section 23
+    on_recreated_log: str = "fail"
     max_partition_bytes: int = 128 * MB
     min_partitions: int | None = None
     verify_on_read: bool = True
@@ -419,6 +425,7 @@ def parse(options: Mapping[str, str], role: str) -> Wal3Options:
     take("maxTriggerDelay", parse_duration_ms)
     take("writerVersion", parse_writer_version)
     take("failOnDataLoss", parse_bool)
+    take("onRecreatedLog", lambda v: _one_of(v, ("fail", "restart")))
     take("maxPartitionBytes", lambda v: _at_least(parse_size(v), 1, "maxPartitionBytes"))
     take("minPartitions", parse_positive)
     take("verifyOnRead", parse_bool)
@@ -476,6 +483,7 @@ _FIELD = {
     "writerVersion": "writer_version",
     "cursor": "cursor",
     "failOnDataLoss": "fail_on_data_loss",
+    "onRecreatedLog": "on_recreated_log",
     "maxPartitionBytes": "max_partition_bytes",
     "minPartitions": "min_partitions",
     "verifyOnRead": "verify_on_read",

@@ -1,7 +1,10 @@
 """Streaming source: `spark.readStream.format("wal3").load(url)`.
 
-Offsets are `{"offset": N}`: the next log offset to read, so a micro-batch (start, end] in Spark's
-terms reads log offsets [start, end). A log offset is one record, so Spark's exactly-once
+Offsets are `{"offset": N, "incarnation": I}`: the next log offset to read, and the incarnation of
+the log it belongs to (`wal3_spark.spark.recreated`), so a micro-batch (start, end] in Spark's
+terms reads log offsets [start, end). A log deleted and created again since fails the query
+(`onRecreatedLog=fail`) or is joined again at its oldest offset in a micro-batch of its own,
+which reads nothing (`restart`), so that a replay after a restart reads exactly the same. A log offset is one record, so Spark's exactly-once
 offsets can never split a record. `latestOffset` applies admission control
 (maxRecordsPerTrigger / maxBytesPerTrigger / maxFragmentsPerTrigger, which Spark sees as
 ReadMaxRows / ReadMaxBytes / ReadMaxFiles) and, under Trigger.AvailableNow, never passes the tail
@@ -36,7 +39,8 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from wal3_spark.clock import SYSTEM, Clock
-from wal3_spark.errors import DataLost
+from wal3_spark.errors import DataLost, LogRecreated
+from wal3_spark.format.incarnation import UNRECORDED, same_log
 from wal3_spark.format.layout import KnownRefs
 from wal3_spark.format.manifest import Manifest
 from wal3_spark.log.cursors import CursorStore
@@ -46,6 +50,7 @@ from wal3_spark.spark.fair_share import Limits
 from wal3_spark.spark.options import Wal3Options
 from wal3_spark.spark.planning import Wal3Partition, partitions_of, resolve
 from wal3_spark.spark.read_tasks import read_partition
+from wal3_spark.spark.recreated import INCARNATION, check_same_log, recorded, stale_batch
 from wal3_spark.spark.schemas import spark_to_arrow
 from wal3_spark.storage.base import ObjectStore
 
@@ -132,12 +137,25 @@ class TriggerDelay:
         return False
 
 
+def at(offset: int, manifest: Manifest) -> dict:
+    """A stream offset: `offset` in the log `manifest` heads."""
+    return {"offset": offset, INCARNATION: manifest.incarnation}
+
+
+def unchanged_or(start: dict, offset: int, manifest: Manifest) -> dict:
+    """`start` itself when the stream stays at its offset (an offset from before incarnations
+    gets one with its next batch, not with an empty one), else `at(offset, manifest)`."""
+    return start if offset == int(start["offset"]) else at(offset, manifest)
+
+
 class Wal3StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: Wal3Options, schema: StructType,
                  clock: Clock = SYSTEM) -> None:
         self.options = options
         self.target = spark_to_arrow(schema)
         self.available_now_limit: int | None = None
+        #: the incarnation the AvailableNow limit is a tail of
+        self.available_now_incarnation: str | None = None
         self.delay = TriggerDelay(options, clock)
         self._store: ObjectStore | None = None
         #: what the driver loaded and parsed in earlier micro-batches (each re-reads the manifest)
@@ -161,10 +179,12 @@ class Wal3StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         reader = self._reader()
         manifest = reader.manifest()
         start = resolve(reader, manifest, self.options.starting, default=manifest.oldest_offset)
-        return {"offset": start}
+        return at(start, manifest)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self.available_now_limit = self._reader().manifest().next_offset
+        manifest = self._reader().manifest()
+        self.available_now_limit = manifest.next_offset
+        self.available_now_incarnation = manifest.incarnation
 
     def getDefaultReadLimit(self):
         return default_read_limit(self.options)
@@ -172,15 +192,19 @@ class Wal3StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def reportLatestOffset(self):
         # Spark calls this right after latestOffset, in the same trigger
         manifest = self._manifest or self._reader().manifest()
-        return {"offset": manifest.next_offset}
+        return at(manifest.next_offset, manifest)
 
     def latestOffset(self, start: dict, limit) -> dict:
         reader = self._reader()
         manifest = self._manifest = reader.manifest()
         begin = int(start["offset"])
+        if not check_same_log(self.options, self.options.url, begin, recorded(start), manifest):
+            # joins the new log at its oldest offset in a micro-batch that reads nothing
+            return at(manifest.oldest_offset, manifest)
         tail = manifest.next_offset
         if self.available_now_limit is not None:
-            tail = min(tail, self.available_now_limit)
+            same = self.available_now_incarnation == manifest.incarnation
+            tail = min(tail, self.available_now_limit) if same else begin
         oldest = manifest.oldest_offset
         if begin < oldest:
             reader.confirm_oldest(manifest)
@@ -190,32 +214,38 @@ class Wal3StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                         self.options.url, begin, oldest, oldest)
             begin = oldest
         if begin >= tail:
-            return {"offset": max(int(start["offset"]), min(begin, tail))}
+            return unchanged_or(start, max(int(start["offset"]), min(begin, tail)), manifest)
         if isinstance(limit, ReadAllAvailable):
-            return {"offset": tail}
+            return at(tail, manifest)
         if self.delay.hold_back(tail - begin, self.available_now_limit is not None):
-            return {"offset": int(start["offset"])}
+            return start
         limits = limits_for(self.options, limit)
         max_records, max_bytes, max_fragments = (
             limits.max_records, limits.max_bytes, limits.max_fragments)
         if max_bytes is None and max_fragments is None:
-            return {"offset": tail if max_records is None else min(tail, begin + max_records)}
+            return at(tail if max_records is None else min(tail, begin + max_records), manifest)
         def ranges() -> Iterator[ReadRange]:
             for ref in iter_fragments(self.store, manifest, begin, tail, cache=self._snapshots):
                 yield ReadRange(ref, max(ref.start, begin), min(ref.limit, tail))
 
         end = admit(ranges(), begin, tail, max_records=max_records, max_bytes=max_bytes,
                     max_fragments=max_fragments)
-        return {"offset": end}
+        return at(end, manifest)
 
     def partitions(self, start: dict, end: dict) -> Sequence[Wal3Partition]:
         begin, finish = int(start["offset"]), int(end["offset"])
-        if begin >= finish:
+        incarnation = recorded(end)
+        # a micro-batch that joins a re-created log reads nothing (its end is the new log's
+        # oldest offset, its start an offset of the earlier log)
+        if begin >= finish or not same_log(recorded(start), incarnation, begin, finish):
             return []
         reader = self._reader()
         manifest = self._manifest
-        if manifest is None or not manifest.oldest_offset <= begin < finish <= manifest.next_offset:
+        if (manifest is None or not manifest.oldest_offset <= begin < finish <= manifest.next_offset
+                or incarnation not in (UNRECORDED, manifest.incarnation)):
             manifest = reader.manifest()  # a batch planned before a restart, or GC moved on
+        if stale_batch(self.options, self.options.url, finish, incarnation, manifest):
+            return []
         ranges = reader.plan(begin, finish, manifest=manifest,
                              fail_on_data_loss=self.options.fail_on_data_loss)
         return partitions_of(manifest, ranges, self.options.max_partition_bytes,
@@ -224,9 +254,11 @@ class Wal3StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def commit(self, end: dict) -> None:
         if self.options.cursor is None:
             return
-        CursorStore(self.store, writer="wal3-spark stream").advance(
-            self.options.cursor, int(end["offset"])
-        )
+        try:
+            CursorStore(self.store, writer="wal3-spark stream").advance(
+                self.options.cursor, int(end["offset"]), incarnation=recorded(end))
+        except LogRecreated as exc:  # the next trigger decides what to do about the new log
+            log.warning("cursor %s not moved: %s", self.options.cursor, exc)
 
     def stop(self) -> None:
         if self._store is not None:

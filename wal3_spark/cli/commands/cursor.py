@@ -23,7 +23,8 @@ def list_cursors(args: argparse.Namespace, output: Output) -> int:
         "oldest_offset": manifest.oldest_offset,
         "next_offset": manifest.next_offset,
         "cursors": [lag.to_dict() for lag in lags],
-        "broken_cursors": {b.name: f"broken: {b.problem} (fix: {b.fix(args.url)})"
+        "broken_cursors": {b.name: f"{'stale' if b.stale else 'broken'}: {b.problem} "
+                                   f"(fix: {b.fix(args.url)})"
                            for b in sorted(broken, key=lambda b: b.name)},
     }, lags)
     return EXIT_OK

@@ -71,6 +71,8 @@ def log_info(store: ObjectStore) -> dict[str, Any]:
         "sealed": manifest.sealed,
         "cursors": {c.name: c.cursor.offset for c in cursors},
         "broken_cursors": {b.name: b.problem for b in broken},
+        "stale_cursors": sorted(b.name for b in broken if b.stale),
+        "incarnation": manifest.incarnation,
         "lag": {lag.name: lag.to_dict() for lag in cursor_lags(store, manifest, cursors)},
         "pending_garbage": None if garbage.is_empty() else garbage.summary(),
         "txns": {app: t.version for app, t in manifest.txns.items()},

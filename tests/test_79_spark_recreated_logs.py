@@ -1,0 +1,141 @@
+"""Streams across a log deleted and created again under the same name (real Spark, local[2,4]):
+the query fails naming the log (`onRecreatedLog=fail`, the default) or reads the new log from its
+oldest offset (`restart`), and the stream's cursor follows the new log instead of failing every
+commit. Before incarnations, the stream kept the old offset: the new log's first records were
+never delivered, and with `cursor` every commit failed ("offset 12 is beyond the tail")."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from wal3_spark.log.cursors import CursorStore
+from wal3_spark.log.reader import LogReader
+from wal3_spark.log.writer import LogWriter
+from wal3_spark.logset.dirty import DirtyLog
+from wal3_spark.storage import open_store
+
+pytestmark = pytest.mark.timeout(400)
+
+
+def write(url: str, tag: str, n: int, dirty: DirtyLog | None = None) -> None:
+    with LogWriter(url, dirty_log=dirty) as writer:
+        writer.append(pa.table({"id": pa.array(range(n), pa.int64()), "tag": [tag] * n}))
+
+
+def recreate(root: Path, tag: str, n: int, dirty: DirtyLog | None = None) -> None:
+    """Delete the log (every object under its root, its cursors included) and create it again."""
+    shutil.rmtree(root)
+    write(root.as_uri(), tag, n, dirty)
+
+
+def run(spark, url: str, ckpt: Path, out: Path, **options) -> None:
+    q = (spark.readStream.format("wal3").options(**options).load(url).writeStream
+         .format("parquet").option("checkpointLocation", str(ckpt)).option("path", str(out))
+         .trigger(availableNow=True).start())
+    q.awaitTermination(300)
+    if q.exception():
+        raise q.exception()
+
+
+def delivered(spark, out: Path, *columns: str) -> list[tuple]:
+    return sorted(tuple(r) for r in spark.read.parquet(str(out)).select(*columns).collect())
+
+
+def cursor_of(url: str, name: str = "billing"):
+    state = CursorStore(open_store(url)).get(name)
+    assert state is not None
+    return state.cursor
+
+
+# ----------------------------------------------------------------------------- one log
+
+
+@pytest.mark.parametrize("new_records", [15, 5])  # the new log passes the old offset, or not
+def test_00_single_log_stream_fails_naming_a_recreated_log_or_restarts_it(spark, tmp_path, new_records):
+    root = tmp_path / "orders"
+    url = root.as_uri()
+    ckpt, out = tmp_path / "ckpt", tmp_path / "out"
+    write(url, "old", 11)
+    run(spark, url, ckpt, out, cursor="billing")
+    recreate(root, "new", new_records)  # the restart commits the old end (12) to the cursor
+    with pytest.raises(Exception, match=f"{url} was deleted and created again") as err:
+        run(spark, url, ckpt, out, cursor="billing")
+    assert "onRecreatedLog" in str(err.value)
+    assert len(delivered(spark, out, "tag")) == 11  # nothing of the new log was read
+
+    run(spark, url, ckpt, out, cursor="billing", onRecreatedLog="restart")
+    rows = delivered(spark, out, "tag", "_offset")
+    assert [r for r in rows if r[0] == "new"] == [("new", o) for o in range(1, new_records + 1)]
+    # the stream goes on in the new log, its cursor too (Spark commits a run's last batch when
+    # the next run starts)
+    write(url, "more", 3)
+    run(spark, url, ckpt, out, cursor="billing")
+    assert len(delivered(spark, out, "tag")) == 11 + new_records + 3
+    cursor = cursor_of(url)
+    assert cursor.offset >= new_records + 1
+    assert cursor.incarnation == LogReader(open_store(url)).manifest().incarnation
+
+
+# ---------------------------------------------------------------------------- log sets
+
+
+def make_set(prefix: Path, dirty: DirtyLog | None = None) -> None:
+    write((prefix / "a").as_uri(), "a-old", 5, dirty)
+    write((prefix / "b").as_uri(), "b-old", 11, dirty)
+
+
+def test_01_logset_stream_fails_naming_a_recreated_log_or_restarts_only_that_log(spark, tmp_path):
+    prefix = tmp_path / "set"
+    ckpt, out = tmp_path / "ckpt", tmp_path / "out"
+    make_set(prefix)
+    run(spark, prefix.as_uri(), ckpt, out, logs="*", cursor="billing")
+    recreate(prefix / "b", "b-new", 15)
+    write((prefix / "a").as_uri(), "a-more", 2)
+    with pytest.raises(Exception, match=f"{prefix.as_uri()}/b was deleted and created again"):
+        run(spark, prefix.as_uri(), ckpt, out, logs="*", cursor="billing")
+    assert len(delivered(spark, out, "tag")) == 16
+
+    run(spark, prefix.as_uri(), ckpt, out, logs="*", cursor="billing", onRecreatedLog="restart")
+    rows = delivered(spark, out, "_log", "tag", "_offset")
+    assert [r for r in rows if r[1] == "b-new"] == [("b", "b-new", o) for o in range(1, 16)]
+    assert [r[2] for r in rows if r[1] == "a-more"] == [6, 7]  # a goes on where it was
+    assert len(rows) == 16 + 15 + 2
+    b = cursor_of((prefix / "b").as_uri())  # at the new log's start, or past its batch
+    assert b.offset in (1, 16)
+    assert b.incarnation == LogReader(open_store((prefix / "b").as_uri())).manifest().incarnation
+
+
+@pytest.mark.parametrize("on_recreated", ["restart", "fail"])
+def test_02_running_logset_stream_notices_a_recreated_log_shorter_than_its_offset(
+        spark, tmp_path, on_recreated):
+    """The dirty log records the new log's commits; its tail (6) is below the stream's offset
+    in the old log (12), so the log has nothing to read by its tail: the stream must look."""
+    prefix = tmp_path / "set"
+    with DirtyLog(prefix.as_uri()) as dirty:
+        make_set(prefix, dirty)
+    q = (spark.readStream.format("wal3").option("logs", "*").option("cursor", "billing")
+         .option("onRecreatedLog", on_recreated).load(prefix.as_uri())
+         .writeStream.format("memory").queryName(f"recreated_{on_recreated}")
+         .option("checkpointLocation", str(tmp_path / "ckpt")).start())
+    try:
+        q.processAllAvailable()
+        with DirtyLog(prefix.as_uri()) as dirty:
+            recreate(prefix / "b", "b-new", 5, dirty)
+        if on_recreated == "fail":
+            with pytest.raises(Exception, match="/b was deleted and created again"):
+                q.processAllAvailable()
+            return
+        q.processAllAvailable()
+        rows = spark.sql(f"select _log, tag, _offset from recreated_{on_recreated}").collect()
+        assert sorted((r._offset, r.tag) for r in rows if r._log == "b") == sorted(
+            [(o, "b-old") for o in range(1, 12)] + [(o, "b-new") for o in range(1, 6)])
+        cursor = cursor_of((prefix / "b").as_uri())  # trails the last batch (Spark commits
+        assert cursor.offset in (1, 6)               # a batch when it plans the next one)
+        assert cursor.incarnation == LogReader(
+            open_store((prefix / "b").as_uri())).manifest().incarnation
+    finally:
+        q.stop()

@@ -1,0 +1,72 @@
+"""Streams and logs deleted and created again under the same name (docs/design.md section 23).
+
+A stream's offsets record, next to each log offset, the incarnation of the log it was read in
+(`{"offset": 12, "incarnation": "0192…"}`; a log set's per log). Before an offset is used
+against a manifest, `check_same_log` compares them: a log that was deleted and created again
+fails the query naming it (`onRecreatedLog=fail`, the default), or is read again from its oldest
+offset (`restart`). Offsets written before incarnations existed carry none (`UNRECORDED`) and
+are trusted as they always were, unless they are beyond the tail.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+from wal3_spark.errors import LogRecreated
+from wal3_spark.format.incarnation import UNRECORDED, describe, same_log
+from wal3_spark.format.manifest import Manifest
+from wal3_spark.spark.options import Wal3Options
+
+log = logging.getLogger(__name__)
+
+INCARNATION = "incarnation"
+
+FAIL_FIX = (
+    "The earlier log's records this query had not read are gone with it. To read the new log "
+    "from its oldest offset, set .option(\"onRecreatedLog\", \"restart\") and restart the query "
+    "(or start a new query with a new checkpoint)"
+)
+
+
+def recorded(doc: Mapping, key: str = INCARNATION) -> object:
+    """The incarnation an offset document records (`UNRECORDED` when it has no such key: a
+    checkpoint written before incarnations)."""
+    return doc[key] if key in doc else UNRECORDED
+
+
+def _fail_unless_restart(options: Wal3Options, url: str, offset: int, incarnation: object,
+                         manifest: Manifest) -> None:
+    if options.on_recreated_log == "fail":
+        raise LogRecreated(url, offset, describe(incarnation), describe(manifest.incarnation),
+                           FAIL_FIX)
+
+
+def check_same_log(options: Wal3Options, url: str, offset: int, incarnation: object,
+                   manifest: Manifest) -> bool:
+    """Whether `offset`, recorded in `incarnation`, belongs to the log `manifest` heads. When
+    it does not: LogRecreated with `onRecreatedLog=fail`, else False, with a warning naming
+    the log (the caller restarts it at its oldest offset)."""
+    if same_log(incarnation, manifest.incarnation, offset, manifest.next_offset):
+        return True
+    _fail_unless_restart(options, url, offset, incarnation, manifest)
+    log.warning("%s was deleted and created again since offset %d was recorded in it "
+                "(incarnation %s, now %s): reading the new log from its oldest offset %d "
+                "(onRecreatedLog=restart)", url, offset, describe(incarnation),
+                describe(manifest.incarnation), manifest.oldest_offset)
+    return False
+
+
+def stale_batch(options: Wal3Options, url: str, offset: int, incarnation: object,
+                manifest: Manifest) -> bool:
+    """Whether a micro-batch ending at `offset` of `incarnation` can no longer be planned from
+    `manifest` because the log was created again after the batch was decided (a restarted
+    query replanning it): its records went with the earlier log. LogRecreated with
+    `onRecreatedLog=fail`; True (plan nothing, warned) with `restart`."""
+    if incarnation is UNRECORDED or incarnation == manifest.incarnation:
+        return False
+    _fail_unless_restart(options, url, offset, incarnation, manifest)
+    log.warning("%s was deleted and created again after a micro-batch up to offset %d was "
+                "planned: its records went with the earlier log (incarnation %s); the batch reads "
+                "nothing from it", url, offset, describe(incarnation))
+    return True
