@@ -91,3 +91,20 @@ def test_03_what_is_neither_a_url_nor_a_store_is_refused_by_name():
         resolve_store(7)  # type: ignore[arg-type]
     with pytest.raises(errors.InvalidUrl):
         LogReader("ftp://host/log")
+
+
+def test_04_a_log_sets_operations_take_its_url_or_its_store(url):
+    """The prefix operations (garbage collection's plan and finish, the dirty log's roll-up)
+    open the log set's prefix from a URL as its logs do."""
+    from wal3_spark.logset import gc as prefix_gc
+    from wal3_spark.logset.dirty import roll_up
+
+    prefix = url.rsplit("/", 1)[0]
+    with DirtyLog(prefix) as dirty, LogWriter(url, dirty_log=dirty) as writer:
+        writer.append(b"a")
+    by_url, by_store = prefix_gc.plan(prefix), prefix_gc.plan(open_store(prefix))
+    assert by_url == by_store and by_url.names == ["a"]
+    assert prefix_gc.finish(prefix, by_url, [], grace_s=0.0) is not None
+    assert roll_up(prefix, 1).skipped and roll_up(open_store(prefix), 1).skipped
+    with pytest.raises(errors.InvalidOption, match="already open"):
+        prefix_gc.plan(open_store(prefix), options={"region": "eu-west-1"})

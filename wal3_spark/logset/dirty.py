@@ -327,13 +327,17 @@ def rolled_up_to(manifest: Manifest) -> int | None:
     return None if txn is None else txn.version
 
 
-def roll_up(prefix: ObjectStore, up_to: int, *, writer: str = "wal3-spark roll-up") -> RollUp:
+def roll_up(
+    prefix: StoreLike, up_to: int, *, writer: str = "wal3-spark roll-up",
+    options: Mapping[str, str] | None = None,
+) -> RollUp:
     """Merge the dirty log's records below `up_to` into one record per log, appended at the
     tail with `rollup = up_to`; the head below `up_to` may be collected afterwards (Chroma's wal3
     design: "re-write dirty log entries at the end of the log so they can be collected from the
     beginning"). Idempotent: the append is a `txns` commit of version `up_to`, so a rerun, or
-    a concurrent roll-up to the same offset, appends nothing."""
-    store = dirty_store(prefix)
+    a concurrent roll-up to the same offset, appends nothing. `prefix`: the log set's URL
+    (opened with `options`) or store."""
+    store = dirty_store(resolve_store(prefix, options))
     reader = LogReader(store)
     manifest = reader.manifest()
     up_to = min(up_to, manifest.next_offset)

@@ -21,7 +21,7 @@ a `full_scan` run; garbage collection that is late is never unsafe.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from wal3_spark.errors import LogNotFound, Wal3Error
@@ -38,7 +38,7 @@ from wal3_spark.logset.dirty import (
 )
 from wal3_spark.logset.logs import LogSet
 from wal3_spark.ops.gc import GCReport, collect_garbage
-from wal3_spark.storage.base import ObjectStore
+from wal3_spark.storage import StoreLike, resolve_store
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +53,12 @@ class PrefixGCPlan:
     tails: dict[str, int] = field(default_factory=dict)
 
 
-def plan(prefix: ObjectStore, *, full_scan: bool = False) -> PrefixGCPlan:
-    """Which logs of the prefix this run collects (see the module docstring)."""
+def plan(
+    prefix: StoreLike, *, options: Mapping[str, str] | None = None, full_scan: bool = False
+) -> PrefixGCPlan:
+    """Which logs of the prefix (a URL opened with `options`, or a store) this run collects
+    (see the module docstring)."""
+    prefix = resolve_store(prefix, options)
     logs = LogSet(prefix)
     store = dirty_store(prefix)
     try:
@@ -95,15 +99,17 @@ class DirtyGCReport:
 
 
 def finish(
-    prefix: ObjectStore,
+    prefix: StoreLike,
     run: PrefixGCPlan,
     failed: Collection[str],
     *,
     grace_s: float,
     writer: str = "wal3-spark gc",
+    options: Mapping[str, str] | None = None,
 ) -> DirtyGCReport | None:
     """Step 3 of the module docstring, once the planned logs were collected (`failed`: the
     names whose collection failed). None when the prefix has no dirty log."""
+    prefix = resolve_store(prefix, options)
     if run.dirty_tail is None:
         return None
     store = dirty_store(prefix)
