@@ -48,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common  # noqa: E402
 
 sys.path.insert(0, str(_common.ROOT))  # jobs.transport_floor, as Spark's workers import it
+from wal3_spark.jobs.common import session  # noqa: E402
 
 from wal3_spark.cli.arguments import count_arg, partitions_arg, positive_arg  # noqa: E402 (after the path set-up)
 
@@ -119,7 +120,7 @@ def main(argv=None) -> int:
     work = Path(args.dir or tempfile.mkdtemp(prefix="wal3-bench-"))
     metrics = work / "commit-metrics.jsonl"
     os.environ["WAL3_SPARK_METRICS_FILE"] = str(metrics)
-    spark = _common.session("wal3-benchmark", conf={
+    spark = session("wal3-benchmark", conf={
         "spark.sql.execution.arrow.maxRecordsPerBatch": "65536",
         # the commit runs in a Python worker of the driver JVM: pass the metrics file on
         "spark.executorEnv.WAL3_SPARK_METRICS_FILE": str(metrics),

@@ -1,95 +1,11 @@
-"""log -> transformation -> log, exactly-once (the sink commits each batch with its batchId).
+"""spark-submit entry point of `wal3_spark.jobs.pipeline` (see --help); an installed wal3-spark runs
+the same job as `python -m wal3_spark.jobs.pipeline`."""
 
-    spark-submit jobs/pipeline.py --source /tmp/logs/orders --sink /tmp/logs/big_orders \
-        --checkpoint /tmp/ckpt/big_orders --where "amount > 500" \
-        --with-column "amount_eur=round(amount * 0.92, 2)" --available-now
-
-    spark-submit jobs/pipeline.py --source s3://wal3/tenants --source-logs '*' \
-        --sink s3://wal3/tenants_clean --route-by _log --checkpoint /tmp/ckpt/clean --available-now
-
-Restarting with the same --checkpoint continues where it stopped; a micro-batch replayed after a
-crash is recognised by the sink's `txns` entry and not appended twice.
-
-Log sets: with --source-logs (`*`, a glob, or names a,b) --source is a prefix whose logs are read
-as one stream with a `_log` column; with --route-by COLUMN --sink is a prefix and each row goes
-to the log that COLUMN names (created on first use; exactly-once per log). `--route-by _log`
-writes each source log's records to the sink log of the same name. The source's `_log` is
-dropped otherwise (kept as `src_log` with --keep-source-offsets).
-"""
-
-from __future__ import annotations
-
-import argparse
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _common  # noqa: E402
+import _common  # noqa: F401 (a checkout's wal3_spark when none is installed)
 
-from wal3_spark.cli.arguments import positive_arg  # noqa: E402 (after the path set-up)
-
-
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--source", required=True, help="source log URL (a prefix with --source-logs)")
-    p.add_argument("--source-logs", metavar="SELECTION",
-                   help="read the log set under --source: * (every log), a glob, or names a,b")
-    p.add_argument("--sink", required=True,
-                   help="sink log URL, created on first append (a prefix with --route-by)")
-    p.add_argument("--route-by", metavar="COLUMN",
-                   help="write each row to the log under --sink named by this string column")
-    p.add_argument("--dirty-log", action="store_true",
-                   help="record the sink's commits in the dirty log of its prefix")
-    p.add_argument("--checkpoint", required=True, help="checkpoint directory (also the writer id)")
-    p.add_argument("--where", help="SQL filter applied to each record")
-    p.add_argument("--with-column", action="append", metavar="NAME=EXPR", help="derived column; repeatable")
-    p.add_argument("--keep-source-offsets", action="store_true",
-                   help="keep the source's _offset/_timestamp as src_offset/src_timestamp")
-    p.add_argument("--max-records-per-trigger", type=positive_arg, default=100_000)
-    p.add_argument("--available-now", action="store_true", help="drain the source, then stop")
-    p.add_argument("--option", action="append", metavar="KEY=VALUE", help="store option (both logs)")
-    args = p.parse_args(argv)
-
-    spark = _common.session("wal3-pipeline")
-    from pyspark.sql import functions as F
-
-    options = _common.store_options(args.option)
-    reader = (spark.readStream.format("wal3").options(**options)
-              .option("maxRecordsPerTrigger", str(args.max_records_per_trigger)))
-    if args.source_logs:
-        reader = reader.option("logs", args.source_logs)
-    df = reader.load(args.source)
-    if args.where:
-        df = df.where(args.where)
-    for spec in args.with_column or []:
-        name, sep, expr = spec.partition("=")
-        if not sep:
-            p.error(f"--with-column expects NAME=EXPR, got {spec!r}")
-        df = df.withColumn(name.strip(), F.expr(expr))
-    system = {"_offset": "src_offset", "_timestamp": "src_timestamp"}
-    if args.source_logs and args.route_by != "_log":
-        system["_log"] = "src_log"
-    for column, renamed in system.items():
-        df = df.withColumnRenamed(column, renamed) if args.keep_source_offsets else df.drop(column)
-    writer = (df.writeStream.format("wal3").options(**options)
-              .option("checkpointLocation", args.checkpoint))
-    if args.route_by:
-        writer = writer.option("logColumn", args.route_by)
-    if args.dirty_log:
-        writer = writer.option("dirtyLog", "true")
-    if args.available_now:
-        writer = writer.trigger(availableNow=True)
-    query = writer.start(args.sink)
-    try:
-        query.awaitTermination()
-    except KeyboardInterrupt:
-        query.stop()
-    progress = [p["numInputRows"] for p in query.recentProgress]
-    print(f"pipeline {args.source} -> {args.sink}: {sum(progress)} records in {len(progress)} batches")
-    spark.stop()
-    return 0
-
+from wal3_spark.jobs.pipeline import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -18,9 +18,8 @@ pytestmark = [pytest.mark.timeout(400), pytest.mark.cluster]
 CLUSTER_SCRIPT = textwrap.dedent(
     """
     import json, sys
-    sys.path.insert(0, {jobs!r})
-    import _common
-    spark = _common.session("wal3-cluster-test")
+    from wal3_spark.jobs.common import session
+    spark = session("wal3-cluster-test")
     from pyspark.sql import functions as F
     url = sys.argv[1]
 
@@ -93,7 +92,7 @@ def last_json(stdout: str) -> dict:
 
 def test_00_sink_and_source_on_local_cluster(tmp_path):
     script = tmp_path / "cluster_job.py"
-    script.write_text(CLUSTER_SCRIPT.format(jobs=str(ROOT / "jobs")))
+    script.write_text(CLUSTER_SCRIPT)
     url = (tmp_path / "log").as_uri()
     result = run_spark_script([str(script), url, str(tmp_path / "ckpt")],
                               master="local-cluster[2,1,1024]", timeout=360)

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import textwrap
+import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -104,3 +108,271 @@ def test_03_install_metadata_declares_the_pythons_pyspark_supports():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert project["requires-python"] == metadata("pyspark")["Requires-Python"]
     assert f"MIN_PYTHON={project['requires-python'].removeprefix('>=')}\n" in (ROOT / "dev").read_text()
+
+
+# ------------------------------------------------------------------ the wheel, without PySpark
+
+
+@dataclass
+class Installed:
+    """The wheel built from this checkout, installed into a fresh environment without PySpark."""
+
+    wheel: Path
+    venv: Path
+
+    @property
+    def python(self) -> str:
+        return str(self.venv / "bin" / "python")
+
+
+def outside_env() -> dict[str, str]:
+    """This process's environment without anything pointing at the checkout or its environment:
+    no PYTHONPATH, no PYSPARK_*, PATH without the test environment's bin/."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "VIRTUAL_ENV",
+                        "SPARK_HOME", "PYSPARK_SUBMIT_ARGS")}
+    ours = str(Path(sys.executable).parent)
+    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p != ours)
+    return env
+
+
+def run(cmd: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 300,
+        ) -> subprocess.CompletedProcess:
+    result = subprocess.run(cmd, cwd=cwd, env=env or outside_env(), capture_output=True, text=True,
+                            timeout=timeout)
+    assert result.returncode == 0, (cmd, result.stdout[-3000:], result.stderr[-6000:])
+    return result
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Installed:
+    """`pip wheel` of a copy of the checkout's sources (an in-tree build would leave build/ in
+    the checkout, and stale files there end up in later wheels), then `pip install` of the
+    wheel into a new virtual environment: the packages come from pip's cache (or PyPI)."""
+    work = tmp_path_factory.mktemp("wheel")
+    source = work / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md", "pyspark_wal3.py"):
+        shutil.copy(ROOT / name, source / name)
+    shutil.copytree(ROOT / "wal3_spark", source / "wal3_spark",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check",
+         "--quiet", "-w", str(work / "dist"), str(source)], cwd=work, env=dict(os.environ))
+    [wheel] = (work / "dist").glob("wal3_spark-*.whl")
+    venv = work / "venv"
+    run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=work)
+    # this environment's pip installs into the new one (no pip of its own to bootstrap)
+    run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install",
+         "--disable-pip-version-check", "--quiet", str(wheel)], cwd=work, env=dict(os.environ),
+        timeout=600)
+    return Installed(wheel, venv)
+
+
+CORE_SCRIPT = textwrap.dedent(
+    """
+    import importlib, importlib.util, json, pkgutil, sys
+    from pathlib import Path
+    import wal3_spark
+    from wal3_spark import LogReader, LogWriter
+    from wal3_spark.storage import open_store
+    store = open_store(sys.argv[1])
+    LogWriter(store).append([b"a", b"b"])
+    LogWriter(store).append([b"c"])
+    batches = list(LogReader(store).read())
+    # every module but the Spark layer and the jobs that use it imports without PySpark
+    # (`__main__` modules run their command when imported)
+    skipped = ("wal3_spark.spark", "wal3_spark.jobs.")
+    modules = [m.name for m in pkgutil.walk_packages(wal3_spark.__path__, "wal3_spark.")
+               if not m.name.startswith(skipped) and not m.name.endswith(".__main__")]
+    for name in modules:
+        importlib.import_module(name)
+    print(json.dumps(dict(
+        records=[b.decode() for batch in batches for b in batch.column("body").to_pylist()],
+        offsets=[o for batch in batches for o in batch.column("_offset").to_pylist()],
+        modules=modules, typed=Path(wal3_spark.__file__).with_name("py.typed").exists(),
+        pyspark=importlib.util.find_spec("pyspark") is not None,
+        pandas=importlib.util.find_spec("pandas") is not None)))
+    """
+)
+
+
+@pytest.mark.slow
+def test_04_the_wheel_installs_and_runs_the_core_without_pyspark(installed, tmp_path):
+    from importlib.metadata import PathDistribution
+
+    requires = PathDistribution(next(
+        (installed.venv / "lib").glob("python3.*/site-packages/wal3_spark-*.dist-info"))).requires
+    assert [r for r in requires if r.startswith(("pyspark", "pandas"))] == [
+        'pyspark[connect]<5,>=4.3; extra == "spark"', 'pandas<3,>=2.2; extra == "spark"']
+    script = tmp_path / "core.py"
+    script.write_text(CORE_SCRIPT)
+    out = json.loads(run([installed.python, str(script), str(tmp_path / "log")],
+                         cwd=tmp_path).stdout.strip().splitlines()[-1])
+    assert (out["records"], out["offsets"]) == (["a", "b", "c"], [1, 2, 3])
+    assert {"wal3_spark.log.writer", "wal3_spark.cli.main", "wal3_spark.storage.s3",
+            "wal3_spark.jobs"} <= set(out["modules"])
+    assert out["pyspark"] is False and out["pandas"] is False
+    assert out["typed"] is True
+    help_text = run([str(installed.venv / "bin" / "wal3"), "--help"], cwd=tmp_path).stdout
+    assert "usage: wal3" in help_text and "verify" in help_text
+    info = run([str(installed.venv / "bin" / "wal3"), "info", str(tmp_path / "log")], cwd=tmp_path)
+    assert "[1, 4)  (3 records)" in info.stdout
+
+
+@pytest.mark.slow
+def test_05_the_installed_package_runs_the_jobs_with_the_checkouts_help(installed, tmp_path):
+    listing = run([installed.python, "-m", "wal3_spark.jobs"], cwd=tmp_path).stdout
+    site = next((installed.venv / "lib").glob("python3.*/site-packages"))
+    for job in ("quickstart", "ingest", "tail", "pipeline", "verify", "gc"):
+        path = run([installed.python, "-m", "wal3_spark.jobs", job], cwd=tmp_path).stdout.strip()
+        assert path == str(site / "wal3_spark" / "jobs" / f"{job}.py") and path in listing
+        # --help needs no PySpark: the installed module and the checkout's entry point agree
+        installed_help = run([installed.python, "-m", f"wal3_spark.jobs.{job}", "--help"],
+                             cwd=tmp_path).stdout
+        checkout_help = run([sys.executable, str(ROOT / "jobs" / f"{job}.py"), "--help"],
+                            cwd=ROOT, env=dict(os.environ)).stdout
+        assert installed_help == checkout_help and installed_help.startswith("usage: ")
+
+
+# ------------------------------------------------------------- a standalone cluster, two recipes
+
+
+class Daemon:
+    """A Spark master or worker started with PySpark's own `spark-class`, its output drained by
+    a thread that sets `ready` when `marker` appears (the line is kept in `found`)."""
+
+    def __init__(self, args: list[str], env: dict[str, str], marker: str):
+        self.lines: list[str] = []
+        self.found = ""
+        self.ready = threading.Event()
+        self.marker = marker
+        # its own process group: stopping it stops the executors and Python workers it started
+        self.proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        self.thread = threading.Thread(target=self._drain, daemon=True)
+        self.thread.start()
+
+    def _drain(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line)
+            if not self.ready.is_set() and self.marker in line:
+                self.found = line
+                self.ready.set()
+        self.ready.set()  # exited: wait() reports it
+
+    def wait(self, timeout: float) -> str:
+        assert self.ready.wait(timeout) and self.found, "".join(self.lines[-50:])
+        return self.found
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(60)
+        self.thread.join(60)
+
+
+def spark_home() -> Path:
+    import pyspark
+
+    return Path(pyspark.__file__).parent
+
+
+@pytest.fixture
+def standalone(tmp_path):
+    """A master and one worker (1 core, 1 GB) on loopback, on ports the OS picks; the URL."""
+    env = {**outside_env(), "SPARK_HOME": str(spark_home()), "SPARK_LOCAL_IP": "127.0.0.1"}
+    spark_class = str(spark_home() / "bin" / "spark-class")
+    daemons = []
+    try:
+        master = Daemon([spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                         "--port", "0", "--webui-port", "0"], env, "Starting Spark master at ")
+        daemons.append(master)
+        url = master.wait(180).split("Starting Spark master at ")[1].strip()
+        worker = Daemon([spark_class, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
+                         "--cores", "1", "--memory", "1g", "--webui-port", "0",
+                         "--work-dir", str(tmp_path / "work"), url],
+                        env, "Successfully registered with master")
+        daemons.append(worker)
+        worker.wait(180)
+        yield url, tmp_path / "work"
+    finally:
+        for daemon in reversed(daemons):
+            daemon.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.cluster
+@pytest.mark.timeout(900)
+def test_06_standalone_cluster_runs_the_installed_job_with_both_recipes(installed, standalone, tmp_path):
+    """docs/deploy.md's standalone recipes, as written there (plus the small --rows, a file://
+    log, which one machine shares with itself, and no Spark UI): the environment packed with
+    venv-pack and shipped with --archives; the driver runs the same environment unpacked in its
+    working directory, outside the checkout, with no PYTHONPATH."""
+    master, work = standalone
+    driver = tmp_path / "driver"
+    driver.mkdir()
+    assert ROOT not in driver.parents
+    venv_pack = str(Path(sys.executable).parent / "venv-pack")
+    run([venv_pack, "--prefix", str(installed.venv), "--output", "env.tar.gz", "--quiet"], cwd=driver)
+    (driver / "env").mkdir()
+    run(["tar", "-xzf", "env.tar.gz", "-C", "env"], cwd=driver)
+    job = run(["./env/bin/python", "-m", "wal3_spark.jobs", "quickstart"], cwd=driver).stdout.strip()
+    assert job.startswith(str(driver / "env"))
+    submit = [str(spark_home() / "bin" / "spark-submit"), "--master", master,
+              "--archives", "env.tar.gz#env", "--conf", "spark.ui.enabled=false"]
+    args = ["--rows", "3000", "--partitions", "2", "--max-records-per-trigger", "1000"]
+    env = {**outside_env(), "SPARK_HOME": str(spark_home()), "SPARK_LOCAL_IP": "127.0.0.1"}
+    recipes = {
+        "environment": (submit, {"PYSPARK_PYTHON": "./env/bin/python"}),
+        "conf": ([*submit, "--conf", "spark.pyspark.python=./env/bin/python",
+                  "--conf", "spark.pyspark.driver.python=./env/bin/python"], {}),
+    }
+    for name, (command, extra) in recipes.items():
+        log = (tmp_path / f"log-{name}").as_uri()
+        result = subprocess.run([*command, job, *args, "--log", log], cwd=driver,
+                                env={**env, **extra}, capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, (name, result.stdout[-3000:], result.stderr[-8000:])
+        assert "result               OK" in result.stdout, (name, result.stdout)
+        assert "verify               ok" in result.stdout
+        assert "streamed back        3000 rows in 3 micro-batches" in result.stdout
+        # a file:// log on a cluster works only on a filesystem every node shares: said so
+        # (spark-submit prints the Python driver's stderr on its stdout)
+        assert f"{log} is a path in the driver's filesystem" in result.stdout
+        assert "every node" in result.stdout
+    # both applications' executors ran in the worker, with the archive unpacked beside them
+    apps = sorted(work.glob("app-*"))
+    assert len(apps) == 2 and all((app / "0" / "env" / "bin" / "python").exists() for app in apps)
+
+
+def test_07_executor_environment_is_set_for_local_masters_only():
+    from wal3_spark.jobs.common import executor_environment
+
+    for master in ("local[2]", "local-cluster[2,1,1024]", "local"):
+        environment, settings = executor_environment(master)
+        assert environment["PYSPARK_PYTHON"] == sys.executable
+        # the checkout is a source tree: its path goes to the executors
+        assert settings["spark.executorEnv.PYTHONPATH"].split(os.pathsep)[0] == str(ROOT)
+    for master in ("spark://10.0.0.1:7077", "yarn", "k8s://https://10.0.0.1:6443"):
+        assert executor_environment(master) == ({}, {})
+
+
+def test_08_register_says_what_to_do_when_the_driver_cannot_start_the_executors_python(
+        tmp_path, monkeypatch):
+    from wal3_spark.errors import SparkSetupError
+    from wal3_spark.spark.session import check_worker_python
+
+    monkeypatch.chdir(tmp_path)
+    check_worker_python(sys.executable)
+    with pytest.raises(SparkSetupError, match=r"tar -xzf env.tar.gz -C env") as caught:
+        check_worker_python("./env/bin/python")
+    assert str(tmp_path / "env" / "bin" / "python") in str(caught.value)
+    with pytest.raises(SparkSetupError, match="not on the driver's PATH"):
+        check_worker_python("no-such-python-3.11")
+    (tmp_path / "env" / "bin").mkdir(parents=True)
+    (tmp_path / "env" / "bin" / "python").symlink_to(sys.executable)
+    check_worker_python("./env/bin/python")

@@ -39,11 +39,10 @@ CLUSTER_SCRIPT = textwrap.dedent(
     """
     import json, sys
     from pathlib import Path
-    sys.path.insert(0, {jobs!r})
-    import _common
-    spark = _common.session("wal3-herd-cluster")
+    from wal3_spark.jobs.common import session
+    spark = session("wal3-herd-cluster")
     from tests.support import herd
-    result = herd.run(spark, sys.argv[1], {{}}, Path(sys.argv[2]), dirty=True)
+    result = herd.run(spark, sys.argv[1], {}, Path(sys.argv[2]), dirty=True)
     result["executors"] = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size()
     print(json.dumps(result))
     spark.stop()
@@ -53,10 +52,8 @@ CLUSTER_SCRIPT = textwrap.dedent(
 
 @pytest.mark.cluster
 def test_01_herd_of_logs_on_local_cluster(tmp_path):
-    from tests.support.spark import ROOT
-
     script = tmp_path / "herd_job.py"
-    script.write_text(CLUSTER_SCRIPT.format(jobs=str(ROOT / "jobs")))
+    script.write_text(CLUSTER_SCRIPT)
     prefix = (tmp_path / "herd").as_uri()
     work = tmp_path / "work"
     work.mkdir()

@@ -275,3 +275,12 @@ class GCRefused(Wal3Error):
 
 class CopyError(Wal3Error):
     """The copy could not be made or did not verify."""
+
+
+# ------------------------------------------------------------------------------------- spark
+
+
+class SparkSetupError(Wal3Error):
+    """Spark is set up so that the wal3 data source cannot run: e.g. the Python interpreter the
+    executors are told to use does not exist on the driver, which runs the data source's
+    driver-side steps with the same interpreter (docs/deploy.md)."""

@@ -1,0 +1,165 @@
+"""Garbage-collect the wal3 logs under a prefix (a log set) and its dirty log.
+
+    spark-submit jobs/gc.py --prefix s3://bucket/logs [--grace 3600] [--dry-run] [--force]
+    python jobs/gc.py --prefix /data/logs --driver-only      # no Spark at all
+
+The logs are those directly under the prefix (`<prefix>/<name>/manifest/MANIFEST`). When the
+prefix has a dirty log (`<prefix>/_dirty`), a run collects only the logs recorded there since
+the previous run (`wal3_spark.logset.gc`), then rolls the dirty log up and collects it;
+`--full-scan` collects every log (also the first run, and any run without a dirty log).
+`--recursive` instead collects every log at any depth under the prefix (listing every object;
+no dirty log). By default each log is collected by one Spark task (logs are independent, and
+each collection is safe to run concurrently with writers and with another collector);
+`--driver-only` runs them on threads in this process. One JSON line per log (and one for the
+dirty log) is printed; the exit status is 1 if any failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from wal3_spark.cli.arguments import endpoint_arg, seconds_arg, share_arg
+from wal3_spark.jobs import common
+
+MANIFEST_SUFFIX = "manifest/MANIFEST"
+
+
+def find_logs_recursive(prefix: str, options: dict[str, str]) -> list[str]:
+    """Every log root under `prefix` at any depth (including the prefix itself), in key order."""
+    from wal3_spark.storage import open_store
+    from wal3_spark.storage.common import join_url
+
+    store = open_store(prefix, options)
+    roots = []
+    for meta in store.list(""):
+        if meta.key == MANIFEST_SUFFIX or meta.key.endswith("/" + MANIFEST_SUFFIX):
+            roots.append(join_url(store.url, meta.key[: -len(MANIFEST_SUFFIX)]))
+    return roots
+
+
+def collect_one(target, settings: dict) -> dict:  # type: ignore[no-untyped-def]
+    """Collect one log (a URL or a store); never raises (the error goes into the result)."""
+    from wal3_spark.errors import LogNotFound, Wal3Error
+    from wal3_spark.ops.gc import collect_garbage
+
+    url = target if isinstance(target, str) else target.url
+    try:
+        report = collect_garbage(
+            target,
+            options=settings["options"],
+            dry_run=settings["dry_run"],
+            grace_s=settings["grace_s"],
+            max_drop_share=settings["max_drop_share"],
+            force=settings["force"],
+            writer="wal3 gc job",
+            orphans_without_log=True,  # a name a failed job wrote to but never created
+        )
+    except LogNotFound:
+        return {"url": url, "ok": True, "skipped": "no log here"}  # a listed directory, not a log
+    except Wal3Error as exc:
+        return {"url": url, "ok": False, "error": str(exc)}
+    doc = report.to_dict()
+    return {
+        "url": url,
+        "ok": True,
+        "cutoff": doc["cutoff"],
+        "first_to_keep": doc["first_to_keep"],
+        "steps": doc["steps"],
+        "deleted": len(doc["deleted"]),
+        "orphans_deleted": len(doc["orphans_deleted"]),
+        "oldest_offset": doc["oldest_offset"],
+        "next_offset": doc["next_offset"],
+        "pending": doc["pending"] is not None,
+    }
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="Garbage-collect every wal3 log under a prefix."
+    )
+    parser.add_argument("--prefix", required=True, help="s3://bucket/prefix or a local directory")
+    parser.add_argument("--grace", type=seconds_arg, default=3600.0, help="grace interval in seconds (default 3600)")
+    parser.add_argument("--dry-run", action="store_true", help="report what would be collected")
+    parser.add_argument("--force", action="store_true", help="allow collecting beyond --max-drop-share")
+    parser.add_argument("--max-drop-share", type=share_arg, default=0.9,
+                        help="refuse to drop more than this share of a log without --force (default 0.9)")
+    parser.add_argument("--endpoint", type=endpoint_arg, help="S3 endpoint URL (default: AWS_ENDPOINT_URL_S3)")
+    parser.add_argument("--full-scan", action="store_true",
+                        help="collect every log, not only those the dirty log recorded since the last run")
+    parser.add_argument("--recursive", action="store_true",
+                        help="collect every log at any depth under the prefix (lists every object; no dirty log)")
+    parser.add_argument("--driver-only", action="store_true", help="run in this process (threads), without Spark")
+    parser.add_argument("--master", help="Spark master when not given by spark-submit")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    options = {"endpoint": args.endpoint} if args.endpoint else {}
+    settings = {
+        "options": options,
+        "dry_run": args.dry_run,
+        "grace_s": args.grace,
+        "max_drop_share": args.max_drop_share,
+        "force": args.force,
+    }
+    from wal3_spark.errors import Wal3Error
+    from wal3_spark.logset.dirty import dirty_store
+    from wal3_spark.logset.logs import LogSet
+    from wal3_spark.logset import gc as prefix_gc
+    from wal3_spark.storage import open_store
+
+    try:
+        if args.recursive:
+            prefix, run = None, None
+            targets = find_logs_recursive(args.prefix, options)
+        else:
+            prefix = open_store(args.prefix, options)
+            run = prefix_gc.plan(prefix, full_scan=args.full_scan)
+            logs = LogSet(prefix)
+            targets = [logs.log_store(name) for name in run.names]
+    except Wal3Error as exc:
+        common.error(str(exc))
+        return 1
+    if args.driver_only or not targets:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(16, thread_name_prefix="wal3-gc") as pool:
+            results = list(pool.map(lambda target: collect_one(target, settings), targets))
+    else:
+        urls = [t if isinstance(t, str) else t.url for t in targets]
+        spark = common.session("wal3-gc", master=args.master, logs=[args.prefix])
+        try:
+            results = (
+                spark.sparkContext.parallelize(urls, len(urls))
+                .map(lambda url: collect_one(url, settings))
+                .collect()
+            )
+        finally:
+            spark.stop()
+    labels = run.names if run is not None else targets
+    collected = [(label, r) for label, r in zip(labels, results) if "skipped" not in r]
+    results = [r for _, r in collected]
+    for result in results:
+        print(json.dumps(result))
+    failed = [r for r in results if not r["ok"]]
+    how = "every log" if run is None or run.full_scan else "the logs changed since the last run"
+    print(f"{len(results)} logs ({how}), {len(failed)} failed", file=sys.stderr)
+    if run is not None and not args.dry_run:
+        names = [label for label, r in collected if not r["ok"]]
+        try:
+            dirty = prefix_gc.finish(prefix, run, names, grace_s=args.grace, writer="wal3 gc job")
+        except Wal3Error as exc:
+            common.error(f"the dirty log: {exc}")
+            return 1
+        if dirty is not None:
+            print(json.dumps({"url": dirty_store(prefix).url, "ok": dirty.error is None,
+                              "dirty": dirty.to_dict()}))
+            failed += [] if dirty.error is None else [dirty]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
