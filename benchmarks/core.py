@@ -8,7 +8,8 @@
    exists (a log and its writer; a store): both sides alternate in one run, medians with
    their spread;
 2. object-store requests per commit (warm committer and cold committer);
-3. commits/s with 1 and 8 concurrent committer processes, local filesystem and SeaweedFS;
+3. commits/s with 1 and 8 concurrent committer processes, local filesystem, SeaweedFS and the
+   GCS and Azure emulators (`--commits-only`: these rows alone);
 4. manifest size and time to find the tail of a log with 100,000 fragments.
 """
 
@@ -33,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.support.fakes import FakeFragment  # noqa: E402
 from tests.support.seaweed import running_seaweed  # noqa: E402
+from wal3_spark.testing.emulators import running_azurite, running_fake_gcs  # noqa: E402
 from wal3_spark.format.layout import MANIFEST_KEY  # noqa: E402
 from wal3_spark.format.manifest import Manifest, SnapshotOptions  # noqa: E402
 from wal3_spark.format.setsum import Setsum  # noqa: E402
@@ -272,20 +274,28 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="smaller data, for a smoke run")
     parser.add_argument("--repeat", type=int, default=5, help="alternating rounds per append measure")
     parser.add_argument("--append-only", action="store_true", help="only the append throughput rows")
+    parser.add_argument("--commits-only", action="store_true",
+                        help="only the commit-rate rows, on every store (local, SeaweedFS and the emulators)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         base = f"file://{tmp}"
         print(f"{'measure':<58} {'value':>16}  note")
-        bench_append(base, args.quick, args.repeat)
-        if args.append_only:
-            return
-        bench_requests(base)
+        if not args.commits_only:
+            bench_append(base, args.quick, args.repeat)
+            if args.append_only:
+                return
+            bench_requests(base)
         commits = 100 if args.quick else 400
         bench_commits("local filesystem", lambda n: f"{base}/{n}", None, commits)
         (Path(tmp) / "seaweed").mkdir()
         with running_seaweed(Path(tmp) / "seaweed") as server:
             bench_commits("SeaweedFS S3", server.new_url, server.options, commits // 2)
-        bench_long_manifest(base, 10_000 if args.quick else 100_000)
+        with running_fake_gcs(Path(tmp) / "gcs") as gcs:
+            bench_commits("fake-gcs-server (emulator)", gcs.new_url, gcs.options, commits // 2)
+        with running_azurite(Path(tmp) / "azurite") as azure:
+            bench_commits("Azurite (emulator)", azure.new_url, azure.options, commits // 2)
+        if not args.commits_only:
+            bench_long_manifest(base, 10_000 if args.quick else 100_000)
 
 
 if __name__ == "__main__":

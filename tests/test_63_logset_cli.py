@@ -1,5 +1,5 @@
 """`wal3 ls PREFIX` and `wal3 info PREFIX`: each log's records, bytes, tail, seal and cursor lag,
-and a summary of the set and its dirty log; local filesystem and SeaweedFS."""
+and a summary of the set and its dirty log; local filesystem, SeaweedFS, fake-gcs-server and Azurite."""
 
 from __future__ import annotations
 
@@ -17,15 +17,9 @@ from wal3_spark.storage import open_store
 
 
 @pytest.fixture
-def herd(store_url: str, store_options: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> str:
+def herd(store_url: str, store_options: dict[str, str], store_env: dict[str, str]) -> str:
     """Three logs under a prefix, written through its dirty log: acme (a cursor 2 records
     behind), globex, initech (sealed)."""
-    if store_url.startswith("s3://"):
-        for key, value in {"AWS_ENDPOINT_URL_S3": store_options["endpoint"],
-                           "AWS_ACCESS_KEY_ID": store_options["accessKeyId"],
-                           "AWS_SECRET_ACCESS_KEY": store_options["secretAccessKey"],
-                           "AWS_REGION": store_options["region"]}.items():
-            monkeypatch.setenv(key, value)
     prefix = open_store(store_url, store_options)
     logs = LogSet(prefix)
     with DirtyLog(prefix) as dirty:

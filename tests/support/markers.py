@@ -6,6 +6,8 @@
 - `s3`: needs the SeaweedFS server. Tests using the `seaweed` or `s3_store` fixture, and the `s3`
   case of a backend-parametrized fixture (`store`, `store_url`, `backend`), get it here; tests
   that ask for the server with `request.getfixturevalue("seaweed")` carry the marker themselves.
+- `gcs`, `azure`: need fake-gcs-server or Azurite (`tests/support/emulators.py`): tests using the
+  `gcs` or `azure` fixture, and the `gcs`/`azure` case of a backend-parametrized fixture.
 - `cluster`: runs executors in separate processes (`local-cluster`) or over Spark Connect;
   always marked by hand, always with `spark` too.
 - `slow`: takes tens of seconds or more on two cores (process races, bounded stress runs);
@@ -33,8 +35,18 @@ def _uses_spark(item: pytest.Item) -> bool:
     return "_spark_" in item.path.name or "spark" in getattr(item, "fixturenames", ())
 
 
+def _uses(item: pytest.Item, backend: str) -> bool:
+    if backend in getattr(item, "fixturenames", ()):
+        return True
+    callspec = getattr(item, "callspec", None)
+    return callspec is not None and backend in callspec.params.values()
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
+        for backend in ("gcs", "azure"):
+            if _uses(item, backend):
+                item.add_marker(getattr(pytest.mark, backend))
         if _uses_spark(item):
             item.add_marker(pytest.mark.spark)
         if _uses_s3(item):

@@ -16,9 +16,12 @@ Fixtures:
   - `new_url(name)`: a fresh `s3://<bucket>/<name>-<random>` location for one test.
   The server enforces its credentials, so code that forgets to pass them fails.
 - `local_url` (function): a fresh `file://` URL under the test's `tmp_path`.
-- `store_url` (function, parametrized `local` / `s3`): a fresh URL on each backend; a test using
-  it runs twice (ids `[local]`, `[s3]`).
+- `store_url` (function, parametrized `local` / `s3` / `gcs` / `azure`): a fresh URL on each
+  backend (the last two on the emulators of `tests/support/emulators.py`); a test using it runs
+  once per backend (ids `[local]`, `[s3]`, `[gcs]`, `[azure]`).
 - `store_options` (function): the options `open_store` needs for `store_url` (`{}` for local).
+- `store_env` (function): sets, for the test, the environment variables that let code given
+  only `store_url` (the wal3 command, a job) reach its server, and returns them.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.emulators import CLOUD_FIXTURES, cloud_url
 from wal3_spark.storage.common import file_url
 from wal3_spark.stress.seaweed import SeaweedServer, free_ports, running_seaweed
 
@@ -47,17 +51,30 @@ def local_url(tmp_path: Path) -> str:
     return file_url(str(tmp_path / "store"))
 
 
-@pytest.fixture(params=["local", "s3"])
+@pytest.fixture(params=["local", "s3", "gcs", "azure"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "local":
         return file_url(str(tmp_path / "store"))
-    server: SeaweedServer = request.getfixturevalue("seaweed")
-    return server.new_url(request.node.name)
+    return cloud_url(request, request.param)[0]
+
+
+_SCHEME_BACKENDS = {"s3": "s3", "gs": "gcs", "az": "azure"}
 
 
 @pytest.fixture
 def store_options(request: pytest.FixtureRequest, store_url: str) -> dict[str, str]:
-    if store_url.startswith("s3://"):
-        server: SeaweedServer = request.getfixturevalue("seaweed")
-        return server.options
-    return {}
+    backend = _SCHEME_BACKENDS.get(store_url.partition("://")[0])
+    if backend is None:
+        return {}
+    return request.getfixturevalue(CLOUD_FIXTURES[backend]).options
+
+
+@pytest.fixture
+def store_env(
+    request: pytest.FixtureRequest, store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> dict[str, str]:
+    backend = _SCHEME_BACKENDS.get(store_url.partition("://")[0])
+    env: dict[str, str] = {} if backend is None else request.getfixturevalue(CLOUD_FIXTURES[backend]).env
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return env

@@ -1,8 +1,9 @@
 """Reaching a log through Hadoop filesystems, for scans that Spark's own file readers run.
 
 - `hadoop_url`: where Spark finds a log's object: `s3://` logs become `s3a://` (Hadoop's S3
-  connector), local paths `file://` URLs, and any other Hadoop filesystem URL (`hdfs://`,
-  `gs://`, `abfs://`, ...) is used as it is;
+  connector), `az://container/prefix` becomes `abfss://container@ACCOUNT.dfs.core.windows.net/
+  prefix` (hadoop-azure's ABFS), local paths `file://` URLs, and any other Hadoop filesystem
+  URL (`hdfs://`, `gs://` for the GCS connector, `abfss://`, ...) is used as it is;
 - `hadoop_options`: the wal3 store options of an S3 log as the `fs.s3a.*` settings that give
   S3A the same endpoint, region, addressing and credentials (passed as reader options, which
   Spark copies into the scan's Hadoop configuration);
@@ -12,6 +13,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -21,7 +23,7 @@ from wal3_spark.storage.base import Blob, ObjectMeta, ObjectStore
 from wal3_spark.storage.common import join_url, split_url
 
 #: schemes `open_store` reaches by itself (the others are read through Spark)
-_STORE_SCHEMES = ("s3", "s3a", "s3n", "file")
+_STORE_SCHEMES = ("s3", "s3a", "s3n", "gs", "az", "abfs", "abfss", "file")
 _S3_SCHEMES = ("s3", "s3a", "s3n")
 _TEMPORARY_CREDENTIALS = "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"
 
@@ -31,6 +33,15 @@ def hadoop_url(url: str) -> str:
     scheme, authority, path = split_url(url)
     if scheme in _S3_SCHEMES:
         return f"s3a://{authority}/{path}".rstrip("/")
+    if scheme == "az":
+        account = os.environ.get("AZURE_STORAGE_ACCOUNT")
+        if not account:
+            raise InvalidUrl(
+                f"Spark's file readers reach {url} through hadoop-azure, which needs the storage "
+                "account in the URL: write it as abfss://container@ACCOUNT.dfs.core.windows.net/"
+                "prefix (or set AZURE_STORAGE_ACCOUNT)"
+            )
+        return f"abfss://{authority}@{account}.dfs.core.windows.net/{path}".rstrip("/")
     if scheme == "file":
         return f"file://{path}".rstrip("/")
     if scheme == "memory":

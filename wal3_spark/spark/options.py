@@ -152,10 +152,19 @@ _DISPLAY = {
     "secretaccesskey": "secretAccessKey",
     "sessiontoken": "sessionToken",
     "pathstyle": "pathStyle",
+    "serviceaccountfile": "serviceAccountFile",
+    "project": "project",
+    "accountname": "accountName",
+    "accountkey": "accountKey",
+    "sastoken": "sasToken",
+    "connectionstring": "connectionString",
 }
 
 
-_SECRET_WORDS = ("secret", "password", "token", "session", "credential", "key", "jaas", "sasl")
+_SECRET_WORDS = (
+    "secret", "password", "token", "session", "credential", "key", "jaas", "sasl",
+    "connectionstring", "sas",
+)  # fmt: skip
 _PUBLIC = ("endpoint", "region", "url", "profile", "addressing", "path_style", "pathstyle")
 
 

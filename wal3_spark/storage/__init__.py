@@ -1,6 +1,9 @@
 """Object stores the wal3 protocol runs on, chosen by URL.
 
 - `s3://bucket/prefix` (also `s3a://`, `s3n://`): S3 or an S3-compatible server, via boto3;
+- `gs://bucket/prefix`: Google Cloud Storage (or fake-gcs-server), over its JSON API;
+- `az://container/prefix` and `abfs[s]://container@account.dfs.core.windows.net/prefix`: Azure
+  Blob Storage (or Azurite), via azure-storage-blob;
 - `file:///abs/path` or a plain path (relative paths are made absolute): the local filesystem;
 - `memory://name[/prefix]`: in-process, shared by name within one process (unit tests).
 
@@ -17,10 +20,16 @@ from wal3_spark.storage.base import Blob, ObjectMeta, ObjectStore
 from wal3_spark.storage.common import join_url, split_url
 from wal3_spark.storage.local import LocalStore
 from wal3_spark.storage.memory import MemoryStore
-from wal3_spark.storage.s3 import STORE_OPTIONS, S3Settings, S3Store
+from wal3_spark.storage.azure import AZURE_OPTIONS, AzureSettings, AzureStore, parse_abfs_authority
+from wal3_spark.storage.gcs import GCS_OPTIONS, GCSSettings, GCSStore
+from wal3_spark.storage.s3 import S3_OPTIONS, S3Settings, S3Store
 
 __all__ = [
     "STORE_OPTIONS",
+    "AzureSettings",
+    "AzureStore",
+    "GCSSettings",
+    "GCSStore",
     "Blob",
     "LocalStore",
     "MemoryStore",
@@ -35,6 +44,11 @@ __all__ = [
 ]
 
 _S3_SCHEMES = ("s3", "s3a", "s3n")
+_ABFS_SCHEMES = ("abfs", "abfss")
+
+#: Option names `open_store` understands, lower-cased (matched case-insensitively): each store
+#: reads its own and ignores the others', so one set of options may name several stores'
+STORE_OPTIONS = S3_OPTIONS | GCS_OPTIONS | AZURE_OPTIONS
 
 #: where a log (or a log set) lives, as every public entry point takes it: a URL (or a plain
 #: path) opened with the entry point's `options`, or a store already open (wrapped, shared)
@@ -44,15 +58,30 @@ StoreLike = str | os.PathLike[str] | ObjectStore
 def open_store(url: str, options: Mapping[str, str] | None = None) -> ObjectStore:
     """The store rooted at `url`.
 
-    `options` (names case-insensitive, see `STORE_OPTIONS`) configure S3: `endpoint` (alias
-    `endpointUrl`), `region`, `accessKeyId`, `secretAccessKey`, `sessionToken`, `pathStyle`.
-    Each falls back to the usual AWS environment variable. Other backends ignore them.
+    `options` (names case-insensitive, see `STORE_OPTIONS`) configure the cloud stores:
+    `endpoint` (alias `endpointUrl`) for each; S3: `region`, `accessKeyId`, `secretAccessKey`,
+    `sessionToken`, `pathStyle`; GCS: `serviceAccountFile`, `project`; Azure: `accountName`,
+    `accountKey`, `sasToken`, `connectionString`. Each falls back to its cloud's usual
+    environment variables and credential chain. Local and memory stores ignore them.
     """
     scheme, authority, path = split_url(url)
     if scheme in _S3_SCHEMES:
         if not authority:
             raise InvalidUrl(f"S3 URL {url!r} names no bucket; use s3://bucket/prefix")
         return S3Store(authority, path, S3Settings.from_options(options))
+    if scheme == "gs":
+        if not authority:
+            raise InvalidUrl(f"GCS URL {url!r} names no bucket; use gs://bucket/prefix")
+        return GCSStore(authority, path, GCSSettings.from_options(options))
+    if scheme == "az":
+        if not authority:
+            raise InvalidUrl(f"Azure URL {url!r} names no container; use az://container/prefix")
+        return AzureStore(authority, path, AzureSettings.from_options(options))
+    if scheme in _ABFS_SCHEMES:
+        container, account, endpoint = parse_abfs_authority(url, authority)
+        settings = AzureSettings.from_options(options, account=account, endpoint=endpoint)
+        root = f"{scheme}://{authority}" + (f"/{path}" if path else "")
+        return AzureStore(container, path, settings, url=root)
     if scheme == "file":
         return LocalStore(path)
     if scheme == "memory":
@@ -60,8 +89,9 @@ def open_store(url: str, options: Mapping[str, str] | None = None) -> ObjectStor
             raise InvalidUrl(f"memory URL {url!r} names no store; use memory://name")
         return MemoryStore(authority, path)
     raise InvalidUrl(
-        f"unsupported store URL {url!r}: use s3://bucket/prefix, file:///abs/path (or a plain "
-        "path), or memory://name"
+        f"unsupported store URL {url!r}: use s3://bucket/prefix, gs://bucket/prefix, "
+        "az://container/prefix, abfss://container@account.dfs.core.windows.net/prefix, "
+        "file:///abs/path (or a plain path), or memory://name"
     )
 
 

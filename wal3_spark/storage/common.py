@@ -8,7 +8,9 @@ the local store's temp and lock files).
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
+import re
 from urllib.parse import quote, unquote, urlsplit
 
 from wal3_spark.errors import InvalidUrl
@@ -75,3 +77,67 @@ def file_url(path: str) -> str:
 def md5_etag(data: bytes) -> str:
     """The ETag S3 gives a single-PUT object: the hex MD5 of its bytes (without quotes)."""
     return hashlib.md5(data, usedforsecurity=False).hexdigest()
+
+
+#: credential-bearing parts of URLs, connection strings and headers a client library may quote
+#: in an exception: a SAS token's signature, an account key, a bearer token
+_SECRETS = re.compile(
+    r"(?i)(\b(?:sig|se|sv|sp|spr|srt|ss|st|skoid|sktid|skt|ske|sks|skv)=)[^&\s;'\"]+"
+    r"|((?:AccountKey|SharedAccessSignature|SharedAccessKey)=)[^;\s'\"]+"
+    r"|(Bearer\s+)[A-Za-z0-9._~+/=-]+"
+)
+
+
+def redact(text: str) -> str:
+    """`text` with any credential a client library put in it (SAS parameters, account keys,
+    bearer tokens) replaced by `***`: store errors quote their cause, and must not leak."""
+    return _SECRETS.sub(lambda m: (m.group(1) or m.group(2) or m.group(3)) + "***", text)
+
+
+class _Redacting(logging.Filter):
+    """Rewrites a record's message with `redact`: urllib3 logs each request's URL (a SAS
+    token's signature included) at DEBUG, under loggers wal3 does not own."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        cleaned = redact(message)
+        if cleaned != message:
+            record.msg, record.args = cleaned, ()
+        return True
+
+
+_REDACTING = _Redacting()
+#: the loggers of the HTTP libraries under the cloud stores' clients
+_HTTP_LOGGERS = ("urllib3.connectionpool", "urllib3.util.retry", "requests")
+
+
+def redact_http_logs() -> None:
+    """Make the HTTP libraries' loggers redact credentials (idempotent; called by the cloud
+    stores when they create a client)."""
+    for name in _HTTP_LOGGERS:
+        logger = logging.getLogger(name)
+        if _REDACTING not in logger.filters:
+            logger.addFilter(_REDACTING)
+
+
+def connection_not_made(exc: BaseException) -> bool:
+    """Whether a client library's connection error happened before the request left: the
+    connection was refused or timed out while connecting (urllib3's `NewConnectionError` or
+    `ConnectTimeoutError` somewhere in its chain of causes). Only then is a failed conditional
+    write known not to have landed, and safe to retry."""
+    from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
+
+    seen: set[int] = set()
+    todo: list[object] = [exc]
+    while todo:
+        cause = todo.pop()
+        if not isinstance(cause, BaseException) or id(cause) in seen:
+            continue
+        seen.add(id(cause))
+        if isinstance(cause, (NewConnectionError, ConnectTimeoutError)):
+            return True
+        if type(cause).__name__ == "ConnectTimeout":  # requests' ConnectTimeout
+            return True
+        todo.extend((cause.__cause__, cause.__context__, getattr(cause, "reason", None),
+                     getattr(cause, "inner_exception", None), *cause.args))  # fmt: skip
+    return False

@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -54,16 +53,16 @@ from wal3_spark.errors import (
     StorageError,
     TransientError,
 )
-from wal3_spark.storage.base import Blob, ObjectMeta, ObjectStore
-from wal3_spark.storage.common import check_children_prefix, check_key, join_url
-from wal3_spark.storage.retry import retry
+from wal3_spark.storage.base import Blob, ObjectMeta
+from wal3_spark.storage.client import ClientStore
+from wal3_spark.storage.common import check_children_prefix
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: Option names `open_store` understands, lower-cased (options are matched case-insensitively).
-STORE_OPTIONS = frozenset(
+#: option names (lower-cased) the S3 store reads
+S3_OPTIONS = frozenset(
     {
         "endpoint",
         "endpointurl",
@@ -125,7 +124,7 @@ class S3Settings:
         """Settings from store options (any case), falling back to the AWS environment variables.
 
         Unknown option names are ignored: the Spark connector passes all of its options and
-        validates them against `STORE_OPTIONS` itself. Credentials absent from the options are
+        validates them against `storage.STORE_OPTIONS` itself. Credentials absent from the options are
         not read here but by boto3 where the client is created (environment, profile, role).
         """
         opts = {k.lower(): v for k, v in (options or {}).items() if v not in (None, "")}
@@ -204,7 +203,7 @@ def _denied(exc: Exception, what: str) -> AccessDenied | None:
     return None
 
 
-class S3Store(ObjectStore):
+class S3Store(ClientStore):
     """Objects under `s3://bucket/prefix`; keys are relative to the prefix."""
 
     #: every write is one single-part PUT and this client sets no server-side encryption. A
@@ -212,47 +211,16 @@ class S3Store(ObjectStore):
     #: writer sees its first prediction fail (one 412) and writes one manifest at a time after
     md5_etags = True
 
-    # class attributes so tests can make retries fast on one instance
-    retry_attempts = 6
-    retry_base_s = 0.2
-    retry_cap_s = 4.0
-    list_page_size = 1000
-
     def __init__(self, bucket: str, prefix: str = "", settings: S3Settings | None = None) -> None:
+        prefix = prefix.strip("/")
+        super().__init__(f"s3://{bucket}" + (f"/{prefix}" if prefix else ""), prefix)
         self.bucket = bucket
-        self.prefix = prefix.strip("/")
         self.settings = settings or S3Settings()
-        self.url = f"s3://{bucket}" + (f"/{self.prefix}" if self.prefix else "")
-        self._root = f"{self.prefix}/" if self.prefix else ""
-        self._client: Any = None
-        self._client_lock = threading.Lock()
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_client"] = None
-        del state["_client_lock"]
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._client_lock = threading.Lock()
-
-    def close(self) -> None:
-        with self._client_lock:
-            client, self._client = self._client, None
-        if client is not None:
-            client.close()
 
     # ---------------------------------------------------------------------------- plumbing
 
     def _s3(self) -> Any:
-        client = self._client
-        if client is None:
-            with self._client_lock:
-                if self._client is None:
-                    self._client = self._new_client()
-                client = self._client
-        return client
+        return self._connection()
 
     def _new_client(self) -> Any:
         # imported here, not at the top: boto3 costs ~0.25 s of CPU to import, paid by every
@@ -283,28 +251,8 @@ class S3Store(ObjectStore):
             config=config,
         )
 
-    def _full(self, key: str) -> str:
-        return self._root + check_key(key)
-
-    def _where(self, key: str) -> str:
-        return join_url(self.url, key)
-
-    def _retry(self, fn: Callable[[], T], what: str) -> T:
-        try:
-            return retry(
-                fn,
-                attempts=self.retry_attempts,
-                base=self.retry_base_s,
-                cap=self.retry_cap_s,
-                what=what,
-            )
-        except _Conflict:
-            raise
-        except TransientError as exc:
-            raise TransientError(
-                f"{exc}; still failing after {self.retry_attempts} attempts: the store is "
-                "unreachable or overloaded (a temporary failure: try again later)"
-            ) from exc
+    def _wrap_exhausted(self, exc: TransientError) -> bool:
+        return not isinstance(exc, _Conflict)  # a conflict becomes PreconditionFailed
 
     def _idempotent(self, op: str, key: str, fn: Callable[[Any], T]) -> T:
         """Run `fn(client)`, retrying every failure that may be transient."""
