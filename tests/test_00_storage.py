@@ -429,7 +429,7 @@ def test_15_local_cas_racing_deletes_and_recreates_never_wins_twice_from_one_ver
     assert replaced and max(replaced.values()) == 1, "two CAS won from the same version"
     assert sum(c for _, c, _ in results) > 0 and sum(d for _, _, d in results) > 0
     store.delete("churn/key")
-    assert os.listdir(tmp_path / "store" / "churn") == []
+    assert not (tmp_path / "store" / "churn").exists()  # no lock file left, so no directory
 
 
 def test_16_local_cas_from_threads_never_loses_an_update(tmp_path: Any) -> None:
@@ -481,13 +481,13 @@ def test_18_local_store_removes_the_lock_file_of_a_deleted_key(tmp_path: Any) ->
     store.delete("log/never-written")
     with pytest.raises(PreconditionFailed):
         store.put_if_match("log/never-written", b"x", md5(b"x"))
-    assert os.listdir(tmp_path / "log") == []
+    assert not (tmp_path / "log").exists()  # no lock file left, so the empty directory went too
     # a live object keeps its lock file; it goes with the object
     etag = store.put_if_absent("manifest", b"1")
     store.put_if_match("manifest", b"2", etag)
-    assert sorted(os.listdir(tmp_path)) == [".manifest.lock", "log", "manifest"]
+    assert sorted(os.listdir(tmp_path)) == [".manifest.lock", "manifest"]
     store.delete("manifest")
-    assert sorted(os.listdir(tmp_path)) == ["log"]
+    assert os.listdir(tmp_path) == []  # the store's root itself stays
 
 
 def test_19_local_store_reports_refused_permissions_as_access_denied() -> None:
@@ -1075,3 +1075,30 @@ def test_49_test_stores_route_every_call_and_stay_out_of_the_public_api() -> Non
             call()
     assert down.counts["drop"] == len(calls) and inner.get("k").data == b"v"
     assert repr(down) == f"FaultyStore({inner!r})" and down.md5_etags == inner.md5_etags
+
+
+def test_50_local_store_prunes_emptied_directories_while_others_write_there(tmp_path: Any) -> None:
+    """A delete that empties a directory removes it (and its empty parents: an object store has
+    no directories); writers racing it in the same directory never fail: a create whose
+    directory was pruned under it makes it again, and every object written is there to read."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    store = LocalStore(str(tmp_path))
+
+    def churn(worker: int) -> list[str]:
+        kept = []
+        for i in range(150):
+            key = f"set/log{i % 3}/log/w{worker}-{i}"
+            store.put_if_absent(key, b"x")
+            if i % 5:
+                store.delete(key)
+            else:
+                kept.append(key)
+        return kept
+
+    with ThreadPoolExecutor(4) as pool:
+        kept = [key for keys in pool.map(churn, range(4)) for key in keys]
+    assert sorted(m.key for m in store.list()) == sorted(kept)
+    for key in kept:
+        store.delete(key)
+    assert os.listdir(tmp_path) == []

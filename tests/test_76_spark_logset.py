@@ -212,3 +212,21 @@ def test_08_routing_stream_replayed_batch_adds_nothing(spark, tmp_path):
         url = f"{prefix}/{name}"
         report = verify(url)
         assert report.ok and not [p for p in report.problems if p.kind == "extra"], name
+
+
+def test_09_failed_routing_jobs_leave_no_fragments_and_no_directories(spark, tmp_path):
+    """Jobs failing on an invalid log name in one partition: the failing task deletes what it
+    wrote, the job's abort deletes what the finished tasks wrote, and no directory is left for
+    the logs the jobs never created (a listing of the set would show their names)."""
+    prefix = tmp_path / "tenants"
+    routed(spark.createDataFrame([(1, "old1"), (2, "old2")], "id long, tenant string"), prefix.as_uri())
+    for job in range(3):
+        data = [(i, f"new{i % 4}" if i % 3 else f"old{1 + i % 2}") for i in range(120)]
+        df = spark.createDataFrame(data + [(999, "bad/name")], "id long, tenant string")
+        with pytest.raises(Exception, match="invalid log name 'bad/name'"):
+            routed(df.repartition(4), prefix.as_uri(), fragmentBytes="1024")
+    assert sorted(os.listdir(prefix)) == ["old1", "old2"]
+    for name in ("old1", "old2"):
+        report = verify(f"{prefix.as_uri()}/{name}")
+        assert report.ok and not [p for p in report.problems if p.kind == "extra"], name
+        assert LogReader(open_store(f"{prefix.as_uri()}/{name}")).read_table().num_rows == 1

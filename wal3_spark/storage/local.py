@@ -271,8 +271,14 @@ class LocalStore(ObjectStore):
         with self._os_errors(operation, key):
             path = self._path(key)
             directory, name = os.path.split(path)
-            os.makedirs(directory, exist_ok=True)
-            tmp = self._write_temp(directory, name, data)
+            for attempt in range(100):
+                try:
+                    os.makedirs(directory, exist_ok=True)
+                    tmp = self._write_temp(directory, name, data)
+                    break
+                except FileNotFoundError:  # a delete pruned an empty directory meanwhile
+                    if attempt == 99:
+                        raise
             try:
                 os.link(tmp, path)
             except FileExistsError:
@@ -291,12 +297,17 @@ class LocalStore(ObjectStore):
             # A stale ETag fails before any write; the new content is then written and fsynced
             # before taking the lock, so that racing writers hold it only to compare and rename.
             self._check_etag(key, path, expected)
-            tmp = self._write_temp(directory, name, data)
+            try:
+                tmp = self._write_temp(directory, name, data)
+            except FileNotFoundError:  # deleted since, and its directory pruned
+                raise PreconditionFailed(key, "the object does not exist") from None
             try:
                 with self._locked(path):
                     self._check_etag(key, path, expected)
                     os.replace(tmp, path)
                     _fsync_dir(directory)
+            except FileNotFoundError:  # its lock file's directory was pruned: the object is gone
+                raise PreconditionFailed(key, "the object does not exist") from None
             finally:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp)
@@ -317,14 +328,33 @@ class LocalStore(ObjectStore):
             path = self._path(key)
             if not os.path.isdir(os.path.dirname(path)):
                 return
-            with self._locked(path):
-                try:
-                    os.unlink(path)
-                except OSError as exc:
-                    # a missing object, or a key that names a directory (not an object: unlink
-                    # says EISDIR on Linux, EPERM on macOS, where EPERM otherwise means refused)
-                    if exc.errno == errno.EPERM and os.path.isdir(path):
-                        return
-                    if exc.errno not in (errno.ENOENT, errno.ENOTDIR, errno.EISDIR):
-                        raise
+            try:
+                self._unlink_locked(path)
+            except FileNotFoundError:  # its directory was pruned meanwhile: the object is gone
+                return
+            self._prune(os.path.dirname(path))
+
+    def _unlink_locked(self, path: str) -> None:
+        with self._locked(path):
+            try:
+                os.unlink(path)
+            except OSError as exc:
+                # a missing object, or a key that names a directory (not an object: unlink
+                # says EISDIR on Linux, EPERM on macOS, where EPERM otherwise means refused)
+                if exc.errno == errno.EPERM and os.path.isdir(path):
+                    return
+                if exc.errno not in (errno.ENOENT, errno.ENOTDIR, errno.EISDIR):
+                    raise
+
+    def _prune(self, directory: str) -> None:
+        """Remove `directory` and its parents up to the root while they are empty, as an object
+        store holds no directories: a log deleted, or a failed job's fragments cleaned up, leaves
+        none behind (a listing of a log set would show their names). A writer creating a file
+        in one meanwhile either keeps it (not empty) or makes it again (`_create`)."""
+        while directory != self.root and directory.startswith(self.root + os.sep):
+            try:
+                os.rmdir(directory)
+            except OSError:
+                return
+            directory = os.path.dirname(directory)
 
