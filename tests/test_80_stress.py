@@ -503,7 +503,7 @@ def test_21_bounded_stress_run_on_seaweedfs_with_a_server_restart(tmp_path: Path
 
 
 
-def test_16_a_damaged_manifest_is_judged_by_what_the_read_delivered() -> None:
+def test_22_a_damaged_manifest_is_judged_by_what_the_read_delivered() -> None:
     """The fault "damage a manifest digit": the store damages one digit per manifest GET; a
     read that planned on a damaged manifest is refused, or harmless, or (acting on it) a
     violation. A damage crafted to pass every check (the last fragment dropped, the setsum

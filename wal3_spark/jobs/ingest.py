@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 
+from wal3_spark.clock import SYSTEM
 from wal3_spark.jobs import common
 
 
@@ -33,9 +33,9 @@ def main(argv=None) -> int:
         writer = writer.option("mergeSchema", "true")
     if args.fragment_bytes:
         writer = writer.option("fragmentBytes", args.fragment_bytes)
-    t0 = time.perf_counter()
+    t0 = SYSTEM.monotonic()
     writer.save(args.log)
-    elapsed = time.perf_counter() - t0
+    elapsed = SYSTEM.monotonic() - t0
     from wal3_spark.log.reader import LogReader
     from wal3_spark.storage import open_store
 

@@ -16,10 +16,10 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from wal3_spark.cli.arguments import partitions_arg, positive_arg
+from wal3_spark.clock import SYSTEM
 from wal3_spark.jobs import common
 
 
@@ -60,13 +60,13 @@ def main(argv: list[str] | None = None) -> int:
         )
 
     half = args.rows // 2
-    t0 = time.perf_counter()
+    t0 = SYSTEM.monotonic()
     orders(0, half).write.format("wal3").mode("append").options(**options).save(url)
     orders(half, args.rows - half).write.format("wal3").mode("append").options(**options).save(url)
-    t_write = time.perf_counter() - t0
+    t_write = SYSTEM.monotonic() - t0
 
     # Stream it back: bounded micro-batches, the cursor follows the committed offsets.
-    t0 = time.perf_counter()
+    t0 = SYSTEM.monotonic()
     query = (
         spark.readStream.format("wal3").options(**options)
         .option("maxRecordsPerTrigger", str(args.max_records_per_trigger))
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     batches = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
     streamed = spark.sql("SELECT count(*) n, count(DISTINCT _offset) d, min(_offset) lo, "
                          "max(_offset) hi, sum(amount) total FROM quickstart_stream").first()
-    t_stream = time.perf_counter() - t0
+    t_stream = SYSTEM.monotonic() - t0
 
     batch = spark.read.format("wal3").options(**options).load(url)
     # a range by its offsets: only the fragments that hold them are read

@@ -36,7 +36,7 @@ from wal3_spark.format.schema import (
     parse_schema,
     reconcile,
 )
-from wal3_spark.spark import options as opts
+import wal3_spark.spark.options as opts
 
 SYSTEM_COLUMNS = (OFFSET_COLUMN, TIMESTAMP_COLUMN)
 #: `_offset` metadata keys that locate a table's log

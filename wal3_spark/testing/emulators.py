@@ -26,7 +26,6 @@ import re
 import secrets
 import shutil
 import subprocess
-import time
 import urllib.error
 import urllib.request
 import uuid
@@ -35,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 # SeaweedFS's launcher stops a process group and tails a log the way these need too
+from wal3_spark.clock import SYSTEM
 from wal3_spark.stress.seaweed import _stop, _tail
 
 GCS_BUCKET = "wal3-test"
@@ -141,11 +141,11 @@ def find_azurite() -> str:
 
 
 def _wait(proc: subprocess.Popen[bytes], ready: Callable[[], bool], log_path: Path, what: str) -> None:
-    deadline = time.monotonic() + STARTUP_DEADLINE_S
-    while proc.poll() is None and time.monotonic() < deadline:
+    deadline = SYSTEM.monotonic() + STARTUP_DEADLINE_S
+    while proc.poll() is None and SYSTEM.monotonic() < deadline:
         if ready():
             return
-        time.sleep(0.1)  # polling a starting server
+        SYSTEM.sleep(0.1)  # polling a starting server
     _stop(proc)
     raise RuntimeError(f"{what} did not become ready within {STARTUP_DEADLINE_S:.0f} s:\n{_tail(log_path)}")
 
