@@ -18,7 +18,12 @@ import pyarrow as pa
 import pytest
 
 from tests.support.fakes import HookedStore
-from wal3_spark.errors import CommitFailed, CommitOutcomeUnknown, CorruptLog, InvalidOption
+from wal3_spark.errors import (
+    CommitFailed,
+    CommitOutcomeUnknown,
+    CorruptLog,
+    InvalidOption,
+)
 from wal3_spark.format.layout import MANIFEST_KEY, SNAPSHOT_PREFIX
 from wal3_spark.format.manifest import Manifest, SnapshotOptions
 from wal3_spark.log.committer import Committer
@@ -28,7 +33,7 @@ from wal3_spark.log.reader import LogReader
 from wal3_spark.log.writer import LogWriter, to_batches
 from wal3_spark.ops.gc import GarbageCollector
 from wal3_spark.ops.verify import verify
-from wal3_spark.spark.write_tasks import commit_files
+from wal3_spark.spark.commit import commit_files
 from wal3_spark.storage import open_store
 
 _names = itertools.count()

@@ -27,8 +27,8 @@ from wal3_spark.log.reader import LogReader, load_snapshot
 from wal3_spark.log.writer import LogWriter, to_batches
 from wal3_spark.ops.gc import GarbageCollector
 from wal3_spark.ops.verify import verify
-from wal3_spark.spark import write_tasks
-from wal3_spark.spark.write_tasks import commit_files
+from wal3_spark.spark import commit as spark_commit
+from wal3_spark.spark.commit import commit_files
 from wal3_spark.storage import open_store
 from wal3_spark.storage.forwarding import ForwardingStore
 from wal3_spark.testing import LateLandingStore
@@ -76,7 +76,7 @@ def test_01_an_idempotent_commit_whose_own_write_landed_late_is_not_a_duplicate(
 
 def test_02_the_spark_commit_path_deletes_nothing_when_the_outcome_is_unknown(store, monkeypatch):
     """Every manifest write times out; the commit gives up; the first write lands afterwards."""
-    monkeypatch.setattr(write_tasks, "Committer", functools.partial(Committer, max_attempts=3))
+    monkeypatch.setattr(spark_commit, "Committer", functools.partial(Committer, max_attempts=3))
     LogWriter(store).append(b"r0")
     late = late_manifest_writes(store, probability=1.0, land="manual")
     files = raw_files(store, [b"r1", b"r2"])
@@ -94,7 +94,7 @@ def test_03_a_spark_abort_after_an_unknown_commit_outcome_keeps_the_fragments(st
     from wal3_spark.spark.batch_writer import FragmentSink, Wal3CommitMessage
     from wal3_spark.spark.options import WRITE, parse
 
-    monkeypatch.setattr(write_tasks, "Committer", functools.partial(Committer, max_attempts=3))
+    monkeypatch.setattr(spark_commit, "Committer", functools.partial(Committer, max_attempts=3))
     LogWriter(store).append(b"r0")
     late = late_manifest_writes(store, probability=1.0, land="manual")
     sink = FragmentSink(parse({"path": store.url}, WRITE), None, 2)
@@ -468,7 +468,7 @@ def test_19_deleting_a_jobs_fragments_keeps_what_the_pending_garbage_lists(store
         writer.append(b"x%d" % i)
     assert collect_below(store, 5, grace_s=3600).pending is not None
     unrelated = raw_files(store, [b"aborted"])
-    write_tasks.delete_files(store, files + unrelated, since=1)
+    spark_commit.delete_files(store, files + unrelated, since=1)
     assert store.exists(files[0].path) and not store.exists(unrelated[0].path)
     batches = old_reader.read(2, 3, manifest=old_manifest)
     assert [b for batch in batches for b in batch.column("body").to_pylist()] == [b"F"]

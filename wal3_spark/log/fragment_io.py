@@ -1,7 +1,7 @@
 """Fragment I/O, the part of a log an executor runs: upload a fragment, fetch one, check it
 against the manifest's pointer, and read a range of its records.
 
-Spark tasks import this module alone (`spark/write_tasks`, `spark/read_tasks`), never the driver's
+Spark tasks import this module alone (`spark/write_tasks`, `spark/read_tasks`; the driver commits with `spark/commit`), never the driver's
 `LogWriter` or `LogReader`. Decoding (`wal3_spark.format.fragment`: pyarrow.parquet, the setsum's
 chunk encoding and pyarrow.compute) is imported on first decode: the driver side of a read needs
 none of it, and a streaming query's source runs in a fresh Python process per query that only

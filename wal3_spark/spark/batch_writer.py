@@ -25,10 +25,11 @@ from wal3_spark.log.committer import Committer
 from wal3_spark.log.fragment_io import FragmentFile
 from wal3_spark.logset.dirty import DirtyLog, parent_url
 from wal3_spark.logset.logs import check_log_name
+from wal3_spark.spark.commit import commit_files, delete_files
 from wal3_spark.spark.options import Wal3Options
 from wal3_spark.spark.schemas import appended_schema, as_log_types
 from wal3_spark.spark.table import drop_system_columns
-from wal3_spark.spark.write_tasks import commit_files, delete_files, write_partition
+from wal3_spark.spark.write_tasks import write_partition
 from wal3_spark.storage.base import ObjectStore
 
 log = logging.getLogger(__name__)

@@ -55,10 +55,10 @@ from wal3_spark.spark.batch_writer import (
     task_context,
     writer_name,
 )
+from wal3_spark.spark.commit import commit_files, delete_files
 from wal3_spark.spark.logset_reader import LOG_COLUMN
 from wal3_spark.spark.options import Wal3Options
 from wal3_spark.spark.schemas import appended_schema
-from wal3_spark.spark.write_tasks import commit_files, delete_files
 from wal3_spark.storage.base import ObjectStore
 
 log = logging.getLogger(__name__)

@@ -1,38 +1,21 @@
-"""What the sinks' tasks and their driver-side commit do, as plain functions (the Spark classes
-stay thin).
+"""What a sink's task does on an executor: write its rows as fragments (the Spark classes stay
+thin; the driver's commit is `wal3_spark.spark.commit`).
 
 `write_partition` streams a task's Arrow batches into fragments of about `fragment_bytes`, each
 written straight to the store as soon as it is full, so that a task holds at most one fragment
-(about twice `fragment_bytes` while encoding) whatever its partition size. `commit_files` places
-every task's fragments in one manifest compare-and-swap; `delete_files` cleans up after aborts,
-never deleting a fragment that some manifest references. Nothing is deleted after a commit whose
-outcome is unknown: a manifest write may still land and publish the fragments (if it never
-does, garbage collection removes them as orphans).
+(about twice `fragment_bytes` while encoding) whatever its partition size. It imports fragment
+I/O only, never the committer or the driver's reader.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 from collections.abc import Iterable, Sequence
 
 import pyarrow as pa
 
-from wal3_spark.clock import SYSTEM, Clock
-from wal3_spark.errors import (
-    CommitFailed,
-    CommitOutcomeUnknown,
-    LogNotFound,
-    LogSealed,
-    SchemaMismatch,
-    Wal3Error,
-)
-from wal3_spark.format.garbage import load_garbage
 from wal3_spark.format.schema import RAW_SCHEMA, conform
-from wal3_spark.log.committer import CommitResult, Committer, DirtyRecorder
 from wal3_spark.log.fragment_io import FragmentFile, iter_write_fragments
-from wal3_spark.log.reader import LogReader, iter_fragments
 from wal3_spark.storage.base import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -56,110 +39,15 @@ def write_partition(
         ):
             files.append(written)
     except BaseException:
-        _delete_quietly(store, [f.path for f in files])
+        delete_quietly(store, [f.path for f in files])
         raise
     return files
 
 
-def _delete_quietly(store: ObjectStore, paths: Sequence[str]) -> None:
+def delete_quietly(store: ObjectStore, paths: Sequence[str]) -> None:
+    """Delete unreferenced fragments, leaving what fails to garbage collection."""
     for path in paths:
         try:
             store.delete(path)
         except Exception as exc:  # garbage collection removes what is left
             log.warning("could not delete unreferenced fragment %s: %s", path, exc)
-
-
-def published(store: ObjectStore, paths: set[str], since: int) -> set[str]:
-    """Which of `paths` the current manifest references at or after offset `since`: fragments a
-    commit published, so data (not `gc.referenced`, every path a manifest references)."""
-    if not paths:
-        return set()
-    try:
-        manifest = LogReader(store).manifest()
-        return {ref.path for ref in iter_fragments(store, manifest, since)} & paths
-    except LogNotFound:
-        return set()
-    except Wal3Error as exc:
-        # Cannot tell what is data: keep everything, garbage collection sorts it out later.
-        log.warning("cannot read the manifest to check fragments before deleting them: %s", exc)
-        return set(paths)
-
-
-def collected(store: ObjectStore, paths: set[str]) -> set[str]:
-    """Which of `paths` the pending garbage lists: fragments a commit published and garbage
-    collection has since dropped from the manifest, which readers of a manifest from before its
-    apply step may read until its delete step (docs/design.md section 14). Read after the
-    manifest (`published`): garbage applied before that read is still listed here, or its grace
-    has passed (the order `gc._held` relies on too)."""
-    if not paths:
-        return set()
-    try:
-        return set(load_garbage(store)[0].fragment_paths()) & paths
-    except Wal3Error as exc:
-        log.warning("cannot read the pending garbage to check fragments before deleting them: %s", exc)
-        return set(paths)
-
-
-def delete_files(store: ObjectStore, files: Sequence[FragmentFile], since: int) -> None:
-    """Delete an aborted job's fragments, except any that a manifest references (a commit whose
-    outcome was ambiguous may have landed: then they are data, not garbage) or that the pending
-    garbage lists (they were data: a commit reported already in the log, whose records garbage
-    collection applied meanwhile, leaves them to its delete step and its grace interval)."""
-    paths = {f.path for f in files}
-    keep = published(store, paths, since)
-    keep |= collected(store, paths - keep)
-    if keep:
-        log.warning("%d fragment(s) of an aborted job are referenced by the log or its pending "
-                    "garbage; kept", len(keep))
-    _delete_quietly(store, sorted(paths - keep))
-
-
-def commit_files(
-    store: ObjectStore,
-    files: Sequence[FragmentFile],
-    *,
-    target: pa.Schema | None,
-    merge_schema: bool,
-    writer: str,
-    since: int,
-    app_id: str | None = None,
-    version: int | None = None,
-    dirty_log: DirtyRecorder | None = None,
-    clock: Clock = SYSTEM,
-) -> CommitResult:
-    """One manifest CAS for all of `files` (in order), recorded in `dirty_log` when given.
-    Definite failures delete the files; an unknown outcome (`CommitOutcomeUnknown`) deletes
-    nothing."""
-    committer = Committer(store, writer=writer, dirty_log=dirty_log, clock=clock)
-    t0 = clock.monotonic()
-    try:
-        result = committer.commit(
-            list(files), schema=target, merge_schema=merge_schema, app_id=app_id, version=version
-        )
-    except (CommitFailed, LogSealed, SchemaMismatch):
-        delete_files(store, files, since)
-        raise
-    except CommitOutcomeUnknown:
-        log.warning("the commit of %d fragments has an unknown outcome; none deleted", len(files))
-        raise
-    elapsed = clock.monotonic() - t0
-    log.info("committed %d fragments to offsets [%d, %d) in %.1f ms (%d attempts)",
-             len(files), result.start, result.limit, elapsed * 1000, result.attempts)
-    _record_metrics(seconds=elapsed, fragments=len(files), attempts=result.attempts,
-                    conflicts=result.conflicts, duplicate=result.duplicate)
-    if result.duplicate:
-        # an exactly-once writer re-ran a batch that is already in the log: drop the copy
-        delete_files(store, files, since)
-    return result
-
-
-def _record_metrics(**values: float | int | bool) -> None:
-    """Append commit metrics to $WAL3_SPARK_METRICS_FILE when set (used by jobs/benchmark.py)."""
-    path = os.environ.get("WAL3_SPARK_METRICS_FILE")
-    if not path:
-        return
-    try:
-        with open(path, "a") as f:
-            f.write(json.dumps(values) + "\n")
-    except OSError as exc:
-        log.warning("could not record commit metrics in %s: %s", path, exc)
