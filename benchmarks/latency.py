@@ -6,6 +6,7 @@ wal3 design.
     ./dev python benchmarks/latency.py --scenario tail --tail-methods get,put_if_absent
     ./dev python benchmarks/latency.py --serial             # also one manifest write at a time
     ./dev python benchmarks/latency.py --store local --rate 500 --serial   # a real store underneath
+    ./dev python benchmarks/latency.py --store gcs --latency-ms 0 --rate 200   # an emulator
     ./dev python benchmarks/latency.py --latency-ms 400 --batch-interval-ms 80 --rate 2500
                                                             # every time constant 4x, rate / 4
 
@@ -165,6 +166,13 @@ def run_once(label: str, args: argparse.Namespace, tail_share: float, writer_opt
     if args.store == "local":  # a real store: a write takes time to apply, as on S3
         with tempfile.TemporaryDirectory(prefix="wal3-latency-bench-") as root:
             return measure(label, args, tail_share, writer_options, open_store(root))
+    if args.store in ("s3", "gcs", "azure"):  # a server started for the run (emulators: GCS, Azure)
+        from tests.support.seaweed import running_seaweed
+        from wal3_spark.testing.emulators import running_azurite, running_fake_gcs
+
+        launch = {"s3": running_seaweed, "gcs": running_fake_gcs, "azure": running_azurite}[args.store]
+        with tempfile.TemporaryDirectory(prefix="wal3-latency-bench-") as root, launch(Path(root)) as server:
+            return measure(label, args, tail_share, writer_options, open_store(server.new_url("latency"), server.options))
     return measure(label, args, tail_share, writer_options,
                    open_store(f"memory://latency-bench-{os.getpid()}-{next(_names)}"))
 
@@ -224,8 +232,9 @@ def main() -> None:
     parser.add_argument("--hedge-factor", type=float, default=HedgePolicy.factor,
                         help="tail scenario: hedge after this x the recent latency quantile")
     parser.add_argument("--hedge-quantile", type=float, default=HedgePolicy.quantile)
-    parser.add_argument("--store", choices=["memory", "local"], default="memory",
-                        help="what LatencyStore wraps: the in-memory store, or a fresh local directory")
+    parser.add_argument("--store", choices=["memory", "local", "s3", "gcs", "azure"], default="memory",
+                        help="what LatencyStore wraps: the in-memory store, a fresh local directory, or a "
+                        "server started for each run (SeaweedFS, fake-gcs-server, Azurite)")
     parser.add_argument("--batch-interval-ms", type=float, default=20.0,
                         help="LogWriter batch_interval_s, in ms (Chroma's default: 20)")
     parser.add_argument("--serial", action="store_true",
