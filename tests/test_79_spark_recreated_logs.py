@@ -139,3 +139,31 @@ def test_02_running_logset_stream_notices_a_recreated_log_shorter_than_its_offse
             open_store((prefix / "b").as_uri())).manifest().incarnation
     finally:
         q.stop()
+
+
+def test_06_one_read_that_disagrees_with_the_next_is_corrupt_never_a_recreated_log(tmp_path):
+    """The setsum does not cover a manifest's incarnation: a stream acts on a changed one only
+    when a second read of the manifest agrees. A single damaged read (here: the first read sees
+    another log's incarnation, the re-read the real one) must neither restart the stream at the
+    oldest offset (its records delivered again) nor fail it as a re-created log."""
+    from wal3_spark.errors import CorruptLog, LogRecreated
+    from wal3_spark.spark.options import STREAM_READ, parse
+    from wal3_spark.spark.recreated import check_same_log, stale_batch
+
+    url, other = (tmp_path / "log").as_uri(), (tmp_path / "other").as_uri()
+    write(url, "a", 5)
+    write(other, "b", 5)
+    real, damaged = LogReader(url).manifest(), LogReader(other).manifest()
+    assert real.incarnation != damaged.incarnation
+    for mode in ("fail", "restart"):
+        options = parse({"path": url, "onRecreatedLog": mode}, STREAM_READ)
+        with pytest.raises(CorruptLog, match="a read was damaged"):
+            check_same_log(options, url, 3, real.incarnation, damaged, lambda: real)
+        with pytest.raises(CorruptLog, match="a read was damaged"):
+            stale_batch(options, url, 3, real.incarnation, damaged, lambda: real)
+    # a re-read that agrees: the log was really created again
+    restart = parse({"path": url, "onRecreatedLog": "restart"}, STREAM_READ)
+    assert check_same_log(restart, url, 3, real.incarnation, damaged, lambda: damaged) is False
+    with pytest.raises(LogRecreated):
+        check_same_log(parse({"path": url}, STREAM_READ), url, 3, real.incarnation, damaged,
+                       lambda: damaged)

@@ -231,7 +231,7 @@ class LogSetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 continue
             manifest = manifests[name]
             if not check_same_log(self.options, self.log_set.log_url(name), begins[name],
-                                  recorded[name], manifest):
+                                  recorded[name], manifest, self._log_reader(name).manifest):
                 rejoins[name] = manifest.oldest_offset
                 self.tails[name] = manifest.next_offset
                 tails[name] = begins[name]
@@ -318,7 +318,7 @@ class LogSetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if name not in manifests:
                 raise LogNotFound(self.log_set.log_url(name))
             if stale_batch(self.options, self.log_set.log_url(name), finish, lasts[name],
-                           manifests[name]):
+                           manifests[name], self._log_reader(name).manifest):
                 continue
             ranges = self._log_reader(name).plan(
                 begin, finish, manifest=manifests[name],

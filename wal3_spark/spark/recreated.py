@@ -11,10 +11,11 @@ are trusted as they always were, unless they are beyond the tail.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
-from wal3_spark.errors import LogRecreated
+from wal3_spark.errors import CorruptLog, LogRecreated
 from wal3_spark.format.incarnation import UNRECORDED, describe, same_log
+from wal3_spark.format.layout import MANIFEST_KEY
 from wal3_spark.format.manifest import Manifest
 from wal3_spark.spark.options import Wal3Options
 
@@ -35,6 +36,22 @@ def recorded(doc: Mapping, key: str = INCARNATION) -> object:
     return doc[key] if key in doc else UNRECORDED
 
 
+def _confirm(manifest: Manifest, reread: Callable[[], Manifest] | None) -> None:
+    """A log is taken for created again only when a second read of its manifest agrees: the
+    setsum does not cover the incarnation, so one damaged read must neither restart a stream
+    (its records delivered twice) nor fail it as if the log were gone. Two reads that disagree
+    are a CorruptLog (the micro-batch fails and is retried)."""
+    if reread is None:
+        return
+    again = reread().incarnation
+    if again != manifest.incarnation:
+        raise CorruptLog(
+            "a log's incarnation never changes", MANIFEST_KEY,
+            f"two reads of it gave incarnations {describe(manifest.incarnation)} and "
+            f"{describe(again)}: a read was damaged; the micro-batch is retried",
+        )
+
+
 def _fail_unless_restart(options: Wal3Options, url: str, offset: int, incarnation: object,
                          manifest: Manifest) -> None:
     if options.on_recreated_log == "fail":
@@ -43,12 +60,14 @@ def _fail_unless_restart(options: Wal3Options, url: str, offset: int, incarnatio
 
 
 def check_same_log(options: Wal3Options, url: str, offset: int, incarnation: object,
-                   manifest: Manifest) -> bool:
+                   manifest: Manifest, reread: Callable[[], Manifest] | None = None) -> bool:
     """Whether `offset`, recorded in `incarnation`, belongs to the log `manifest` heads. When
-    it does not: LogRecreated with `onRecreatedLog=fail`, else False, with a warning naming
-    the log (the caller restarts it at its oldest offset)."""
+    it does not (and `reread`, a second read of the manifest, agrees): LogRecreated with
+    `onRecreatedLog=fail`, else False, with a warning naming the log (the caller restarts it at
+    its oldest offset)."""
     if same_log(incarnation, manifest.incarnation, offset, manifest.next_offset):
         return True
+    _confirm(manifest, reread)
     _fail_unless_restart(options, url, offset, incarnation, manifest)
     log.warning("%s was deleted and created again since offset %d was recorded in it "
                 "(incarnation %s, now %s): reading the new log from its oldest offset %d "
@@ -58,13 +77,14 @@ def check_same_log(options: Wal3Options, url: str, offset: int, incarnation: obj
 
 
 def stale_batch(options: Wal3Options, url: str, offset: int, incarnation: object,
-                manifest: Manifest) -> bool:
+                manifest: Manifest, reread: Callable[[], Manifest] | None = None) -> bool:
     """Whether a micro-batch ending at `offset` of `incarnation` can no longer be planned from
     `manifest` because the log was created again after the batch was decided (a restarted
     query replanning it): its records went with the earlier log. LogRecreated with
     `onRecreatedLog=fail`; True (plan nothing, warned) with `restart`."""
     if incarnation is UNRECORDED or incarnation == manifest.incarnation:
         return False
+    _confirm(manifest, reread)
     _fail_unless_restart(options, url, offset, incarnation, manifest)
     log.warning("%s was deleted and created again after a micro-batch up to offset %d was "
                 "planned: its records went with the earlier log (incarnation %s); the batch reads "

@@ -198,7 +198,8 @@ class Wal3StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         reader = self._reader()
         manifest = self._manifest = reader.manifest()
         begin = int(start["offset"])
-        if not check_same_log(self.options, self.options.url, begin, recorded(start), manifest):
+        if not check_same_log(self.options, self.options.url, begin, recorded(start), manifest,
+                              reader.manifest):
             # joins the new log at its oldest offset in a micro-batch that reads nothing
             return at(manifest.oldest_offset, manifest)
         tail = manifest.next_offset
@@ -244,7 +245,7 @@ class Wal3StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if (manifest is None or not manifest.oldest_offset <= begin < finish <= manifest.next_offset
                 or incarnation not in (UNRECORDED, manifest.incarnation)):
             manifest = reader.manifest()  # a batch planned before a restart, or GC moved on
-        if stale_batch(self.options, self.options.url, finish, incarnation, manifest):
+        if stale_batch(self.options, self.options.url, finish, incarnation, manifest, reader.manifest):
             return []
         ranges = reader.plan(begin, finish, manifest=manifest,
                              fail_on_data_loss=self.options.fail_on_data_loss)
