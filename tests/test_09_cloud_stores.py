@@ -158,7 +158,10 @@ def test_02_gcs_writes_are_resent_only_when_they_provably_changed_nothing(
 def test_03_gcs_reads_retry_transient_failures_and_map_404() -> None:
     store = GCSStore("bucket", "log")
     store.retry_base_s = store.retry_cap_s = 0.001
-    answers: list[Any] = [_Answer(503), requests.ReadTimeout("slow"), _Answer(404, {"error": {"message": "No such object"}})]
+    answers: list[Any] = [
+        _Answer(503), requests.ReadTimeout("slow"),
+        _Answer(404, {"error": {"message": "No such object: my-bucket/log/k"}}),
+    ]  # fmt: skip
 
     def request(method: str, url: str, **kwargs: Any) -> Any:
         answer = answers.pop(0)
@@ -170,6 +173,12 @@ def test_03_gcs_reads_retry_transient_failures_and_map_404() -> None:
     with pytest.raises(ObjectNotFound):
         store.get("k")
     assert answers == []
+    answers.append(_Answer(404, {"error": {"message": "The specified bucket does not exist."}}))
+    with pytest.raises(StorageError, match="bucket 'bucket' does not exist") as info:
+        store.get("k")
+    assert not isinstance(info.value, ObjectNotFound)
+    answers.append(_Answer(404, {"error": {"message": "No such object: my-bucket/log/k"}}))
+    store.delete("k")  # already gone: not an error
 
 
 # ----------------------------------------------------------- Azure failure classification

@@ -170,7 +170,7 @@ class GCSStore(ClientStore):
         if status in (401, 403):
             return AccessDenied(f"{op} {where} failed: access denied (HTTP {status}); {_CREDENTIALS_HINT}")
         if status == 404:
-            if _reason(response) == "notFound" and "bucket" in _message(response).lower():
+            if _bucket_missing(response):
                 return StorageError(f"{op} {where} failed: bucket {self.bucket!r} does not exist")
             return ObjectNotFound(key, self.url)
         if status >= 500 or status in (408, 429):
@@ -327,7 +327,7 @@ class GCSStore(ClientStore):
 
         def delete() -> Any:
             response = self._request("DELETE", url)
-            if response.status_code == 404 and "bucket" not in _message(response).lower():
+            if response.status_code == 404 and not _bucket_missing(response):
                 response.status_code = 204  # already gone
             return response
 
@@ -351,9 +351,11 @@ def _message(response: Any) -> str:
     return str(_error_body(response).get("message", "")) or response.text[:200]
 
 
-def _reason(response: Any) -> str:
-    errors = _error_body(response).get("errors") or [{}]
-    return str(errors[0].get("reason", "")) if isinstance(errors[0], dict) else ""
+def _bucket_missing(response: Any) -> bool:
+    """Whether a 404 is about the bucket ("The specified bucket does not exist."), not the
+    object ("No such object: bucket/key", whose bucket's name may well contain "bucket")."""
+    message = _message(response).lower()
+    return "bucket" in message and "object" not in message
 
 
 def _describe(exc: Exception) -> str:
