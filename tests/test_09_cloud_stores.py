@@ -181,6 +181,25 @@ def test_03_gcs_reads_retry_transient_failures_and_map_404() -> None:
     store.delete("k")  # already gone: not an error
 
 
+@pytest.mark.parametrize(("error", "expected", "calls"), [("RefreshError", AccessDenied, 1), ("TransportError", TransientError, 3)])
+def test_03b_gcs_token_failures_happen_before_sending(error: str, expected: type[Exception], calls: int) -> None:
+    import google.auth.exceptions
+
+    class Session:
+        calls = 0
+
+        def request(self, *args: Any, **kwargs: Any) -> Any:
+            Session.calls += 1
+            raise getattr(google.auth.exceptions, error)("token endpoint said no: Bearer ya29.SECRET")
+
+    store = GCSStore("bucket", "log")
+    store.retry_attempts, store.retry_base_s, store.retry_cap_s = 3, 0.001, 0.001
+    store._client = Session()
+    with pytest.raises(expected) as info:
+        store.put_if_absent("k", b"v")
+    assert Session.calls == calls and "ya29.SECRET" not in str(info.value)
+
+
 # ----------------------------------------------------------- Azure failure classification
 
 

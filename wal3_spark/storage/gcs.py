@@ -160,9 +160,21 @@ class GCSStore(ClientStore):
         return f"{self.settings.endpoint}/storage/v1/b/{quote(self.bucket, safe='')}/o/{quote(name, safe='')}"
 
     def _request(self, method: str, url: str, **kwargs: Any) -> Any:
-        return self._http().request(
-            method, url, timeout=(CONNECT_TIMEOUT_S, READ_TIMEOUT_S), **kwargs
-        )
+        session = self._http()
+        try:
+            return session.request(method, url, timeout=(CONNECT_TIMEOUT_S, READ_TIMEOUT_S), **kwargs)
+        except Exception as exc:
+            # google-auth refreshes the token before it sends the request: a failure there
+            # happened before anything reached GCS
+            if not type(exc).__module__.startswith("google.auth"):
+                raise
+            if type(exc).__name__ == "TransportError":
+                raise TransientError(
+                    f"{method} {self.url}: could not reach Google's token service: {_describe(exc)}"
+                ) from None
+            raise AccessDenied(
+                f"{method} {self.url}: Google refused the credentials: {_describe(exc)}; {_CREDENTIALS_HINT}"
+            ) from None
 
     def _status_error(self, response: Any, op: str, key: str) -> Exception:
         """The error of a read, list or delete answered with `response` (not 2xx)."""
