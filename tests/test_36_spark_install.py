@@ -376,3 +376,20 @@ def test_08_register_says_what_to_do_when_the_driver_cannot_start_the_executors_
     (tmp_path / "env" / "bin").mkdir(parents=True)
     (tmp_path / "env" / "bin" / "python").symlink_to(sys.executable)
     check_worker_python("./env/bin/python")
+
+
+def test_09_a_job_without_pyspark_says_to_install_the_spark_extra():
+    """The core installs without PySpark; a Spark job run there names the extra to install
+    instead of dying with a bare ModuleNotFoundError."""
+    code = (
+        "import sys\n"
+        "sys.modules['pyspark'] = None  # as in an environment without PySpark\n"
+        "from wal3_spark.errors import SparkSetupError\n"
+        "from wal3_spark.jobs import common\n"
+        "try:\n"
+        "    common.session('no-pyspark', master='local[1]')\n"
+        "except SparkSetupError as exc:\n"
+        "    print(exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert 'pip install "wal3-spark[spark]"' in out.stdout, out.stdout + out.stderr

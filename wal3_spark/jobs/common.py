@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
+from wal3_spark.errors import SparkSetupError
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -29,7 +31,14 @@ def session(app: str, master: str | None = None, conf: dict[str, str] | None = N
     """The job's SparkSession (`master` if given, else spark-submit's, else `local[*]`), with
     `wal3` registered; warns when the `logs` it will read or write are paths only this machine
     may see (`warn_if_driver_local`)."""
-    from pyspark.sql import SparkSession
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        raise SparkSetupError(
+            "the Spark jobs need PySpark, which this environment lacks: install it with "
+            "`pip install \"wal3-spark[spark]\"`, or run the job with a Spark installation's "
+            "spark-submit (docs/deploy.md)"
+        ) from None
 
     from wal3_spark.spark import register
 
