@@ -15,15 +15,16 @@ from dataclasses import replace
 import pytest
 
 from wal3_spark.cli.main import main
-from wal3_spark.errors import CorruptLog, CursorError, LogRecreated
+from wal3_spark.errors import CommitFailed, CorruptLog, CursorError, LogRecreated
 from wal3_spark.format.incarnation import UNRECORDED, same_log
 from wal3_spark.format.layout import MANIFEST_KEY, Cursor, cursor_key, dumps
 from wal3_spark.format.manifest import Manifest
 from wal3_spark.format.uuid7 import uuid7_timestamp_us
 from wal3_spark.log.committer import Committer
 from wal3_spark.log.cursors import CursorStore
+from wal3_spark.log.fragment_io import write_fragments
 from wal3_spark.log.reader import LogReader
-from wal3_spark.log.writer import LogWriter
+from wal3_spark.log.writer import LogWriter, to_batches
 from wal3_spark.ops.copy import copy_log
 from wal3_spark.ops.gc import collect_garbage
 from wal3_spark.storage import open_store
@@ -194,3 +195,21 @@ def test_10_cli_lists_a_stale_cursor_and_cursor_set_replaces_it(tmp_path):
     assert run_main("cursor", "get", url, "billing")[1] == "2\n"
     cursor = json.loads((root / cursor_key("billing")).read_bytes())
     assert cursor["incarnation"] == incarnation(open_store(url))
+
+
+def test_11_fragments_written_before_a_log_was_deleted_never_commit_into_the_log_created_again(store):
+    writer = LogWriter(store)
+    writer.append([b"a"] * 3)
+    first = incarnation(store)
+    files = write_fragments(store, to_batches([b"lost"])[0], None, fragment_bytes=1 << 20)
+    delete_log(store)  # takes the fragments just written with it
+    with pytest.raises(CommitFailed, match="deleted since these fragments were written"):
+        Committer(store).commit(files, incarnation=first)
+    assert not store.exists(MANIFEST_KEY)  # nor is the log created for them
+    LogWriter(store).append([b"b"])
+    with pytest.raises(CommitFailed, match="deleted since these fragments were written"):
+        Committer(store).commit(files, incarnation=first)
+    with pytest.raises(CommitFailed):  # the old writer's first append fails, whole, and it learns
+        writer.append([b"c"])
+    writer.append([b"d"])
+    assert [r.as_py() for r in LogReader(store).read_table(1).column("body")] == [b"b", b"d"]

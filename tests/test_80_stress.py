@@ -30,7 +30,7 @@ from wal3_spark.storage import open_store
 from wal3_spark.storage.common import file_url
 from wal3_spark.stress import supervisor
 from wal3_spark.stress.collector import StressCollector
-from wal3_spark.stress.config import FaultRates, StressConfig
+from wal3_spark.stress.config import FaultRates, LogSetStressConfig, StressConfig
 from wal3_spark.stress.damage import Damage, ManifestDamage, judge
 from wal3_spark.stress.journal import (
     ACK,
@@ -45,6 +45,8 @@ from wal3_spark.stress.journal import (
     read_new,
 )
 from wal3_spark.stress.ledger import VIOLATIONS, IntervalSet, Ledger
+from wal3_spark.stress.logset import VIOLATIONS as LOGSET_VIOLATIONS
+from wal3_spark.stress.logset import Ack, run_logset_stress, tally
 from wal3_spark.stress.reader import StressReader
 from wal3_spark.stress.rundir import RunDir, read_json, write_json
 from wal3_spark.stress.streams import (
@@ -54,7 +56,13 @@ from wal3_spark.stress.streams import (
     decode,
     encode,
 )
-from wal3_spark.stress.summary import DAMAGE_MANIFEST, DAMAGE_REFUSED, LATE_LANDED, ORPHAN_RACE, STORE_FAULTS
+from wal3_spark.stress.summary import (
+    DAMAGE_MANIFEST,
+    DAMAGE_REFUSED,
+    LATE_LANDED,
+    ORPHAN_RACE,
+    STORE_FAULTS,
+)
 from wal3_spark.stress.supervisor import (
     READER_STALL_S,
     FragmentAudit,
@@ -559,3 +567,34 @@ def test_15_run_files_are_replaced_atomically_by_threads_writing_at_once(tmp_pat
         t.join()
     assert errors == []
     assert read_json(target)["i"] == 299
+
+
+# ----------------------------------------------------------------------------- log sets
+
+
+def test_23_the_log_set_ledger_tells_gone_with_a_deleted_log_from_lost() -> None:
+    acks = {f"r{i}": Ack("a", "old", i) for i in range(4)} | {"s0": Ack("a", "new", 0), "s1": Ack("a", "new", 1)}
+    survivors = {"a": "new"}
+    clean = tally(acks, set(), [("a", "old", 0, "r0"), ("a", "old", 1, "r1"), ("a", "new", 0, "s0"),
+                                ("a", "new", 1, "s1")], survivors)
+    assert (clean.lost, clean.gone_with_deleted_log, clean.ok or clean.verify_ok) == (0, 2, False)
+    # a record skipped before the last one read of a deleted log is lost, not gone with it
+    skipped = tally(acks, set(), [("a", "old", 0, "r0"), ("a", "old", 2, "r2"), ("a", "new", 0, "s0"),
+                                  ("a", "new", 1, "s1")], survivors)
+    assert (skipped.lost, skipped.gone_with_deleted_log) == (1, 1)
+    # the surviving log's tail is never "gone"; duplicates, strays and misplaced records are named
+    bad = tally(acks, {"u0"}, [("a", "new", 0, "s0"), ("a", "new", 0, "s0"), ("a", "new", 5, "x"),
+                              ("a", "new", 7, "u0"), ("a", "old", 1, "s1")], survivors)
+    assert (bad.lost, bad.duplicated, bad.unacknowledged, bad.misplaced, bad.delivered_unknown) == (0, 1, 1, 1, 1)
+    assert bad.gone_with_deleted_log == 4 and not bad.ok
+
+
+def test_24_bounded_log_set_run_with_logs_deleted_and_created_again_while_streamed(tmp_path: Path) -> None:
+    config = LogSetStressConfig(url=file_url(str(tmp_path / "logs")), logs=3, writers=2, duration_s=3.0,
+                                seed=SEED, recreate_every_s=0.3, damage_manifest=0.05)
+    t = run_logset_stress(config, tmp_path / "run")
+    assert t.recreations >= 1 and t.damaged_manifest_reads >= 1, t
+    assert t.acknowledged > 0 and t.delivered > 0, t
+    assert {v: getattr(t, v) for v in LOGSET_VIOLATIONS} == dict.fromkeys(LOGSET_VIOLATIONS, 0), t.examples
+    assert t.verify_ok, t.verify_problems
+    assert t.ok

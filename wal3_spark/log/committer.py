@@ -43,6 +43,7 @@ from wal3_spark.errors import (
     PreconditionFailed,
     TransientError,
 )
+from wal3_spark.format.incarnation import UNRECORDED, describe
 from wal3_spark.format.layout import MANIFEST_KEY, FragmentRef, KnownRefs
 from wal3_spark.format.manifest import (
     Manifest,
@@ -66,9 +67,9 @@ from wal3_spark.log.cas import (
 from wal3_spark.log.invariants import (
     check_appends_supported,
     check_item_hash,
+    check_new_fragments,
     check_not_collected,
     check_not_sealed,
-    check_new_fragments,
     check_orphan_horizon,
     check_txn,
     may_be_collected,
@@ -239,8 +240,14 @@ class Committer:
         create: bool = True,
         in_flight: InFlight | None = None,
         since: int | None = None,
+        incarnation: object = UNRECORDED,
     ) -> CommitResult:
         """Make `fragments` (already written, in this order) the next records of the log.
+
+        `incarnation`: the log's incarnation when the fragments were written. The commit fails
+        (CommitFailed) if the log is not that incarnation any more: a log deleted meanwhile took
+        the fragments with it, and committing them into the log created again would acknowledge
+        records that are not there.
 
         `schema` is the schema the fragments were written in (None: raw). With `app_id` and
         `version` the commit is idempotent: it is skipped when that writer already committed
@@ -271,6 +278,12 @@ class Committer:
 
         def decide(current: Manifest | None) -> Manifest | None:
             absent = current is None
+            if incarnation is not UNRECORDED and (current is None or current.incarnation != incarnation):
+                raise CommitFailed(
+                    f"{self.url} was deleted since these fragments were written for its incarnation "
+                    f"{describe(incarnation)} (now: {describe(None if current is None else current.incarnation)}): "
+                    "nothing was committed; append the records again"
+                )
             if current is None:
                 if not create:
                     raise LogNotFound(self.url)

@@ -28,9 +28,22 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from wal3_spark.clock import SYSTEM, Clock, micros
-from wal3_spark.errors import CorruptLog, CursorError, LogNotFound, LogRecreated, ObjectNotFound
+from wal3_spark.errors import (
+    CorruptLog,
+    CursorError,
+    LogNotFound,
+    LogRecreated,
+    ObjectNotFound,
+)
 from wal3_spark.format.incarnation import UNRECORDED, describe
-from wal3_spark.format.layout import CURSOR_PREFIX, Cursor, cursor_key, dumps, loads
+from wal3_spark.format.layout import (
+    CURSOR_PREFIX,
+    MANIFEST_KEY,
+    Cursor,
+    cursor_key,
+    dumps,
+    loads,
+)
 from wal3_spark.format.manifest import Manifest
 from wal3_spark.log.cas import CasObject, Outcome, Versioned
 from wal3_spark.log.head import read_manifest
@@ -219,6 +232,9 @@ class CursorStore:
         manifest = reader.manifest()
         begin = cursor.offset
         if stale_problem(cursor, manifest) is not None:
+            # The setsum does not cover the incarnation: one damaged read must neither restart
+            # the consumer at the oldest offset (its records delivered twice) nor fail it.
+            self._confirm_incarnation(manifest)
             if on_recreated_log == "fail":
                 raise LogRecreated(
                     self.url, cursor.offset, describe(cursor.incarnation), describe(manifest.incarnation),
@@ -231,6 +247,18 @@ class CursorStore:
         elif begin > manifest.next_offset:
             raise self._broken(self._beyond_the_tail([CursorState(name, cursor, loaded.etag)])[name])
         return reader.scan(begin, max_records=max_records, verify=verify, manifest=manifest)
+
+    def _confirm_incarnation(self, manifest: Manifest) -> None:
+        """A log is taken for created again only when a second read of its manifest agrees:
+        the setsum does not cover the incarnation, so one damaged read must neither restart a
+        consumer at the oldest offset (its records delivered twice) nor keep its cursor from
+        moving. Two reads that disagree are a CorruptLog (read again)."""
+        again = read_manifest(self.store).incarnation
+        if again != manifest.incarnation:
+            raise CorruptLog(
+                "a log's incarnation never changes", MANIFEST_KEY,
+                f"two reads of it gave incarnations {describe(manifest.incarnation)} and "
+                f"{describe(again)}: a read was damaged; read again")
 
     def incarnation(self) -> str | None:
         """The log's incarnation now (what `advance` records by default); one manifest GET."""
@@ -308,6 +336,7 @@ class CursorStore:
         incarnation any more: the consumer must first decide what to do about the new log."""
         manifest = read_manifest(self.store)
         if incarnation is not UNRECORDED and incarnation != manifest.incarnation:
+            self._confirm_incarnation(manifest)
             raise LogRecreated(self.url, offset, describe(incarnation),
                                describe(manifest.incarnation),
                                f"Cursor {name!r} was not moved; the consumer decides first")

@@ -36,6 +36,7 @@ from wal3_spark.errors import (
     LogSealed,
     SchemaMismatch,
 )
+from wal3_spark.format.incarnation import UNRECORDED
 from wal3_spark.format.layout import FRAGMENT_PREFIX, SNAPSHOT_PREFIX
 from wal3_spark.format.manifest import NewFragment, SnapshotOptions
 from wal3_spark.format.schema import RAW_SCHEMA, conform, is_raw_schema, same_schema
@@ -87,6 +88,8 @@ class _FragmentFormat:
 
     schema: pa.Schema | None
     item_hash: str | None
+    #: the log's incarnation when this was decided: fragments written for it commit only into it
+    incarnation: object = UNRECORDED
 
     def write(
         self, store: ObjectStore, batches: list[pa.RecordBatch], fragment_bytes: int, clock: Clock
@@ -306,7 +309,8 @@ class LogWriter:
         fmt = self._format(schema)
         if fmt.schema is not None:
             batches = [conform(b, fmt.schema) for b in batches]
-        return self._commit(fmt.write(self.store, batches, self.fragment_bytes, self.clock), fmt.schema)
+        return self._commit(fmt.write(self.store, batches, self.fragment_bytes, self.clock), fmt.schema,
+                            incarnation=fmt.incarnation)
 
     def _format(self, schema: pa.Schema | None) -> _FragmentFormat:
         """How appends of `schema` are written; creates the log on first use. Asked of the store
@@ -318,18 +322,19 @@ class LogWriter:
                 manifest = self._schema_committer.last_seen
                 assert manifest is not None  # prepare read or created it
                 item_hash = manifest.append_item_hash(target is not None)
-                self._formats[schema] = _FragmentFormat(target, item_hash)
+                self._formats[schema] = _FragmentFormat(target, item_hash, manifest.incarnation)
             return self._formats[schema]
 
     def _commit(
         self, files: Sequence[NewFragment], schema: pa.Schema | None,
-        in_flight: InFlight | None = None, since: int | None = None,
+        in_flight: InFlight | None = None, since: int | None = None, incarnation: object = UNRECORDED,
     ) -> CommitResult:
-        """Commit by the ordinary compare-and-swap (`in_flight`: resolve that pipelined write)."""
+        """Commit by the ordinary compare-and-swap (`in_flight`: resolve that pipelined write;
+        `incarnation`: the log's when the fragments were written)."""
         try:
             with self._commit_lock:
                 return self.committer.commit(files, schema=schema, merge_schema=self.merge_schema,
-                                             in_flight=in_flight, since=since)
+                                             in_flight=in_flight, since=since, incarnation=incarnation)
         except (SchemaMismatch, LogSealed, LogNotFound, CommitFailed):
             with self._schema_lock:
                 self._formats.clear()  # the log may have changed under us: ask again next time

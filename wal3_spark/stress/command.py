@@ -4,6 +4,11 @@
                 [--readers N] [--collectors N] [--streams N] [--kill-every S]
                 [--seaweed-restart-every S] [--summary-every S] [--gc-grace S] [--fault-scale F]
                 [--without KIND]... [--require-every-fault]
+    wal3 stress [URL] --logs N [--recreate-every S] [--duration S] [--writers N] [--seed N]
+                [--run-dir DIR] [--fault-scale F] [--without damage_manifest]
+
+With --logs, URL is a prefix: N logs under it are written, streamed as a log set by a reader
+process, and deleted and created again now and then (wal3_spark.stress.logset).
 
 Exit status 0 when the run verified a 1:1 mapping of acknowledged appends to records (and
 `verify` found the log clean), 1 otherwise, 2 on bad arguments.
@@ -27,7 +32,7 @@ from wal3_spark.errors import InvalidUrl
 from wal3_spark.format.layout import MAX_U64
 from wal3_spark.storage import open_store
 from wal3_spark.storage.common import file_url, split_url
-from wal3_spark.stress.config import FaultRates, StressConfig
+from wal3_spark.stress.config import FaultRates, LogSetStressConfig, StressConfig
 
 EXIT_USAGE = 2
 #: the FaultRates fields that are probabilities (scaled by --fault-scale); `orphan_race` is per
@@ -97,6 +102,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--without", action="append", default=[], choices=PROBABILITIES + ("storm",),
                    metavar="KIND", help="inject no faults of this kind (repeatable): "
                                         + ", ".join(PROBABILITIES + ("storm",)))
+    p.add_argument("--logs", type=integer(1, 100, "a number of logs"),
+                   help="stress a log set instead: N logs under the URL (a prefix), streamed by a "
+                        "reader process, with logs deleted and created again while it reads")
+    p.add_argument("--recreate-every", type=_positive, default=LogSetStressConfig(url="").recreate_every_s,
+                   help="with --logs: mean seconds between deletions and re-creations of a log")
     p.add_argument("--require-every-fault", action="store_true",
                    help="go on past --duration (at most 3 times as long again) until every fault "
                         "kind was injected at least once")
@@ -127,6 +137,9 @@ def main(args: argparse.Namespace, out: IO[str], options: dict[str, str]) -> int
             "wal3 stress: error: give one of a URL, --s3, --gcs or --azure (the last three start their own server)\n"
         )
         return EXIT_USAGE
+    if getattr(args, "logs", None) and (args.s3 or emulated):
+        sys.stderr.write("wal3 stress: error: --logs runs on a URL or a local directory, not with --s3, --gcs or --azure\n")
+        return EXIT_USAGE
     if emulated:
         return _on_emulator(args, out, options)
     try:
@@ -143,12 +156,27 @@ def main(args: argparse.Namespace, out: IO[str], options: dict[str, str]) -> int
     out.write(f"wal3 stress: run directory {run_dir}\n")
     # SIGTERM ends the run like Ctrl-C: its processes are killed and its SeaweedFS stopped
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    if args.logs:
+        return _log_set(args, scaled, run_dir, out)
     # Imported here, not at the top: every `wal3` command builds this command's parser, and the
     # supervisor brings boto3 and the whole stress machinery (~0.15 s of each start-up).
     from wal3_spark.stress.supervisor import run_stress
 
     summary = run_stress(config, run_dir, s3=args.s3, out=out)
     return 0 if summary.ok else 1
+
+
+def _log_set(args: argparse.Namespace, scaled: StressConfig, run_dir: Path, out: IO[str]) -> int:
+    """The log-set run: `run_logset_stress` on the URL (default: a directory in the run
+    directory), with the reader's manifest damage as scaled (or turned off) like the others."""
+    from wal3_spark.stress.logset import run_logset_stress
+
+    config = LogSetStressConfig(
+        url=args.url or file_url(str(run_dir / "logs")), logs=args.logs, writers=args.writers,
+        duration_s=args.duration, seed=args.seed, recreate_every_s=args.recreate_every,
+        damage_manifest=scaled.faults.damage_manifest,
+    )
+    return 0 if run_logset_stress(config, run_dir / "run", out).ok else 1
 
 
 def _on_emulator(args: argparse.Namespace, out: IO[str], options: dict[str, str]) -> int:

@@ -100,3 +100,26 @@ class StressConfig:
     @classmethod
     def load(cls, path: Path) -> StressConfig:
         return cls.from_json(json.loads(path.read_text()))
+
+
+@dataclass(frozen=True)
+class LogSetStressConfig:
+    """What a log-set run (`wal3 stress --logs N`, `wal3_spark.stress.logset`) does."""
+
+    url: str
+    logs: int = 4
+    writers: int = 2
+    duration_s: float = 60.0
+    seed: int = 0
+    #: mean seconds between deletions and re-creations of a log of the set
+    recreate_every_s: float = 5.0
+    #: the probability that a GET of a manifest by the reader is damaged (0: none)
+    damage_manifest: float = 0.02
+    max_records_per_append: int = 16
+    #: records the reader reads per scan (it moves its cursor after each)
+    read_chunk: int = 200
+    #: seconds between the reader's full scans of the set (the dirty log between them)
+    full_scan_every_s: float = 5.0
+
+    def names(self) -> list[str]:
+        return [f"log{i:02d}" for i in range(self.logs)]

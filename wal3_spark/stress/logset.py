@@ -1,0 +1,376 @@
+"""`wal3 stress --logs N`: the stress test of a log set whose logs are deleted and created again
+while a reader streams them (docs/stress.md, "Log sets").
+
+Writer threads append to N logs under one prefix, recording each commit in the prefix's dirty
+log. A reader process follows the set as a log-set stream does: `changes_since` says which logs
+changed, and each log is read from its own cursor (which records the log's incarnation) with
+`on_recreated_log="restart"`. A fault thread now and then deletes every object of one log (its
+manifest first, so that the log is gone at once, then its fragments, snapshots and cursors) and
+creates it again. The reader's manifest GETs are damaged now and then as well (`damage.py`).
+
+The ledger is per (log, incarnation), and the writers' acknowledgements say which incarnation
+each record landed in (the commit's manifest). Every acknowledged record is delivered exactly
+once, at the offset it was acknowledged at, unless its incarnation was deleted before the reader
+reached it: the reader reads each incarnation in offset order, so the records it missed must be
+a tail of that incarnation, after the last one it delivered ("gone with the deleted log"). A
+missed record before that point, or in the incarnation that survives, is lost. Nothing is
+delivered that no append sent, and no read hands over fewer records than it planned without an
+error (shortened).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import subprocess
+import sys
+import threading
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from wal3_spark.errors import CorruptLog, LogNotFound, LogRecreated, Wal3Error
+from wal3_spark.format.layout import MANIFEST_KEY
+from wal3_spark.format.schema import OFFSET_COLUMN
+from wal3_spark.log.committer import Committer
+from wal3_spark.log.cursors import CursorStore
+from wal3_spark.log.head import read_manifest
+from wal3_spark.log.writer import LogWriter
+from wal3_spark.logset.dirty import DirtyLog, DirtyPosition, changes_since
+from wal3_spark.logset.logs import LogSelection, LogSet
+from wal3_spark.ops.verify import verify
+from wal3_spark.storage import ObjectStore, open_store
+from wal3_spark.stress.config import LogSetStressConfig
+from wal3_spark.stress.damage import ManifestDamage, judge
+
+log = logging.getLogger(__name__)
+
+CURSOR = "stress"
+#: the files of the run directory the reader process writes
+CONFIG = "logset-stress.json"
+DELIVERED = "delivered.jsonl"
+READER = "reader.json"
+STOP = "stop"
+#: the violations of the ledger: any of them fails the run
+VIOLATIONS = ("lost", "duplicated", "unacknowledged", "misplaced", "shortened")
+
+
+@dataclass
+class Tally:
+    """The ledger's verdict."""
+
+    acknowledged: int = 0
+    #: appends that failed: their records may or may not be in the log
+    unknown_outcome: int = 0
+    delivered: int = 0
+    #: records of unknown outcome that the reader delivered (they had landed)
+    delivered_unknown: int = 0
+    gone_with_deleted_log: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    #: delivered, but no append ever sent the record
+    unacknowledged: int = 0
+    #: delivered from another log, incarnation or offset than it was acknowledged at
+    misplaced: int = 0
+    shortened: int = 0
+    recreations: int = 0
+    damaged_manifest_reads: int = 0
+    damage_refused: int = 0
+    damage_harmless: int = 0
+    verify_ok: bool = False
+    verify_problems: list[str] = field(default_factory=list)
+    examples: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.verify_ok and not any(getattr(self, v) for v in VIOLATIONS)
+
+
+# ----------------------------------------------------------------------------- the ledger
+
+
+@dataclass(frozen=True)
+class Ack:
+    log: str
+    incarnation: str | None
+    offset: int
+
+
+def tally(acks: dict[str, Ack], unknown: set[str], deliveries: Iterable[tuple[str, str | None, int, str]],
+          survivors: dict[str, str | None]) -> Tally:
+    """The verdict on `deliveries` (log, incarnation read, offset, record id) given the
+    acknowledged records `acks` (by id), the ids of appends of unknown outcome, and each log's
+    incarnation at the end (`survivors`: every other incarnation was deleted)."""
+    t = Tally(acknowledged=len(acks), unknown_outcome=len(unknown))
+    seen: Counter[str] = Counter()
+    reached: dict[tuple[str, str | None], int] = {}
+    for name, incarnation, offset, rid in deliveries:
+        t.delivered += 1
+        seen[rid] += 1
+        if seen[rid] > 1:
+            t.duplicated += 1
+            _example(t, f"duplicated: {rid} (again at {name}@{offset})")
+            continue
+        ack = acks.get(rid)
+        if ack is None:
+            if rid in unknown:
+                t.delivered_unknown += 1
+            else:
+                t.unacknowledged += 1
+                _example(t, f"unacknowledged: {rid} at {name}@{offset}")
+            continue
+        if (ack.log, ack.incarnation, ack.offset) != (name, incarnation, offset):
+            t.misplaced += 1
+            _example(t, f"misplaced: {rid} acknowledged at {ack}, delivered at {name} {incarnation} @{offset}")
+            continue
+        key = (name, incarnation)
+        reached[key] = max(reached.get(key, -1), offset)
+    for rid, ack in acks.items():
+        if seen[rid]:
+            continue
+        deleted = survivors.get(ack.log) != ack.incarnation
+        if deleted and ack.offset > reached.get((ack.log, ack.incarnation), -1):
+            t.gone_with_deleted_log += 1
+        else:
+            t.lost += 1
+            _example(t, f"lost: {rid} acknowledged at {ack}")
+    return t
+
+
+def _example(t: Tally, what: str) -> None:
+    if len(t.examples) < 20:
+        t.examples.append(what)
+
+
+# ----------------------------------------------------------------------------- writers and faults
+
+
+class _Writers:
+    """Writer threads appending records named `w<writer>-<seq>` to random logs of the set."""
+
+    def __init__(self, config: LogSetStressConfig, stop: threading.Event) -> None:
+        self.config = config
+        self.stop = stop
+        self.lock = threading.Lock()
+        self.acks: dict[str, Ack] = {}
+        self.unknown: set[str] = set()
+        self.dirty = DirtyLog(config.url, batch_interval_s=0.05)
+
+    def run(self, w: int) -> None:
+        rng = random.Random(f"{self.config.seed}-writer-{w}")
+        writers: dict[str, LogWriter] = {}
+        seq = 0
+        while not self.stop.is_set():
+            name = rng.choice(self.config.names())
+            n = rng.randint(1, self.config.max_records_per_append)
+            ids = [f"w{w}-{seq + i}" for i in range(n)]
+            seq += n
+            if name not in writers:
+                writers[name] = LogWriter(f"{self.config.url}/{name}", writer=f"stress writer {w}",
+                                          batch_interval_s=0, dirty_log=self.dirty)
+            try:
+                result = writers[name].append([json.dumps({"log": name, "id": rid}).encode() for rid in ids])
+            except Wal3Error as exc:
+                log.info("writer %d: append to %s failed (%s)", w, name, exc)
+                with self.lock:
+                    self.unknown.update(ids)
+                _close(writers.pop(name))
+                continue
+            incarnation = result.manifest.incarnation
+            with self.lock:
+                for i, rid in enumerate(ids):
+                    self.acks[rid] = Ack(name, incarnation, result.start + i)
+        for writer in writers.values():
+            _close(writer)
+
+
+def _close(writer: LogWriter) -> None:
+    try:
+        writer.close()
+    except Wal3Error as exc:  # its failed appends were counted as of unknown outcome
+        log.info("closing %s: %s", writer.url, exc)
+
+
+def recreate(prefix: ObjectStore, name: str) -> None:
+    """Delete every object of log `name` (its manifest first: the log is gone at once) and
+    create the log again, empty."""
+    store = prefix_store(prefix, name)
+    try:
+        store.delete(MANIFEST_KEY)
+    except Wal3Error as exc:
+        log.info("deleting %s's manifest: %s", name, exc)
+    for meta in list(store.list("")):
+        try:
+            store.delete(meta.key)
+        except Wal3Error as exc:  # a writer's fragment may come and go meanwhile
+            log.info("deleting %s/%s: %s", name, meta.key, exc)
+    Committer(store, writer="stress re-creator").create(None)
+
+
+def _fault_loop(config: LogSetStressConfig, stop: threading.Event, count: list[int]) -> None:
+    rng = random.Random(f"{config.seed}-recreate")
+    prefix = open_store(config.url)
+    while not stop.wait(rng.expovariate(1 / config.recreate_every_s)):
+        name = rng.choice(config.names())
+        try:
+            recreate(prefix, name)
+        except Wal3Error as exc:
+            log.warning("re-creating %s: %s", name, exc)
+            continue
+        count[0] += 1
+
+
+# ----------------------------------------------------------------------------- the reader
+
+
+class _Reader:
+    """Follows the set from the dirty log and per-log cursors; writes every delivered record to
+    `delivered.jsonl` before it moves the cursor past it."""
+
+    def __init__(self, config: LogSetStressConfig, run_dir: Path) -> None:
+        self.config = config
+        self.run_dir = run_dir
+        self.logs = LogSet(config.url, LogSelection.of(config.names()))
+        self.damage = {
+            name: ManifestDamage(self.logs.log_store(name), config.damage_manifest, hash((config.seed, name)))
+            for name in config.names()
+        }
+        self.out = (run_dir / DELIVERED).open("a")
+        self.counts: Counter[str] = Counter()
+
+    def run(self) -> None:
+        position: DirtyPosition | None = None
+        while True:
+            stopping = (self.run_dir / STOP).exists()
+            changes = changes_since(self.logs, None if stopping else position,
+                                    full_scan_every_s=self.config.full_scan_every_s)
+            position = changes.position
+            names = self.config.names() if stopping else sorted(changes.tails)
+            read = sum(self.follow(name) for name in names)
+            if stopping and read == 0 and not changes.failed:
+                break
+        self.out.close()
+        self.counts["damaged_manifest_reads"] = sum(d.count for d in self.damage.values())
+        (self.run_dir / READER).write_text(json.dumps(dict(self.counts)))
+
+    def follow(self, name: str) -> int:
+        """Read log `name` from its cursor to its tail; the number of records delivered."""
+        damaged = self.damage[name]
+        cursors = CursorStore(damaged, writer="stress reader")
+        total = 0
+        while True:
+            damaged.take()
+            try:
+                before = cursors.incarnation()
+                scan = cursors.scan_from(CURSOR, max_records=self.config.read_chunk, on_recreated_log="restart")
+                rows = [(o, b) for batch in scan.reader
+                        for o, b in zip(batch.column(OFFSET_COLUMN).to_pylist(), batch.column("body").to_pylist())]
+                after = cursors.incarnation()
+            except LogNotFound:
+                return total  # deleted meanwhile: it is read again once it changes
+            except CorruptLog:
+                self.counts["damage_refused"] += len(damaged.take())
+                continue
+            except Wal3Error as exc:  # a fragment deleted with its log while read
+                log.info("reading %s: %s", name, exc)
+                return total
+            if before != after:
+                continue  # the log was re-created during the read: read the new one
+            for hit in damaged.take():
+                self.counts[judge(hit, scan.start, scan.position, self.config.read_chunk, False)] += 1
+            if len(rows) != scan.records:
+                self.counts["shortened"] += 1
+            for offset, body in rows:
+                self.out.write(json.dumps([name, before, offset, json.loads(body)["id"]]) + "\n")
+            self.out.flush()
+            total += len(rows)
+            if not self._advance(cursors, scan.position, before) or scan.records == 0:
+                return total
+
+    @staticmethod
+    def _advance(cursors: CursorStore, offset: int, incarnation: str | None) -> bool:
+        """Move the cursor (retrying damaged manifest reads); False when the log is gone."""
+        while True:
+            try:
+                cursors.advance(CURSOR, offset, incarnation=incarnation)
+                return True
+            except CorruptLog:
+                continue
+            except (LogNotFound, LogRecreated):
+                return False
+
+
+def _reader_main(run_dir: Path) -> None:
+    logging.basicConfig(level=logging.WARNING)
+    config = LogSetStressConfig(**json.loads((run_dir / CONFIG).read_text()))
+    _Reader(config, run_dir).run()
+
+
+if __name__ == "__main__":  # the reader process: python -m wal3_spark.stress.logset RUN_DIR
+    _reader_main(Path(sys.argv[1]))
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+def run_logset_stress(config: LogSetStressConfig, run_dir: Path, out: IO[str] | None = None) -> Tally:
+    """Run the writers, the re-creations and the reader for `config.duration_s`, then let the
+    reader drain the set and judge what it delivered."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    prefix = open_store(config.url)
+    for name in config.names():
+        Committer(prefix_store(prefix, name)).create(None)
+    (run_dir / CONFIG).write_text(json.dumps(asdict(config)))
+    reader = subprocess.Popen([sys.executable, "-m", __name__, str(run_dir)])
+    stop = threading.Event()
+    writers = _Writers(config, stop)
+    recreations = [0]
+    threads = [threading.Thread(target=writers.run, args=(w,)) for w in range(config.writers)]
+    threads.append(threading.Thread(target=_fault_loop, args=(config, stop, recreations)))
+    for t in threads:
+        t.start()
+    try:
+        stop.wait(config.duration_s)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+        writers.dirty.close()
+        (run_dir / STOP).touch()
+        status = reader.wait()
+    if status != 0:
+        raise RuntimeError(f"the stress reader exited with status {status} (see its output)")
+    survivors = {name: read_manifest(prefix_store(prefix, name)).incarnation for name in config.names()}
+    with (run_dir / DELIVERED).open() as f:
+        deliveries = [tuple(json.loads(line)) for line in f]
+    t = tally(writers.acks, writers.unknown, deliveries, survivors)  # type: ignore[arg-type]
+    counts = json.loads((run_dir / READER).read_text())
+    t.recreations = recreations[0]
+    t.shortened += counts.get("shortened", 0) + counts.get("damage_shortened", 0)
+    t.damaged_manifest_reads = counts.get("damaged_manifest_reads", 0)
+    t.damage_refused = counts.get("damage_refused", 0)
+    t.damage_harmless = counts.get("damage_harmless", 0)
+    for name in config.names():
+        report = verify(prefix_store(prefix, name))
+        t.verify_problems += [f"{name}: {p}" for p in report.problems]
+        t.verify_ok = report.ok if name == config.names()[0] else t.verify_ok and report.ok
+    (run_dir / "summary.json").write_text(json.dumps({**asdict(t), "ok": t.ok}, indent=2))
+    if out is not None:
+        _print(t, out)
+    return t
+
+
+def prefix_store(prefix: ObjectStore, name: str) -> ObjectStore:
+    return open_store(f"{prefix.url.rstrip('/')}/{name}")
+
+
+def _print(t: Tally, out: IO[str]) -> None:
+    doc: dict[str, Any] = {k: v for k, v in asdict(t).items() if k not in ("examples", "verify_problems")}
+    for key, value in doc.items():
+        out.write(f"  {key:24} {value}\n")
+    for line in t.examples + ([] if t.verify_ok else t.verify_problems):
+        out.write(f"  ! {line}\n")
+    out.write(f"wal3 stress --logs: {'OK' if t.ok else 'FAILED'}\n")
