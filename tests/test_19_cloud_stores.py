@@ -182,7 +182,7 @@ def test_03_gcs_reads_retry_transient_failures_and_map_404() -> None:
 
 
 @pytest.mark.parametrize(("error", "expected", "calls"), [("RefreshError", AccessDenied, 1), ("TransportError", TransientError, 3)])
-def test_03b_gcs_token_failures_happen_before_sending(error: str, expected: type[Exception], calls: int) -> None:
+def test_09_gcs_token_failures_happen_before_sending(error: str, expected: type[Exception], calls: int) -> None:
     import google.auth.exceptions
 
     class Session:
