@@ -104,7 +104,8 @@ def test_02_new_structured_logs_record_blake3_raw_logs_never(tmp_path):
 def test_03_manifest_field_position_and_parsing():
     manifest = Manifest.empty("w", SCHEMA).sealed_by("w")
     keys = list(json.loads(manifest.to_bytes()))
-    assert keys[-3:] == ["schema", "sealed", "item_hash"]  # docs/format.md section 4's order: before txns
+    # docs/format.md section 4's order: before txns, and the extensions after them
+    assert keys[-4:] == ["schema", "sealed", "item_hash", "incarnation"]
     assert Manifest.from_bytes(manifest.to_bytes()) == manifest
     # Chroma's manifests (raw logs) still re-serialise byte for byte, without the field
     chroma = chroma_testdata("production_MANIFEST.json").read_bytes()
