@@ -28,6 +28,8 @@ from wal3_spark.log.writer import LogWriter, to_batches
 from wal3_spark.ops.copy import copy_log
 from wal3_spark.ops.gc import collect_garbage
 from wal3_spark.storage import open_store
+from wal3_spark.storage.base import Blob
+from wal3_spark.storage.forwarding import ForwardingStore
 
 _names = itertools.count()
 
@@ -213,3 +215,25 @@ def test_11_fragments_written_before_a_log_was_deleted_never_commit_into_the_log
         writer.append([b"c"])
     writer.append([b"d"])
     assert [r.as_py() for r in LogReader(store).read_table(1).column("body")] == [b"b", b"d"]
+
+
+def test_12_a_cursor_beyond_one_read_of_the_tail_but_not_the_next_is_read_again_not_a_crash(store):
+    writer = LogWriter(store)
+    writer.append([b"a"] * 3)
+    old = store.get(MANIFEST_KEY).data
+    writer.append([b"b"] * 3)
+    CursorStore(store).advance("c", 7)
+
+    class StaleOnce(ForwardingStore):
+        served = False
+
+        def get(self, key):
+            blob = self.inner.get(key)
+            if key == MANIFEST_KEY and not self.served:
+                self.served = True
+                return Blob(old, blob.etag)
+            return blob
+
+    with pytest.raises(CorruptLog, match="before cursor .c. at 7, and the next did not"):
+        CursorStore(StaleOnce(store)).scan_from("c")
+    assert CursorStore(store).scan_from("c").records == 0

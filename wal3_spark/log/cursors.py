@@ -245,7 +245,13 @@ class CursorStore:
                         "new log from its oldest offset %d", self.url, name, manifest.oldest_offset)
             begin = manifest.oldest_offset
         elif begin > manifest.next_offset:
-            raise self._broken(self._beyond_the_tail([CursorState(name, cursor, loaded.etag)])[name])
+            beyond = self._beyond_the_tail([CursorState(name, cursor, loaded.etag)])
+            if name not in beyond:  # a second read disagrees: one of them was damaged or stale
+                raise CorruptLog(
+                    "a log's tail never moves back", MANIFEST_KEY,
+                    f"one read of it put the tail at {manifest.next_offset}, before cursor {name!r} "
+                    f"at {begin}, and the next did not (or found no log): read again")
+            raise self._broken(beyond[name])
         return reader.scan(begin, max_records=max_records, verify=verify, manifest=manifest)
 
     def _confirm_incarnation(self, manifest: Manifest) -> None:
