@@ -157,14 +157,15 @@ def installed(tmp_path_factory) -> Installed:
     shutil.copytree(ROOT / "wal3_spark", source / "wal3_spark",
                     ignore=shutil.ignore_patterns("__pycache__"))
     run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check",
-         "--quiet", "-w", str(work / "dist"), str(source)], cwd=work, env=dict(os.environ))
+         "--quiet", "-w", str(work / "dist"), str(source)], cwd=work)
     [wheel] = (work / "dist").glob("wal3_spark-*.whl")
     venv = work / "venv"
     run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=work)
-    # this environment's pip installs into the new one (no pip of its own to bootstrap)
+    # this environment's pip installs into the new one (no pip of its own to bootstrap); never
+    # with this process's PYTHONPATH (set once a Spark session started in the run), through
+    # which pip would find the checkout's editable wal3-spark "already satisfied" and skip it
     run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install",
-         "--disable-pip-version-check", "--quiet", str(wheel)], cwd=work, env=dict(os.environ),
-        timeout=600)
+         "--disable-pip-version-check", "--quiet", str(wheel)], cwd=work, timeout=600)
     return Installed(wheel, venv)
 
 
