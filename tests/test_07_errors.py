@@ -25,6 +25,7 @@ SAMPLES: dict[type[errors.Wal3Error], tuple[tuple, dict]] = {
     errors.LogNotFound: (("s3://bucket/log",), {"create": "append to it"}),
     errors.LogSealed: (("s3://bucket/log",), {}),
     errors.SchemaMismatch: (("column 'id' is string, the log's is long",), {}),
+    errors.FilterError: (("filter column 'tenant' is not a column of the log",), {}),
     errors.ScanUnsupported: (("columns ['ID', 'id'] differ only in case",), {}),
     errors.CorruptLog: (("setsum", "log/Uuid=1.parquet", "content does not match its setsum"), {}),
     errors.DataLost: (("s3://bucket/log", 10, 250), {}),

@@ -116,6 +116,12 @@ class SchemaMismatch(Wal3Error):
     """The data appended does not match the log's schema."""
 
 
+class FilterError(Wal3Error, ValueError):
+    """A stream filter cannot be used as asked: the column is not in the log's schema, its type
+    cannot be filtered (strings, binaries and integers can), the log is raw, or a filter value is
+    not of the column's type. The message names the column and what to give instead."""
+
+
 class ScanUnsupported(Wal3Error):
     """The native scan (`Wal3Log.toDF`) cannot read this log in this session; `format("wal3")`
     can. The message names the columns and the fix."""

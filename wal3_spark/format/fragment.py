@@ -18,6 +18,7 @@ schema evolution lack the newer nullable columns).
 from __future__ import annotations
 
 import base64
+import inspect
 import logging
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -37,6 +38,7 @@ from wal3_spark.format.chunk_encoding import (
 from wal3_spark.format.layout import ABSOLUTE_OFFSET, RELATIVE_OFFSET, TIMESTAMP
 from wal3_spark.format.schema import RAW_SCHEMA, cast, check_columns, conform
 from wal3_spark.format.setsum import Setsum
+from wal3_spark.format.stream_filter import StreamFilter, check_filter_column, distinct_keys
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +57,12 @@ the last is a whole number of setsum chunks."""
 # time and makes the file larger); low-cardinality columns stay dictionary-encoded.
 _DICTIONARY_PAGE_BYTES = 64 << 10
 
+#: whether the installed pyarrow writes Parquet bloom filters (`bloom_filter_options`, which
+#: pyarrow 26 has and older releases lack): without it fragments carry the stream filter only
+PARQUET_BLOOM_FILTERS = "bloom_filter_options" in inspect.signature(pq.ParquetWriter.__init__).parameters
+#: the false-positive rate of the Parquet bloom filters a filter column gets
+PARQUET_BLOOM_FPP = 0.01
+
 _HEADER_FIELDS = [
     pa.field(RELATIVE_OFFSET, pa.uint64(), nullable=False),
     pa.field(TIMESTAMP, pa.uint64(), nullable=False),
@@ -72,6 +80,8 @@ class EncodedFragment:
     timestamp_us: int
     #: how the setsum's chunk items were hashed (the log's `item_hash`; None for raw logs)
     item_hash: str | None = None
+    #: the stream filter of the builder's filter column (None: none asked for)
+    filter: StreamFilter | None = None
 
 
 class FragmentBuilder:
@@ -91,7 +101,11 @@ class FragmentBuilder:
         *,
         row_group_rows: int = DEFAULT_ROW_GROUP_ROWS,
         item_hash: str | None = None,
+        filter_column: str | None = None,
     ) -> None:
+        """`filter_column`: build a stream filter of that column's values (docs/format.md
+        section 3b) and ask Parquet for a bloom filter of it in every row group, where the
+        installed pyarrow writes them (`PARQUET_BLOOM_FILTERS`)."""
         if row_group_rows <= 0 or row_group_rows % CHUNK_ROWS:
             raise ValueError(f"row_group_rows must be a positive multiple of {CHUNK_ROWS}")
         if not 0 <= timestamp_us < 1 << 64:
@@ -103,18 +117,18 @@ class FragmentBuilder:
         self.item_hash = item_hash
         self.payload_schema = RAW_SCHEMA if schema is None else schema.remove_metadata()
         check_columns(self.payload_schema)
+        if filter_column is not None:
+            check_filter_column(None if self.raw else self.payload_schema, filter_column)
+        self.filter_column = filter_column
+        self._filter_keys: set[bytes] = set()
+        self._compression = compression
         self.timestamp_us = timestamp_us
         self._row_group_rows = row_group_rows
         self._file_schema = pa.schema(_HEADER_FIELDS + list(self.payload_schema))
         self._sink = pa.BufferOutputStream()
-        self._writer = pq.ParquetWriter(
-            self._sink,
-            self._file_schema,
-            compression=compression,
-            use_dictionary=[TIMESTAMP, *self.payload_schema.names],
-            dictionary_pagesize_limit=_DICTIONARY_PAGE_BYTES,
-            column_encoding={RELATIVE_OFFSET: "DELTA_BINARY_PACKED"},
-        )
+        #: opened with the first row group (`_open`): a Parquet bloom filter is sized by the
+        #: distinct values, known only then
+        self._writer: pq.ParquetWriter | None = None
         self._pending: list[pa.RecordBatch] = []
         self._pending_rows = 0
         self._pending_bytes = 0
@@ -167,6 +181,9 @@ class FragmentBuilder:
             self._flush(self._pending_rows)
         self._finished = True
         self._io.shutdown()
+        if self._writer is None:
+            self._open(1)
+        assert self._writer is not None
         self._writer.add_key_value_metadata(
             {SETSUM_KEY: self._setsum.hexdigest(), RECORDS_KEY: str(self._records)}
         )
@@ -177,7 +194,28 @@ class FragmentBuilder:
         # 2x fragmentBytes per writing task (a view measured 2.8x in tests/test_55_spark_write_tasks.py).
         data = self._sink.getvalue().to_pybytes()
         logger.debug("encoded a fragment of %d records in %d bytes", self._records, len(data))
-        return EncodedFragment(data, self._records, self._setsum, self.timestamp_us, self.item_hash)
+        stream_filter = None if self.filter_column is None else StreamFilter.build(
+            self.filter_column, self._filter_keys)
+        return EncodedFragment(data, self._records, self._setsum, self.timestamp_us, self.item_hash,
+                               stream_filter)
+
+    def _open(self, distinct: int) -> None:
+        """Open the Parquet writer; a filter column gets Parquet's own bloom filter sized for
+        `distinct` values (those of the first row group; Parquet sizes per file, not per row
+        group, so later row groups with more values get a higher false-positive rate)."""
+        extra: dict = {}
+        if self.filter_column is not None and PARQUET_BLOOM_FILTERS:
+            extra["bloom_filter_options"] = {
+                self.filter_column: {"ndv": max(64, distinct), "fpp": PARQUET_BLOOM_FPP}}
+        self._writer = pq.ParquetWriter(
+            self._sink,
+            self._file_schema,
+            compression=self._compression,
+            use_dictionary=[TIMESTAMP, *self.payload_schema.names],
+            dictionary_pagesize_limit=_DICTIONARY_PAGE_BYTES,
+            column_encoding={RELATIVE_OFFSET: "DELTA_BINARY_PACKED"},
+            **extra,
+        )
 
     def _conform(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         if self.raw:
@@ -195,6 +233,15 @@ class FragmentBuilder:
         as they were when written one call at a time, so the file's bytes are the same.
         """
         table = pa.Table.from_batches(self._pending, schema=self.payload_schema)
+        if self.filter_column is not None:
+            before = len(self._filter_keys)
+            self._filter_keys |= distinct_keys(table.column(self.filter_column).slice(0, rows))
+            if self._writer is None:
+                self._open(len(self._filter_keys) - before)
+        if self._writer is None:
+            self._open(1)
+        writer = self._writer
+        assert writer is not None
         rest = table.slice(rows)
         self._pending = rest.to_batches()
         self._pending_rows = rest.num_rows
@@ -212,7 +259,7 @@ class FragmentBuilder:
             tables.append(pa.Table.from_arrays(header + columns, schema=self._file_schema))
             groups.append((first, offsets, columns))
         # Parquet encoding releases the GIL: it runs on another thread while this one hashes.
-        written = self._io.submit(self._writer.write_table, pa.concat_tables(tables), row_group_size=step)
+        written = self._io.submit(writer.write_table, pa.concat_tables(tables), row_group_size=step)
         try:
             for first, offsets, columns in groups:
                 if self.raw:

@@ -18,6 +18,7 @@ from typing import Any
 from wal3_spark.errors import CorruptLog, CursorError
 from wal3_spark.format.incarnation import parse_incarnation
 from wal3_spark.format.setsum import Setsum
+from wal3_spark.format.stream_filter import StreamFilter
 
 MANIFEST_KEY = "manifest/MANIFEST"
 GARBAGE_KEY = "gc/GARBAGE"
@@ -185,13 +186,17 @@ class FragmentRef:
     limit: int
     num_bytes: int
     setsum: Setsum
+    #: wal3-spark extension (docs/format.md section 3b): a Bloom filter of one column's values
+    #: in the fragment, so a reader of a few keys skips it without a GET; None: no filter (the
+    #: fragment is always read)
+    filter: StreamFilter | None = None
 
     @property
     def records(self) -> int:
         return self.limit - self.start
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "path": self.path,
             "seq_no": self.seq_no,
             "start": position(self.start),
@@ -199,6 +204,9 @@ class FragmentRef:
             "num_bytes": self.num_bytes,
             "setsum": self.setsum.hexdigest(),
         }
+        if self.filter is not None:
+            doc["filter"] = self.filter.to_dict(self.setsum.hexdigest())
+        return doc
 
     @functools.cached_property
     def json_text(self) -> str:
@@ -211,13 +219,17 @@ class FragmentRef:
         one (and remember this one)."""
         if known is not None:
             return known.parse(data, obj)
+        path = require_field(data, "path", obj, str)
+        setsum = parse_setsum(data.get("setsum"), obj, "setsum")
+        stored = data.get("filter")
         ref = cls(
-            path=require_field(data, "path", obj, str),
+            path=path,
             seq_no=require_field(data, "seq_no", obj, (int, str)),
             start=parse_offset(data.get("start"), obj, "start"),
             limit=parse_offset(data.get("limit"), obj, "limit"),
             num_bytes=require_field(data, "num_bytes", obj, int),
-            setsum=parse_setsum(data.get("setsum"), obj, "setsum"),
+            setsum=setsum,
+            filter=None if stored is None else StreamFilter.from_dict(stored, obj, path, setsum.hexdigest()),
         )
         ref.check_identity(obj)
         return ref
@@ -233,6 +245,9 @@ class FragmentRef:
         if not isinstance(self.setsum, Setsum):
             raise CorruptLog("field type", obj, f"the setsum of fragment {self.path} is not a setsum: "
                              f"{self.setsum!r}")
+        if self.filter is not None and not isinstance(self.filter, StreamFilter):
+            raise CorruptLog("field type", obj, f"the stream filter of fragment {self.path} is not "
+                             f"one: {self.filter!r}")
         self.check_identity(obj)
 
     def check_identity(self, obj: str) -> None:

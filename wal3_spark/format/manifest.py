@@ -36,6 +36,7 @@ from wal3_spark.format.layout import (
     snapshot_key,
 )
 from wal3_spark.format.setsum import Setsum
+from wal3_spark.format.stream_filter import StreamFilter
 from wal3_spark.format.uuid7 import uuid7_timestamp_us
 
 #: Chroma's defaults: (1 << 18) / 142 snapshot pointers and (1 << 19) / 256 fragments.
@@ -65,6 +66,8 @@ class NewFragment(Protocol):
     setsum: Setsum
     #: how its setsum's chunk items were hashed (`Manifest.append_item_hash`)
     item_hash: str | None
+    #: its stream filter (docs/format.md section 3b), or None
+    filter: StreamFilter | None
 
 
 @dataclass(frozen=True)
@@ -545,7 +548,8 @@ class Manifest:
         refs = []
         start = self.next_offset
         for frag in fragments:
-            ref = FragmentRef(frag.path, frag.uuid, start, start + frag.records, frag.num_bytes, frag.setsum)
+            ref = FragmentRef(frag.path, frag.uuid, start, start + frag.records, frag.num_bytes,
+                              frag.setsum, getattr(frag, "filter", None))
             ref.check(MANIFEST_KEY)  # what a reader will check of it
             refs.append(ref)
             start = ref.limit

@@ -37,6 +37,7 @@ from wal3_spark.format.schema import (
     conform,
 )
 from wal3_spark.format.setsum import Setsum
+from wal3_spark.format.stream_filter import StreamFilter, ValueFilter
 from wal3_spark.format.uuid7 import new_uuid7, uuid7_timestamp_us
 from wal3_spark.log.head import read_manifest
 from wal3_spark.storage.base import ObjectStore
@@ -99,10 +100,12 @@ def write_fragments(
     timestamp_us: int | None = None,
     item_hash: str | None = None,
     clock: Clock = SYSTEM,
+    filter_column: str | None = None,
 ) -> list[FragmentFile]:
     """Write `batches` (already in `schema`) as fragments of about `fragment_bytes` each."""
     return list(iter_write_fragments(store, batches, schema, fragment_bytes=fragment_bytes,
-                                     timestamp_us=timestamp_us, item_hash=item_hash, clock=clock))
+                                     timestamp_us=timestamp_us, item_hash=item_hash, clock=clock,
+                                     filter_column=filter_column))
 
 
 def iter_write_fragments(
@@ -114,11 +117,13 @@ def iter_write_fragments(
     timestamp_us: int | None = None,
     item_hash: str | None = None,
     clock: Clock = SYSTEM,
+    filter_column: str | None = None,
 ) -> Iterator[FragmentFile]:
     """Each fragment as soon as it is uploaded, so that a caller holds at most one fragment in
     memory and knows what to clean up if a later one fails. `item_hash` is the log's
     (`Manifest.append_item_hash`); `clock` stamps the fragments (unless `timestamp_us` is given)
-    and times the backoff of their uploads."""
+    and times the backoff of their uploads; `filter_column` gives each a stream filter of that
+    column (docs/format.md section 3b)."""
     from wal3_spark.format.fragment import FragmentBuilder  # see the module docstring
 
     builder: FragmentBuilder | None = None
@@ -126,7 +131,8 @@ def iter_write_fragments(
         if batch.num_rows == 0:
             continue
         if builder is None:
-            builder = FragmentBuilder(schema, timestamp_us or micros(clock), item_hash=item_hash)
+            builder = FragmentBuilder(schema, timestamp_us or micros(clock), item_hash=item_hash,
+                                      filter_column=filter_column)
         builder.add(batch)
         if builder.bytes_buffered >= fragment_bytes:
             encoded, builder = builder.finish(), None
@@ -150,12 +156,14 @@ class FragmentFile:
     setsum: Setsum
     timestamp_us: int
     item_hash: str | None = None
+    #: its stream filter (docs/format.md section 3b), placed in its manifest entry
+    filter: StreamFilter | None = None
 
     def __reduce__(self):  # positional: no field names in every Spark commit message
         return (
             FragmentFile,
             (self.path, self.uuid, self.records, self.num_bytes, self.setsum, self.timestamp_us,
-             self.item_hash),
+             self.item_hash, self.filter),
         )  # fmt: skip
 
 
@@ -197,6 +205,7 @@ def write_fragment(
         setsum=encoded.setsum,
         timestamp_us=encoded.timestamp_us,
         item_hash=encoded.item_hash,
+        filter=encoded.filter,
     )
 
 
@@ -358,8 +367,11 @@ def read_range(
     verify: bool = True,
     item_hash: str | None = None,
     fail_on_data_loss: bool = True,
+    values: ValueFilter | None = None,
 ) -> pa.RecordBatch:
-    """The records of one fragment in [part.start, part.limit), as the read schema says.
+    """The records of one fragment in [part.start, part.limit), as the read schema says; with
+    `values`, only the rows it wants (exactly: the stream filter that let the fragment through
+    may have been a false positive). The whole fragment is verified either way.
 
     A fragment garbage collection deleted after the read was planned raises DataLost with the
     collected range; with `fail_on_data_loss=False` it is skipped with a warning (no rows), as a
@@ -386,6 +398,7 @@ def read_range(
     # a fragment decodes to one chunk per column: take it (a slice, no copy); combine_chunks
     # would copy every byte of the fragment once more
     columns = [c.chunk(0) if c.num_chunks == 1 else c.combine_chunks() for c in table.columns]
-    return pa.RecordBatch.from_arrays(
+    batch = pa.RecordBatch.from_arrays(
         columns + [offsets, timestamps], schema=output_schema(None if raw else payload)
     )
+    return batch if values is None else values.rows(batch)

@@ -23,11 +23,12 @@ import datetime as dt
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
 
 import pyarrow as pa
 
-from wal3_spark.errors import CorruptLog, DataLost, InvalidOption, ObjectNotFound
+from wal3_spark.errors import CorruptLog, DataLost, FilterError, InvalidOption, ObjectNotFound
 from wal3_spark.format.layout import (
     FIRST_OFFSET,
     FragmentRef,
@@ -35,6 +36,7 @@ from wal3_spark.format.layout import (
     SnapshotPointer,
 )
 from wal3_spark.format.manifest import Manifest, Snapshot
+from wal3_spark.format.stream_filter import ValueFilter
 from wal3_spark.log.fragment_io import (
     MISSING_SNAPSHOT,
     ReadRange,
@@ -191,15 +193,30 @@ class LogReader:
         *,
         manifest: Manifest | None = None,
         fail_on_data_loss: bool = True,
+        values: ValueFilter | None = None,
     ) -> list[ReadRange]:
-        """The fragment ranges holding offsets [start, limit), in order.
+        """The fragment ranges holding offsets [start, limit), in order; with `values`, less
+        the fragments whose stream filter says they hold none of its values.
 
         Asking for offsets garbage collection removed raises DataLost, or with
         `fail_on_data_loss=False` starts at the oldest offset with a warning.
         """
         manifest = manifest or self.manifest()
         start, limit = self._resolve(manifest, start, limit, fail_on_data_loss)
-        return list(self._ranges(manifest, start, limit))
+        return list(self._ranges(manifest, start, limit, values))
+
+    def value_filter(self, manifest: Manifest, filter_column: str | None,
+                     filter_values: Iterable[Any] | None) -> ValueFilter | None:
+        """The `ValueFilter` of a read's `filter_column` and `filter_values` (both or neither)
+        against the log's schema: FilterError for a column it lacks or cannot filter."""
+        if filter_column is None and filter_values is None:
+            return None
+        if filter_column is None or filter_values is None:
+            raise FilterError("give filter_column and filter_values together (the column the "
+                              "values are of, and the values to read)")
+        if isinstance(filter_values, (str, bytes)):
+            filter_values = [filter_values]
+        return ValueFilter.of(manifest.arrow_schema(), filter_column, filter_values, self.url)
 
     def _resolve(
         self, manifest: Manifest, start: int | None, limit: int | None, fail_on_data_loss: bool
@@ -229,12 +246,15 @@ class LogReader:
             load_fragment(self.store, manifest.fragments[0], manifest.is_raw, verify=False,
                           item_hash=manifest.item_hash)
 
-    def _ranges(self, manifest: Manifest, start: int, limit: int) -> Iterator[ReadRange]:
-        """The fragment ranges of [start, limit), loading snapshots only as the walk needs them."""
+    def _ranges(self, manifest: Manifest, start: int, limit: int,
+                values: ValueFilter | None = None) -> Iterator[ReadRange]:
+        """The fragment ranges of [start, limit), loading snapshots only as the walk needs them,
+        without the fragments `values` skips (no GET for them)."""
         if start >= limit:
             return
         for ref in iter_fragments(self.store, manifest, start, limit, cache=self.snapshots):
-            yield ReadRange(ref, max(ref.start, start), min(ref.limit, limit))
+            if values is None or not values.skips(ref.filter):
+                yield ReadRange(ref, max(ref.start, start), min(ref.limit, limit))
 
     def read(
         self,
@@ -244,14 +264,22 @@ class LogReader:
         manifest: Manifest | None = None,
         verify: bool = True,
         fail_on_data_loss: bool = True,
+        filter_column: str | None = None,
+        filter_values: Iterable[Any] | None = None,
     ) -> Iterator[pa.RecordBatch]:
         """Records in [start, limit) in offset order, each exactly once, in the schema of
-        `manifest` (read now if not given)."""
+        `manifest` (read now if not given).
+
+        With `filter_column` and `filter_values`: only the records whose column holds one of
+        the values, exactly; fragments whose stream filter rules them out are not fetched
+        (docs/design.md section 26). `_offset` stays each record's offset in the log."""
         manifest = manifest or self.manifest()
         payload = manifest.arrow_schema()
-        for part in self.plan(start, limit, manifest=manifest, fail_on_data_loss=fail_on_data_loss):
+        values = self.value_filter(manifest, filter_column, filter_values)
+        for part in self.plan(start, limit, manifest=manifest, fail_on_data_loss=fail_on_data_loss,
+                              values=values):
             yield read_range(self.store, part, payload, verify=verify, item_hash=manifest.item_hash,
-                             fail_on_data_loss=fail_on_data_loss)
+                             fail_on_data_loss=fail_on_data_loss, values=values)
 
     def read_table(
         self,
@@ -260,11 +288,14 @@ class LogReader:
         *,
         verify: bool = True,
         fail_on_data_loss: bool = True,
+        filter_column: str | None = None,
+        filter_values: Iterable[Any] | None = None,
     ) -> pa.Table:
         """`read` as one table; one manifest read fixes both its schema and its fragments."""
         manifest = self.manifest()
         batches = self.read(
-            start, limit, manifest=manifest, verify=verify, fail_on_data_loss=fail_on_data_loss
+            start, limit, manifest=manifest, verify=verify, fail_on_data_loss=fail_on_data_loss,
+            filter_column=filter_column, filter_values=filter_values,
         )
         return pa.Table.from_batches(list(batches), schema=output_schema(manifest.arrow_schema()))
 
@@ -279,6 +310,8 @@ class LogReader:
         manifest: Manifest | None = None,
         verify: bool = True,
         fail_on_data_loss: bool = True,
+        filter_column: str | None = None,
+        filter_values: Iterable[Any] | None = None,
     ) -> LogScan:
         """Offsets [start, limit) (by default the whole log) as a `LogScan`, whose `reader` is a
         `pyarrow.RecordBatchReader` that fetches, verifies and decodes one fragment at a time.
@@ -305,9 +338,11 @@ class LogReader:
         if max_records is not None:
             limit = min(limit, start + _checked(max_records, "max_records", 0))
         payload = manifest.arrow_schema()
+        values = self.value_filter(manifest, filter_column, filter_values)
         batches = (
-            read_range(self.store, part, payload, verify=verify, item_hash=manifest.item_hash)
-            for part in self._ranges(manifest, start, limit)
+            read_range(self.store, part, payload, verify=verify, item_hash=manifest.item_hash,
+                       values=values)
+            for part in self._ranges(manifest, start, limit, values)
         )
         return LogScan(self.url, output_schema(payload), start, max(start, limit), batches)
 

@@ -40,6 +40,7 @@ from wal3_spark.format.incarnation import UNRECORDED
 from wal3_spark.format.layout import FRAGMENT_PREFIX, SNAPSHOT_PREFIX
 from wal3_spark.format.manifest import NewFragment, SnapshotOptions
 from wal3_spark.format.schema import RAW_SCHEMA, conform, is_raw_schema, same_schema
+from wal3_spark.format.stream_filter import check_filter_column
 from wal3_spark.log.cas import InFlight
 from wal3_spark.log.chain import ManifestChain
 from wal3_spark.log.committer import CommitResult, Committer, DirtyRecorder
@@ -90,12 +91,14 @@ class _FragmentFormat:
     item_hash: str | None
     #: the log's incarnation when this was decided: fragments written for it commit only into it
     incarnation: object = UNRECORDED
+    #: the column each fragment gets a stream filter of (docs/format.md section 3b), or None
+    filter_column: str | None = None
 
     def write(
         self, store: ObjectStore, batches: list[pa.RecordBatch], fragment_bytes: int, clock: Clock
     ) -> list[FragmentFile]:
         return write_fragments(store, batches, self.schema, fragment_bytes=fragment_bytes,
-                               item_hash=self.item_hash, clock=clock)
+                               item_hash=self.item_hash, clock=clock, filter_column=self.filter_column)
 
 
 class _Condition(threading.Condition):
@@ -237,9 +240,15 @@ class LogWriter:
         hedge: bool | HedgePolicy = False,
         snapshot_options: SnapshotOptions | None = None,
         dirty_log: DirtyRecorder | None = None,
+        filter_column: str | None = None,
         clock: Clock = SYSTEM,
     ) -> None:
-        """`clock` stamps the fragments (their UUIDv7 names) and txns, times the batch interval,
+        """`filter_column`: give every fragment this writer writes a stream filter of that
+        column's values (a string, binary or integer column of the log), so that readers of a
+        few of its values skip the fragments without them (docs/design.md section 26); a column
+        the log lacks, or of another type, fails the first append with FilterError.
+
+        `clock` stamps the fragments (their UUIDv7 names) and txns, times the batch interval,
         the backoff of uploads and commits, and the hedging thresholds.
 
         `dirty_log` (a `wal3_spark.logset.dirty.DirtyLog` of the log's parent prefix): record each
@@ -270,6 +279,7 @@ class LogWriter:
             clock=clock,
         )
         self.merge_schema = merge_schema
+        self.filter_column = filter_column
         self.fragment_bytes = fragment_bytes
         self.batch_bytes = batch_bytes
         self.batch_interval_s = batch_interval_s
@@ -322,7 +332,10 @@ class LogWriter:
                 manifest = self._schema_committer.last_seen
                 assert manifest is not None  # prepare read or created it
                 item_hash = manifest.append_item_hash(target is not None)
-                self._formats[schema] = _FragmentFormat(target, item_hash, manifest.incarnation)
+                if self.filter_column is not None:
+                    check_filter_column(target, self.filter_column, self.url)
+                self._formats[schema] = _FragmentFormat(target, item_hash, manifest.incarnation,
+                                                        self.filter_column)
             return self._formats[schema]
 
     def _commit(
