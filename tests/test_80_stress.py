@@ -466,7 +466,7 @@ BOUNDED = StressConfig(
     readers=2,
     collectors=1,
     kill_every_s=1.5,
-    seaweed_restart_every_s=0.0,
+    server_restart_every_s=0.0,
     summary_every_s=5.0,
     require_every_fault=True,
     gc_grace_s=1.0,
@@ -503,7 +503,7 @@ def test_20_bounded_stress_run_on_the_local_filesystem(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.s3
 def test_21_bounded_stress_run_on_seaweedfs_with_a_server_restart(tmp_path: Path) -> None:
-    config = replace(BOUNDED, seaweed_restart_every_s=60.0)  # one restart, at mid-run
+    config = replace(BOUNDED, server_restart_every_s=60.0)  # one restart, at mid-run
     summary = run_stress(config, tmp_path / "run", s3=True, out=open(tmp_path / "out.txt", "w"))
     assert summary.url.startswith("s3://")
     _assert_clean_run(summary, STORE_FAULTS + (LATE_LANDED, ORPHAN_RACE) + KILLS + DAMAGE

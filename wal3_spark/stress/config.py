@@ -70,8 +70,9 @@ class StressConfig:
     fragment_rollover: int = 16
     #: mean seconds between kill -9s (of a writer, reader or collector, in turn); 0: none
     kill_every_s: float = 15.0
-    #: seconds between restarts of the SeaweedFS the run started itself; 0: none
-    seaweed_restart_every_s: float = 300.0
+    #: seconds between restarts of the server the run started itself (SeaweedFS, or a GCS or
+    #: Azure emulator keeping its objects on disk); 0: none
+    server_restart_every_s: float = 300.0
     summary_every_s: float = 60.0
     #: go on past the duration (at most 3 times as long again) until every fault kind was injected
     require_every_fault: bool = False

@@ -175,6 +175,9 @@ class SeaweedProcess:
     """`weed mini` under `data_dir`. The first `start()` picks free ports (retrying with new
     ones if another process takes them first); later starts reuse the same ports and data."""
 
+    #: the stress run's name for a restart of this server (a fault kind)
+    restart_fault = "seaweed_restart"
+
     def __init__(self, data_dir: Path, weed: str | None = None) -> None:
         self.data_dir = Path(data_dir)
         self.weed = weed or find_weed()

