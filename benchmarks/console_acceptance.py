@@ -1,0 +1,215 @@
+"""The console's acceptance run: a log set on SeaweedFS with appenders and consumers running,
+the console served over it, and a real browser (Chromium through Selenium) on every page.
+Prints a table (docs/console.md records its output) and, with --screenshots, saves each page.
+
+    ./dev python benchmarks/console_acceptance.py [--logs 1000] [--active 20] [--screenshots docs/img]
+
+1. set-up: `--logs` logs under one prefix of a fresh SeaweedFS, each with one append of 20
+   records (a structured schema), every fourth with a cursor `billing` at its tail;
+2. load: `--active` of them get appends from writers kept open (one `DirtyLog` for the prefix,
+   as a log-set deployment runs), and consumer threads move each active log's `billing` cursor
+   to somewhere behind the tail, for as long as the run lasts;
+3. the console serves the prefix (through a request-counting store, so each page's requests
+   are counted) and the browser opens each page: the overview (every log listed), an active
+   log's page, three record pages in a row (contiguous offsets), the fragment timeline, the
+   GC page and verify (to its result); the browser's console must show no error on any page;
+4. the load stops, and the overview (read again) must equal `wal3 info PREFIX --json`.
+Any check that fails ends the run with status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import pyarrow as pa  # noqa: E402
+
+from tests.support.fakes import CountingStore  # noqa: E402
+from tests.support.seaweed import running_seaweed  # noqa: E402
+from wal3_spark.console.app import create_app  # noqa: E402
+from wal3_spark.console.server import serving  # noqa: E402
+from wal3_spark.console.target import Target  # noqa: E402
+from wal3_spark.log.cursors import CursorStore  # noqa: E402
+from wal3_spark.log.reader import LogReader  # noqa: E402
+from wal3_spark.log.writer import LogWriter  # noqa: E402
+from wal3_spark.logset.dirty import DirtyLog  # noqa: E402
+from wal3_spark.logset.logs import LogSet  # noqa: E402
+from wal3_spark.storage import open_store  # noqa: E402
+
+SCHEMA = pa.schema([("id", pa.int64()), ("tenant", pa.string()), ("amount", pa.float64())])
+
+
+def rows(name: str, start: int, n: int) -> pa.Table:
+    return pa.table({"id": pa.array(range(start, start + n), pa.int64()),
+                     "tenant": pa.array([name] * n),
+                     "amount": pa.array([round(i * 1.25, 2) for i in range(start, start + n)])}, schema=SCHEMA)
+
+
+def row(name: str, value: str, note: str = "") -> None:
+    print(f"{name:<44} {value:>14}  {note}", flush=True)
+
+
+def check(ok: bool, what: str) -> None:
+    if not ok:
+        raise SystemExit(f"FAILED: {what}")
+
+
+def browser():  # noqa: ANN201 - a selenium WebDriver
+    from selenium import webdriver
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium")  # type: ignore[assignment]
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                "--window-size=1280,900", "--hide-scrollbars"):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    return webdriver.Chrome(options=options, service=webdriver.ChromeService(shutil.which("chromedriver")))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--logs", type=int, default=1000)
+    parser.add_argument("--active", type=int, default=20, help="logs with appenders and consumers")
+    parser.add_argument("--screenshots", type=Path, help="save each page as console-<page>.png here")
+    args = parser.parse_args()
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    with tempfile.TemporaryDirectory() as tmp, running_seaweed(Path(tmp) / "seaweed") as seaweed:
+        url = seaweed.new_url("console")
+        prefix = open_store(url, seaweed.options)
+        names = [f"tenant-{i:04d}" for i in range(args.logs)]
+        logs = LogSet(prefix)
+
+        def populate(name: str) -> None:
+            with LogWriter(logs.log_store(name), batch_interval_s=0) as writer:
+                limit = writer.append(rows(name, 0, 20)).limit
+            if names.index(name) % 4 == 0:
+                CursorStore(logs.log_store(name)).create("billing", limit)
+
+        began = time.perf_counter()
+        with ThreadPoolExecutor(32) as pool:
+            list(pool.map(populate, names))
+        row("set-up", f"{time.perf_counter() - began:.1f} s", f"{args.logs} logs of 20 records")
+
+        active = names[1: 1 + args.active * 7: 7][: args.active]
+        stop = threading.Event()
+        appended = {"records": 0}
+        counted = threading.Lock()
+        dirty = DirtyLog(prefix)
+        writers = {name: LogWriter(logs.log_store(name), dirty_log=dirty) for name in active}
+
+        def appender(mine: list[str]) -> None:
+            rng = random.Random(mine[0])
+            while not stop.is_set():
+                name = rng.choice(mine)
+                n = rng.randint(5, 50)
+                writers[name].append(rows(name, 0, n))
+                with counted:
+                    appended["records"] += n
+
+        def consumer(mine: list[str]) -> None:
+            rng = random.Random(mine[-1])
+            while not stop.is_set():
+                name = rng.choice(mine)
+                store = logs.log_store(name)
+                oldest, tail = LogReader(store).bounds()
+                CursorStore(store).advance("billing", max(oldest, tail - rng.randint(0, 200)))
+                stop.wait(0.2)
+
+        threads = [threading.Thread(target=appender, args=(active[i::4],)) for i in range(4)]
+        threads += [threading.Thread(target=consumer, args=(active[i::2],)) for i in range(2)]
+        for thread in threads:
+            thread.start()
+
+        counting = CountingStore(prefix)
+        driver = browser()
+        try:
+            with serving(create_app(Target.open(counting), overview_ttl_s=0)) as server:
+                def page(label: str, path: str, after: Callable[[], None] | None = None) -> None:
+                    counting.counts.clear()
+                    began = time.perf_counter()
+                    driver.get(server.url + path)
+                    elapsed = time.perf_counter() - began
+                    errors = [e for e in driver.get_log("browser") if e["level"] in ("SEVERE", "ERROR")]
+                    check(not errors, f"the browser's console on {path}: {errors}")
+                    if after is not None:
+                        after()
+                    row(f"page {label}", f"{elapsed:.2f} s", f"{counting.requests()} requests")
+                    if args.screenshots is not None:
+                        args.screenshots.mkdir(parents=True, exist_ok=True)
+                        driver.save_screenshot(str(args.screenshots / f"console-{label}.png"))
+
+                stop.wait(5)  # some appends and cursor moves before the first page
+                page("overview", "", lambda: check(
+                    len(driver.find_elements(By.CSS_SELECTOR, "#logs tbody tr")) == args.logs,
+                    "every log is listed"))
+                name = active[0]
+                page("log", f"log/{name}", lambda: check(
+                    int(driver.find_element(By.CSS_SELECTOR, '[data-figure="records"]').text) > 20,
+                    "the active log has grown"))
+
+                def offsets() -> list[int]:
+                    return [int(tr.find_element(By.CSS_SELECTOR, "td").text)
+                            for tr in driver.find_elements(By.CSS_SELECTOR, "#records tbody tr")]
+
+                page("records", f"log/{name}/records?start=1&size=50",
+                     lambda: check(offsets() == list(range(1, 51)), "the first page"))
+                for _ in range(2):
+                    first = offsets()[-1] + 1
+                    driver.find_element(By.ID, "page-next").click()
+                    check(offsets() == list(range(first, first + 50)), "the next page follows on")
+                page("fragments", f"log/{name}/fragments")
+                page("gc", f"log/{name}/gc", lambda: check(
+                    "billing" in driver.find_element(By.CSS_SELECTOR, '[data-figure="holder"]').text,
+                    "the cursor holding GC back"))
+
+                def verified() -> None:
+                    driver.find_element(By.ID, "verify-start").click()
+                    state = WebDriverWait(driver, 120, 0.5).until(
+                        lambda d: d.find_element(By.ID, "verify-state").get_attribute("data-state")
+                        in ("ok", "failed", "error") and d.find_element(By.ID, "verify-state"))
+                    check(state.get_attribute("data-state") == "ok", f"verify: {state.text}")
+
+                page("verify", f"log/{name}/verify", verified)
+                stop.set()
+                for thread in threads:
+                    thread.join()
+                for writer in writers.values():
+                    writer.close()
+                dirty.close()
+                row("records appended during the run", str(appended["records"]))
+                done = subprocess.run([sys.executable, "-m", "wal3_spark.cli", "info", url, "--json"],
+                                      capture_output=True, text=True, env={**os.environ, **seaweed.env}, timeout=300)
+                check(done.returncode == 0, f"wal3 info: {done.stderr}")
+                expected = json.loads(done.stdout)
+
+                def totals() -> None:
+                    shown = {td.get_attribute("data-figure"): td.text for td in
+                             driver.find_elements(By.CSS_SELECTOR, "#set-figures td[data-figure]")}
+                    for key in ("logs", "records", "bytes"):
+                        check(int(shown[key]) == expected[key], f"overview {key} {shown[key]} != wal3 info's {expected[key]}")
+
+                page("overview-after", "", totals)
+                row("overview equals wal3 info --json", "yes", f"logs, records, bytes: "
+                    f"{expected['logs']}, {expected['records']}, {expected['bytes']}")
+        finally:
+            stop.set()
+            driver.quit()
+
+
+if __name__ == "__main__":
+    main()

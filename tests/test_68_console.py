@@ -1,0 +1,349 @@
+"""`wal3 console`: pages in a real headless browser (Debian's Chromium through Selenium), their
+numbers against `wal3 info --json`, the record browser's paging, verify's result, and that the
+console never writes (every page is also served through a store that fails any write).
+
+One log set for the module (three logs on the local store, one with a corrupt fragment), one
+console server and one browser. The browser tests skip, naming what is missing, only where
+Chromium or its driver is not installed (./dev installs both).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from wal3_spark.console.app import create_app
+from wal3_spark.console.server import ConsoleServer, serving
+from wal3_spark.console.target import Target
+from wal3_spark.errors import AccessDenied, InvalidOption, LogNotFound
+from wal3_spark.format.manifest import SnapshotOptions
+from wal3_spark.log.cursors import CursorStore
+from wal3_spark.log.reader import LogReader, iter_fragments
+from wal3_spark.log.writer import LogWriter
+from wal3_spark.storage import open_store
+from wal3_spark.storage.base import Blob, ObjectStore
+from wal3_spark.storage.common import file_url
+from wal3_spark.storage.forwarding import ForwardingStore
+from wal3_spark.storage.readonly import ReadOnlyStore
+
+BATCH = 40  # records per append: one fragment each
+
+
+class WriteFailingStore(ForwardingStore):
+    """Counts GETs by key and fails (and records) any write: the console must never make one."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        super().__init__(inner)
+        self.writes: list[str] = []
+        self.gets: list[str] = []
+
+    def get(self, key: str) -> Blob:
+        self.gets.append(key)
+        return super().get(key)
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        self.gets.append(key)
+        return super().get_range(key, start, length)
+
+    def put_if_absent(self, key: str, data: bytes) -> str:
+        self.writes.append(key)
+        raise AssertionError(f"the console wrote {key}")
+
+    def put_if_match(self, key: str, data: bytes, etag: str) -> str:
+        self.writes.append(key)
+        raise AssertionError(f"the console overwrote {key}")
+
+    def delete(self, key: str) -> None:
+        self.writes.append(key)
+        raise AssertionError(f"the console deleted {key}")
+
+
+def _append(url: str, batches: int, **writer: object) -> None:
+    with LogWriter(url, snapshot_options=SnapshotOptions(4, 4), **writer) as log:
+        for i in range(batches):
+            log.append(pa.table({"id": pa.array(range(i * BATCH, (i + 1) * BATCH), pa.int64()),
+                                 "name": pa.array([f"row {n}" for n in range(i * BATCH, (i + 1) * BATCH)])}))
+
+
+@pytest.fixture(scope="module")
+def prefix(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """orders (structured, 12 fragments, snapshots, two cursors), events (raw, no cursor),
+    damaged (a fragment overwritten: verify fails)."""
+    root = tmp_path_factory.mktemp("console") / "set"
+    url = file_url(str(root))
+    _append(f"{url}/orders", 12)
+    cursors = CursorStore(open_store(f"{url}/orders"))
+    cursors.create("billing", 1 + 3 * BATCH + 7)
+    cursors.create("audit", 1 + 12 * BATCH)
+    with LogWriter(f"{url}/events") as log:
+        log.append([b"alpha", b"beta", bytes([0xFF, 0x00])])
+    _append(f"{url}/damaged", 3)
+    store = open_store(f"{url}/damaged")
+    victim = next(iter(iter_fragments(store, LogReader(store).manifest()))).path
+    (root / "damaged" / victim).write_bytes(b"not a parquet file")
+    return url
+
+
+@pytest.fixture(scope="module")
+def watched(prefix: str) -> WriteFailingStore:
+    return WriteFailingStore(open_store(prefix))
+
+
+@pytest.fixture(scope="module")
+def server(watched: WriteFailingStore) -> Iterator[ConsoleServer]:
+    with serving(create_app(Target.open(watched))) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def client(watched: WriteFailingStore):  # noqa: ANN201 - a Flask test client
+    return create_app(Target.open(watched)).test_client()
+
+
+def _wal3(*args: str) -> dict:
+    done = subprocess.run([sys.executable, "-m", "wal3_spark.cli", *args, "--json"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+# -- the browser ------------------------------------------------------------------------
+
+
+def _missing_browser() -> str | None:
+    for program in ("chromium", "chromedriver"):
+        if shutil.which(program) is None:
+            return (f"{program} is not installed: ./dev setup installs it (Debian: apt-get install -y "
+                    "chromium chromium-driver)")
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        return "selenium is not installed: ./dev setup installs it (the test extra)"
+    return None
+
+
+@pytest.fixture(scope="module")
+def browser():  # noqa: ANN201 - a selenium WebDriver
+    reason = _missing_browser()
+    if reason is not None:
+        pytest.skip(reason)
+    from selenium import webdriver
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium")  # type: ignore[assignment]
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                "--window-size=1280,1000"):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(shutil.which("chromedriver")))
+    driver.set_page_load_timeout(60)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def _open(browser, url: str) -> None:  # noqa: ANN001
+    browser.get(url)
+    errors = [e for e in browser.get_log("browser") if e["level"] in ("SEVERE", "ERROR")]
+    assert not errors, f"the browser's console shows errors on {url}: {errors}"
+
+
+def _figures(browser, container: str) -> dict[str, str]:  # noqa: ANN001
+    from selenium.webdriver.common.by import By
+
+    table = browser.find_element(By.ID, container)
+    return {td.get_attribute("data-figure"): td.text for td in table.find_elements(By.CSS_SELECTOR, "td[data-figure]")}
+
+
+def test_01_overview_matches_wal3_info(server: ConsoleServer, browser, prefix: str) -> None:  # noqa: ANN001
+    from selenium.webdriver.common.by import By
+
+    _open(browser, server.url)
+    expected = _wal3("info", prefix)
+    shown = _figures(browser, "set-figures")
+    assert int(shown["logs"]) == expected["logs"] == 3
+    assert int(shown["records"]) == expected["records"]
+    assert int(shown["bytes"]) == expected["bytes"]
+    names = [row.get_attribute("data-log") for row in browser.find_elements(By.CSS_SELECTOR, "#logs tbody tr")]
+    assert names == ["damaged", "events", "orders"]
+
+
+def test_02_log_page_matches_wal3_info(server: ConsoleServer, browser, prefix: str) -> None:  # noqa: ANN001
+    from selenium.webdriver.common.by import By
+
+    _open(browser, server.url)
+    browser.find_element(By.LINK_TEXT, "orders").click()
+    assert browser.current_url.endswith("/log/orders")
+    expected = _wal3("info", f"{prefix}/orders")
+    shown = _figures(browser, "log-figures")
+    for name in ("oldest_offset", "next_offset", "records", "bytes", "fragments", "snapshots"):
+        assert int(shown[name]) == expected[name], name
+    assert expected["snapshots"] > 0 and expected["fragments"] == 12
+    assert shown["sealed"] == "no"
+    assert shown["last_commit"].startswith("20")
+    rate = float(shown["rate_per_s"].split()[0])
+    assert rate == pytest.approx(12 * BATCH / 300, abs=0.01)  # everything was appended just now
+    for name, lag in expected["lag"].items():
+        row = browser.find_element(By.CSS_SELECTOR, f'#cursors tr[data-cursor="{name}"]')
+        cells = {td.get_attribute("data-figure"): td.text for td in row.find_elements(By.CSS_SELECTOR, "td[data-figure]")}
+        assert int(cells["offset"]) == lag["offset"]
+        assert int(cells["records_behind"]) == lag["records_behind"]
+        assert int(cells["bytes_behind"]) == lag["bytes_behind"]
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#rate-chart rect.mark")) == 10
+    _open(browser, browser.current_url)  # again, to collect any console error of the page
+
+
+def test_03_record_browser_pages(server: ConsoleServer, browser) -> None:  # noqa: ANN001
+    from selenium.webdriver.common.by import By
+
+    def offsets() -> list[int]:
+        return [int(tr.find_element(By.CSS_SELECTOR, "td").text)
+                for tr in browser.find_elements(By.CSS_SELECTOR, "#records tbody tr")]
+
+    _open(browser, f"{server.url}log/orders/records?start=1&size=30")
+    assert offsets() == list(range(1, 31))
+    browser.find_element(By.ID, "page-next").click()
+    assert offsets() == list(range(31, 61))
+    browser.find_element(By.ID, "page-previous").click()
+    assert offsets() == list(range(1, 31))
+    browser.find_element(By.ID, "page-last").click()
+    assert offsets() == list(range(12 * BATCH + 1 - 30, 12 * BATCH + 1))
+    assert not browser.find_elements(By.ID, "page-next")
+    headers = [th.text for th in browser.find_elements(By.CSS_SELECTOR, "#records thead th")]
+    assert headers == ["_offset", "_timestamp", "id", "name"]
+    first_row = browser.find_element(By.CSS_SELECTOR, "#records tbody tr").text
+    assert f"row {12 * BATCH - 30}" in first_row
+    # by offset, through the form
+    field = browser.find_element(By.CSS_SELECTOR, "#goto-offset input[name=start]")
+    field.clear()
+    field.send_keys("100")
+    browser.find_element(By.CSS_SELECTOR, "#goto-offset button").click()
+    assert offsets() == list(range(100, 130))
+    _open(browser, browser.current_url)
+
+
+def test_04_record_browser_by_time(server: ConsoleServer, browser, prefix: str) -> None:  # noqa: ANN001
+    from selenium.webdriver.common.by import By
+
+    from wal3_spark.format.uuid7 import uuid7_timestamp_us
+
+    store = open_store(f"{prefix}/orders")
+    refs = list(iter_fragments(store, LogReader(store).manifest()))
+    fifth = refs[4]
+    written = uuid7_timestamp_us(fifth.seq_no)
+    import datetime as dt
+
+    at = dt.datetime.fromtimestamp(written / 1e6, dt.timezone.utc).isoformat()
+    _open(browser, f"{server.url}log/orders/records?size=5&time={at.replace('+', '%2B')}")
+    first = int(browser.find_element(By.CSS_SELECTOR, "#records tbody tr td").text)
+    assert first == fifth.start
+
+
+def test_05_raw_records(server: ConsoleServer, browser) -> None:  # noqa: ANN001
+    from selenium.webdriver.common.by import By
+
+    _open(browser, f"{server.url}log/events/records")
+    rows = [tr.text for tr in browser.find_elements(By.CSS_SELECTOR, "#records tbody tr")]
+    assert len(rows) == 3 and "alpha" in rows[0] and "/wA=" in rows[2]  # not UTF-8: base64
+
+
+def test_06_fragments_and_gc(server: ConsoleServer, browser, prefix: str) -> None:  # noqa: ANN001
+    from selenium.webdriver.common.by import By
+
+    _open(browser, f"{server.url}log/orders/fragments")
+    assert browser.find_element(By.ID, "fragment-count").text == "12"
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#timeline rect.mark")) == 12
+    _open(browser, f"{server.url}log/orders/gc")
+    expected = _wal3("gc", f"{prefix}/orders", "--dry-run", "--force")
+    shown = _figures(browser, "next-gc")
+    assert "billing" in shown["holder"] and str(1 + 3 * BATCH + 7) in shown["holder"]
+    assert int(shown["records_dropped"]) == expected["records_dropped"] == 3 * BATCH
+    assert int(shown["fragments_dropped"]) == expected["fragments_dropped"] == 3
+    assert browser.find_element(By.ID, "pending-garbage").text.startswith("Empty")
+
+
+def test_07_verify_shows_its_result(server: ConsoleServer, browser) -> None:  # noqa: ANN001
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    def finished(driver) -> str | bool:  # noqa: ANN001
+        state = driver.find_element(By.ID, "verify-state").get_attribute("data-state") \
+            if driver.find_elements(By.ID, "verify-state") else None
+        return state if state in ("ok", "failed", "error") else False
+
+    _open(browser, f"{server.url}log/orders/verify")
+    browser.find_element(By.ID, "verify-start").click()
+    assert WebDriverWait(browser, 60, poll_frequency=0.2).until(finished) == "ok"
+    assert "12 fragments" in browser.find_element(By.ID, "verify-state").text
+
+    _open(browser, f"{server.url}log/damaged/verify")
+    browser.find_element(By.ID, "verify-start").click()
+    assert WebDriverWait(browser, 60, poll_frequency=0.2).until(finished) == "failed"
+    problems = browser.find_element(By.ID, "verify-problems").text
+    assert "corrupt" in problems and "log/Uuid=" in problems
+    _open(browser, browser.current_url)
+
+
+# -- without a browser ------------------------------------------------------------------
+
+
+def test_08_never_writes(client, watched: WriteFailingStore) -> None:  # noqa: ANN001
+    """Every page, verify included, through a store that fails any write."""
+    for path in ["/", "/?pattern=ord*"] + [f"/log/{name}{page}" for name in ("orders", "events", "damaged")
+                                          for page in ("", "/records", "/fragments", "/gc", "/verify")]:
+        response = client.get(path)
+        assert response.status_code == 200, (path, response.text)
+    assert client.post("/log/orders/verify").status_code == 303
+    assert watched.writes == []
+
+
+def test_09_a_page_reads_only_its_fragments(prefix: str) -> None:
+    counting = WriteFailingStore(open_store(prefix))
+    client = create_app(Target.open(counting)).test_client()
+    counting.gets.clear()
+    response = client.get("/log/orders/records?start=95&size=10")  # offsets 95..104, all in the third fragment [81, 121)
+    assert response.status_code == 200
+    fragments = {key for key in counting.gets if "/log/Uuid=" in key}
+    assert len(fragments) == 1, fragments
+
+
+def test_10_errors_are_explained(client, tmp_path: Path, prefix: str) -> None:  # noqa: ANN001
+    missing = client.get("/log/nosuch")
+    assert missing.status_code == 404 and "no log &#39;nosuch&#39;" in missing.text
+    bad = client.get("/log/orders/records?start=abc")
+    assert bad.status_code == 400 and "give a whole number" in bad.text
+    past = client.get("/log/orders/records?start=99999")
+    assert past.status_code == 400 and "past the tail" in past.text
+    with pytest.raises(LogNotFound, match="neither a wal3 log"):
+        Target.open(open_store(file_url(str(tmp_path / "nothing"))))
+    with serving(create_app(Target.open(open_store(prefix)))) as running:
+        port = int(running.url.rsplit(":", 1)[1].strip("/"))
+        with pytest.raises(InvalidOption, match=f"port {port} on 127.0.0.1 is in use"):
+            ConsoleServer(create_app(Target.open(open_store(prefix))), "127.0.0.1", port)
+    done = subprocess.run([sys.executable, "-m", "wal3_spark.cli", "console", file_url(str(tmp_path / "nothing"))],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "neither a wal3 log" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_11_one_log(prefix: str) -> None:
+    """A log's own URL: the console shows that log, and no other."""
+    client = create_app(Target.open(open_store(f"{prefix}/orders"))).test_client()
+    assert client.get("/").headers["Location"].endswith("/log/orders")
+    assert client.get("/log/orders").status_code == 200
+    assert client.get("/log/events").status_code == 404
+
+
+def test_12_read_only_store_refuses_writes(prefix: str) -> None:
+    store = ReadOnlyStore(open_store(prefix), "the test")
+    for write in (lambda: store.put_if_absent("x", b""), lambda: store.put_if_match("x", b"", "e"),
+                  lambda: store.delete("x")):
+        with pytest.raises(AccessDenied, match="the test is read-only"):
+            write()

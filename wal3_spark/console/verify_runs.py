@@ -1,0 +1,76 @@
+"""Verifications the console runs in the background, one per log at a time, with progress.
+
+`verify` reads every fragment of a log, which takes minutes on a large one: the request that
+starts it returns at once, and the verify page shows the run's progress (fragments checked of
+how many) until its report is there. Runs are kept in memory for the life of the server; one
+started again after it finished replaces its report.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+
+from wal3_spark.clock import SYSTEM, Clock
+from wal3_spark.errors import Wal3Error
+from wal3_spark.ops.verify import VerifyReport, verify
+from wal3_spark.storage.base import ObjectStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class VerifyRun:
+    """One run: progress while it runs, then its report (or the error that stopped it)."""
+
+    name: str
+    started: float
+    done: int = 0
+    total: int = 0
+    finished: float | None = None
+    report: VerifyReport | None = None
+    error: str | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.finished is None
+
+
+class VerifyRuns:
+    """The runs of one console, by log name."""
+
+    def __init__(self, clock: Clock = SYSTEM) -> None:
+        self.clock = clock
+        self._runs: dict[str, VerifyRun] = {}
+        self._lock = threading.Lock()
+
+    def get(self, name: str) -> VerifyRun | None:
+        with self._lock:
+            return self._runs.get(name)
+
+    def start(self, name: str, store: ObjectStore) -> VerifyRun:
+        """Start verifying `name` unless a run of it is under way (that one is returned)."""
+        with self._lock:
+            current = self._runs.get(name)
+            if current is not None and current.running:
+                return current
+            run = self._runs[name] = VerifyRun(name, self.clock.now())
+        threading.Thread(target=self._run, args=(run, store), name=f"wal3-console-verify-{name}",
+                         daemon=True).start()
+        return run
+
+    def _run(self, run: VerifyRun, store: ObjectStore) -> None:
+        def progress(done: int, total: int) -> None:
+            run.done, run.total = done, total
+
+        try:
+            run.report = verify(store, progress=progress)
+            run.done = run.total = run.report.fragments
+        except Wal3Error as exc:
+            run.error = str(exc)
+        except Exception as exc:  # a thread's failure must reach the page, not only stderr
+            log.exception("verify of %s failed", store.url)
+            run.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            run.finished = self.clock.now()
