@@ -55,12 +55,12 @@ JSON_SHAPES: dict[str, JsonShape] = {
         "broken_cursors", "unreadable", "dirty_log")),
     "ls": JsonShape("an array with one object per log", (
         "name", "records", "bytes", "oldest_offset", "next_offset", "sealed", "cursors",
-        "broken_cursors", "error")),
+        "broken_cursors", "error", "fragments", "snapshots", "last_commit_us")),
     "verify": JsonShape("one object (`problems`: objects with kind, obj, detail)", (
         "url", "setsum", "oldest_offset", "next_offset", "fragments", "snapshots", "records",
         "bytes", "problems", "ok")),
     "cursor list": JsonShape("one object (`cursors`: objects with name, offset, records_behind, "
-                             "bytes_behind, moved_epoch_us, moved_ago_s)", (
+                             "bytes_behind, moved_epoch_us, moved_ago_s, lag_s)", (
         "url", "oldest_offset", "next_offset", "cursors", "broken_cursors")),
     "cursor get": JsonShape("one object", ("url", "name", "offset", "epoch_us", "writer")),
     "cursor set": JsonShape("one object (the cursor as set)", ("url", "name", "offset", "epoch_us", "writer")),

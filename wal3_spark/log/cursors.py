@@ -156,6 +156,13 @@ class CursorStore:
     def scan(self) -> tuple[list[CursorState], list[BrokenCursor]]:
         """Every cursor, readable or broken (unreadable, beyond the tail, or stale: set in an
         earlier incarnation of the log, `BrokenCursor.stale`), in name order."""
+        states, broken, _ = self.scan_with_manifest()
+        return states, broken
+
+    def scan_with_manifest(self) -> tuple[list[CursorState], list[BrokenCursor], Manifest | None]:
+        """`scan`, and the manifest it judged the cursors against, read after them (None when
+        there were no readable cursors to judge, or no log): a caller measuring their lag
+        needs no manifest GET of its own."""
         states: list[CursorState] = []
         broken: list[BrokenCursor] = []
         for meta in self.store.list(CURSOR_PREFIX):
@@ -176,21 +183,31 @@ class CursorStore:
                 broken.append(loaded.value)
             else:
                 states.append(CursorState(name, loaded.value, loaded.etag))
-        beyond = self._beyond_the_tail(states)
+        manifest = self._manifest_after(states)
+        beyond = self._beyond_the_tail(states, manifest)
         return [s for s in states if s.name not in beyond], sorted(
             broken + list(beyond.values()), key=lambda b: b.name
-        )
+        ), manifest
 
-    def _beyond_the_tail(self, states: list[CursorState]) -> dict[str, BrokenCursor]:
-        """The cursors past the log's tail, as broken ones, and those set in an earlier
-        incarnation of the log, as stale ones. The manifest is read after the cursors: the tail
-        only grows, and every cursor was at most the tail when it was set, so a cursor a
-        consumer moves meanwhile is never mistaken for one beyond it."""
+    def _manifest_after(self, states: list[CursorState]) -> Manifest | None:
+        """The manifest, read after the cursors `states` (None without any, or without a log).
+        After: the tail only grows, and every cursor was at most the tail when it was set, so
+        a cursor a consumer moves meanwhile is never mistaken for one beyond it."""
         if not states:
-            return {}
+            return None
         try:
-            manifest = read_manifest(self.store)
+            return read_manifest(self.store)
         except LogNotFound:
+            return None
+
+    def _beyond_the_tail(self, states: list[CursorState],
+                         manifest: Manifest | None = None) -> dict[str, BrokenCursor]:
+        """The cursors past the log's tail, as broken ones, and those set in an earlier
+        incarnation of the log, as stale ones, judged against `manifest` (default: read now,
+        after the cursors: see `_manifest_after`)."""
+        if manifest is None:
+            manifest = self._manifest_after(states)
+        if manifest is None or not states:
             return {}
         tail = manifest.next_offset
         found = {}

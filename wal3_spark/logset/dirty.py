@@ -212,13 +212,15 @@ class LogSetChanges:
     reached: its current tail is at least that. `position` is where to continue from.
     `full_scan` says whether every manifest was read; `failed` names logs whose manifest a full
     scan could not read. `requests` counts the dirty-log objects read (manifest, fragments).
-    `incarnations`: after a full scan, each log's incarnation (`Manifest.incarnation`)."""
+    `incarnations`: after a full scan, each log's incarnation (`Manifest.incarnation`), and
+    `manifests` the manifests read."""
 
     tails: dict[str, int]
     position: DirtyPosition
     full_scan: bool
     failed: dict[str, Wal3Error] = field(default_factory=dict)
     incarnations: dict[str, str | None] = field(default_factory=dict)
+    manifests: dict[str, Manifest] = field(default_factory=dict, compare=False, repr=False)
 
 
 def changes_since(
@@ -266,7 +268,8 @@ def _full_scan(logs: LogSet, dirty_tail: int, now_us: int) -> LogSetChanges:
     scan = logs.scan()
     tails = {name: t.next_offset for name, t in scan.tails.items()}
     return LogSetChanges(tails, DirtyPosition(dirty_tail, now_us), full_scan=True, failed=scan.failed,
-                         incarnations={name: t.incarnation for name, t in scan.tails.items()})
+                         incarnations={name: t.incarnation for name, t in scan.tails.items()},
+                         manifests=scan.manifests)
 
 
 def read_dirty(

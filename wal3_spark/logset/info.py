@@ -1,10 +1,11 @@
 """What `wal3 ls` and `wal3 info` show of a log set: each log's size, tail, seal and cursor lag,
 and a summary of the whole set and of its dirty log.
 
-Per log this costs the manifest GET, one listing of its cursors and a GET per cursor (run
+Per log this costs one listing of its cursors, a GET per cursor and the manifest GET (run
 `LogSet.max_workers` logs at a time); bytes come from the manifest's fragment sizes and snapshot
 pointers' subtree totals, so no snapshot is read except those a cursor's lag straddles
-(`wal3_spark.log.lag`).
+(`wal3_spark.log.lag`) and, to count fragments, those the `TreeCounts` memo does not know yet
+(`wal3_spark.log.tree`).
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from typing import Any
 
 from wal3_spark.clock import micros
 from wal3_spark.errors import LogNotFound, Wal3Error
-from wal3_spark.log.cursors import CursorStore
+from wal3_spark.format.manifest import Manifest
+from wal3_spark.log.cursors import BrokenCursor, CursorState, CursorStore
 from wal3_spark.log.lag import CursorLag, bytes_from, cursor_lags
-from wal3_spark.log.reader import LogReader
+from wal3_spark.log.reader import LogReader, SnapshotCache
+from wal3_spark.log.tree import TreeCounts, last_written_us, tree_counts
 from wal3_spark.logset.dirty import GC_CURSOR, dirty_store, rolled_up_to
 from wal3_spark.logset.logs import LogSet
 from wal3_spark.storage.base import ObjectStore
@@ -34,6 +37,12 @@ class LogSummary:
     cursors: tuple[CursorLag, ...] = ()
     broken_cursors: dict[str, str] = field(default_factory=dict)
     error: str | None = None
+    fragments: int = 0
+    snapshots: int = 0
+    #: when the newest fragment was written (µs since the epoch; `log.tree.last_written_us`)
+    last_commit_us: int | None = None
+    #: the broken cursors that are stale (set in an earlier incarnation of the log)
+    stale_cursors: tuple[str, ...] = ()
 
     @property
     def records(self) -> int:
@@ -55,25 +64,57 @@ class LogSummary:
             "cursors": [lag.to_dict() for lag in self.cursors],
             "broken_cursors": self.broken_cursors,
             "error": self.error,
+            "fragments": self.fragments,
+            "snapshots": self.snapshots,
+            "last_commit_us": self.last_commit_us,
         }
 
 
-def summarise_log(name: str, store: ObjectStore, at_us: int, *, named: bool = False) -> LogSummary | None:
+@dataclass
+class SummaryCaches:
+    """What summaries of the same logs share across calls: loaded snapshots (those cursors
+    straddle) and snapshot subtrees' counts, both immutable, so never stale."""
+
+    snapshots: SnapshotCache = field(default_factory=lambda: SnapshotCache(limit=256))
+    counts: TreeCounts = field(default_factory=TreeCounts)
+
+
+def summary_of(
+    name: str, store: ObjectStore, manifest: Manifest, cursors: list[CursorState],
+    broken: list[BrokenCursor], at_us: int, caches: SummaryCaches | None = None,
+) -> LogSummary:
+    """A log's summary from its manifest and cursors as read (reading only the snapshots
+    `caches` does not hold that the figures need)."""
+    caches = SummaryCaches() if caches is None else caches
+    counts = tree_counts(store, manifest, caches.snapshots, caches.counts)
+    return LogSummary(
+        name,
+        manifest.oldest_offset,
+        manifest.next_offset,
+        bytes_from(store, manifest, manifest.oldest_offset, caches.snapshots),
+        manifest.sealed,
+        tuple(cursor_lags(store, manifest, cursors, at_us, caches.snapshots)),
+        {b.name: b.problem for b in broken},
+        fragments=counts.fragments,
+        snapshots=counts.snapshots,
+        last_commit_us=last_written_us(manifest),
+        stale_cursors=tuple(b.name for b in broken if b.stale),
+    )
+
+
+def summarise_log(
+    name: str, store: ObjectStore, at_us: int, *, named: bool = False,
+    manifest: Manifest | None = None, caches: SummaryCaches | None = None,
+) -> LogSummary | None:
     """One log's summary; None when there is no log (a directory without a manifest), unless
     the log was `named` explicitly: then its absence is its error (a mistyped name must not
-    read as a log set without it, as the batch source fails on it too)."""
+    read as a log set without it, as the batch source fails on it too). The manifest is the
+    one read after the cursors, else `manifest` (read before: a log without cursors), else
+    read now."""
     try:
-        manifest = LogReader(store).manifest()
-        cursors, broken = CursorStore(store).scan()
-        return LogSummary(
-            name,
-            manifest.oldest_offset,
-            manifest.next_offset,
-            bytes_from(store, manifest, manifest.oldest_offset),
-            manifest.sealed,
-            tuple(cursor_lags(store, manifest, cursors, at_us)),
-            {b.name: b.problem for b in broken},
-        )
+        cursors, broken, after = CursorStore(store).scan_with_manifest()
+        manifest = after or manifest or LogReader(store).manifest()
+        return summary_of(name, store, manifest, cursors, broken, at_us, caches)
     except LogNotFound as exc:
         return LogSummary(name, error=str(exc)) if named else None
     except Wal3Error as exc:
@@ -85,7 +126,8 @@ def summarise(logs: LogSet) -> list[LogSummary]:
     explicitly named log that does not exist is reported as an error)."""
     at = micros()
     named = logs.selection.is_explicit
-    found = logs.map(lambda name: summarise_log(name, logs.log_store(name), at, named=named))
+    caches = SummaryCaches()
+    found = logs.map(lambda name: summarise_log(name, logs.log_store(name), at, named=named, caches=caches))
     return [summary for summary in found if summary is not None]
 
 

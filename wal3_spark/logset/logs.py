@@ -189,6 +189,8 @@ class LogSetScan:
 
     tails: dict[str, LogTail] = field(default_factory=dict)
     failed: dict[str, Wal3Error] = field(default_factory=dict)
+    #: the manifests the tails were read from, for a caller that needs more than the tail
+    manifests: dict[str, Manifest] = field(default_factory=dict, compare=False, repr=False)
 
 
 class LogSet:
@@ -261,6 +263,7 @@ class LogSet:
                 result.failed[loaded.name] = loaded.error
             elif loaded.manifest is not None:
                 result.tails[loaded.name] = LogTail.of(loaded.name, loaded.manifest)
+                result.manifests[loaded.name] = loaded.manifest
         return result
 
     def _load(self, name: str) -> LoadedLog:
