@@ -104,8 +104,8 @@ class FragmentBuilder:
         filter_column: str | None = None,
     ) -> None:
         """`filter_column`: build a stream filter of that column's values (docs/format.md
-        section 3b) and ask Parquet for a bloom filter of it in every row group, where the
-        installed pyarrow writes them (`PARQUET_BLOOM_FILTERS`)."""
+        section 4, "Stream filters") and ask Parquet for a bloom filter of it in every row
+        group, where the installed pyarrow writes them (`PARQUET_BLOOM_FILTERS`)."""
         if row_group_rows <= 0 or row_group_rows % CHUNK_ROWS:
             raise ValueError(f"row_group_rows must be a positive multiple of {CHUNK_ROWS}")
         if not 0 <= timestamp_us < 1 << 64:

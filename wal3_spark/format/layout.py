@@ -186,9 +186,9 @@ class FragmentRef:
     limit: int
     num_bytes: int
     setsum: Setsum
-    #: wal3-spark extension (docs/format.md section 3b): a Bloom filter of one column's values
-    #: in the fragment, so a reader of a few keys skips it without a GET; None: no filter (the
-    #: fragment is always read)
+    #: wal3-spark extension (docs/format.md section 4, "Stream filters"): a Bloom filter of one
+    #: column's values in the fragment, so a reader of a few keys skips it without a GET; None:
+    #: no filter (the fragment is always read)
     filter: StreamFilter | None = None
 
     @property

@@ -66,7 +66,7 @@ class NewFragment(Protocol):
     setsum: Setsum
     #: how its setsum's chunk items were hashed (`Manifest.append_item_hash`)
     item_hash: str | None
-    #: its stream filter (docs/format.md section 3b), or None
+    #: its stream filter (docs/format.md section 4, "Stream filters"), or None
     filter: StreamFilter | None
 
 

@@ -1,5 +1,5 @@
 """Stream filters: a small Bloom filter of one column's values per fragment (docs/format.md
-section 3b, docs/design.md section 26).
+section 4, "Stream filters", docs/design.md section 26).
 
 A log that multiplexes many streams (tenants, keys) is read one stream at a time by readers
 that would otherwise fetch every fragment. A fragment written with a filter column carries, in
@@ -159,7 +159,7 @@ class StreamFilter:
         m = len(self.bits) * 8
         return (1 - math.exp(-self.hashes * max(1, distinct) / m)) ** self.hashes
 
-    # -- the manifest entry's `filter` field (docs/format.md section 3b) --------------------
+    # -- the manifest entry's `filter` field (docs/format.md section 4, "Stream filters") ----
 
     def check_digest(self, setsum_hex: str) -> str:
         """16 hex digits binding the filter to its fragment (by the fragment's setsum): a filter

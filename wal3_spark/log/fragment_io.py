@@ -123,7 +123,7 @@ def iter_write_fragments(
     memory and knows what to clean up if a later one fails. `item_hash` is the log's
     (`Manifest.append_item_hash`); `clock` stamps the fragments (unless `timestamp_us` is given)
     and times the backoff of their uploads; `filter_column` gives each a stream filter of that
-    column (docs/format.md section 3b)."""
+    column (docs/format.md section 4, "Stream filters")."""
     from wal3_spark.format.fragment import FragmentBuilder  # see the module docstring
 
     builder: FragmentBuilder | None = None
@@ -156,7 +156,7 @@ class FragmentFile:
     setsum: Setsum
     timestamp_us: int
     item_hash: str | None = None
-    #: its stream filter (docs/format.md section 3b), placed in its manifest entry
+    #: its stream filter (docs/format.md section 4, "Stream filters"), placed in its manifest entry
     filter: StreamFilter | None = None
 
     def __reduce__(self):  # positional: no field names in every Spark commit message

@@ -91,7 +91,8 @@ class _FragmentFormat:
     item_hash: str | None
     #: the log's incarnation when this was decided: fragments written for it commit only into it
     incarnation: object = UNRECORDED
-    #: the column each fragment gets a stream filter of (docs/format.md section 3b), or None
+    #: the column each fragment gets a stream filter of (docs/format.md section 4, "Stream
+    #: filters"), or None
     filter_column: str | None = None
 
     def write(

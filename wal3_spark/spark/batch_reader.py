@@ -25,6 +25,8 @@ from wal3_spark.spark.planning import (
     narrow,
     partitions_of,
     plan_range,
+    pushed_values,
+    value_filters,
 )
 from wal3_spark.spark.read_tasks import read_partition
 from wal3_spark.spark.schemas import spark_to_arrow
@@ -36,14 +38,18 @@ class Wal3BatchReader(DataSourceReader):
         self.target = spark_to_arrow(schema)
         self.offsets = Bounds()
         self.times = Bounds()
+        #: pushed-down equality filters on other columns, for stream filters to skip fragments
+        self.pushed: list[tuple[str, tuple]] = []
 
     def partitions(self) -> Sequence[Wal3Partition]:
-        store = self.options.open_store()
+        o = self.options
+        store = o.open_store()
         manifest = LogReader(store).manifest()
-        ranges = plan_range(store, manifest, self.options.starting, self.options.ending,
-                            self.offsets, self.times, self.options.fail_on_data_loss)
-        return partitions_of(manifest, ranges, self.options.max_partition_bytes,
-                             self.options.min_partitions)
+        values, skipping = value_filters(manifest, (o.filter_column, o.filter_values), self.pushed,
+                                         o.url)
+        ranges = plan_range(store, manifest, o.starting, o.ending, self.offsets, self.times,
+                            o.fail_on_data_loss, values, skipping)
+        return partitions_of(manifest, ranges, o.max_partition_bytes, o.min_partitions, values)
 
     def read(self, partition: Wal3Partition) -> Iterator[pa.RecordBatch]:
         if not hasattr(partition, "part"):  # Spark's stand-in when partitions() found nothing
@@ -51,12 +57,13 @@ class Wal3BatchReader(DataSourceReader):
         yield from read_partition(
             self.options.open_store(), partition.part, partition.payload, self.target,
             verify=self.options.verify_on_read, item_hash=partition.item_hash,
-            fail_on_data_loss=self.options.fail_on_data_loss,
+            fail_on_data_loss=self.options.fail_on_data_loss, values=partition.values,
         )
 
 
 class Wal3PushdownReader(Wal3BatchReader):
-    """The batch reader with filter pushdown on `_offset` and `_timestamp`.
+    """The batch reader with filter pushdown on `_offset` and `_timestamp`, and of equality
+    filters (`=`, `IN`) on a column whose stream filters let fragments be skipped.
 
     PySpark refuses a reader that implements pushFilters when
     `spark.sql.python.filterPushdown.enabled` is false, so `reader_class` picks this one only
@@ -68,6 +75,7 @@ class Wal3PushdownReader(Wal3BatchReader):
         # Spark may reuse this reader for another query on the same DataFrame: start afresh
         self.offsets, self.times = Bounds(), Bounds()
         narrow(filters, self.offsets, self.times)
+        self.pushed = pushed_values(filters)
         return filters  # all of them: Spark re-checks, we only skip what cannot match
 
 

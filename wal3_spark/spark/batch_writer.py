@@ -21,6 +21,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from wal3_spark.errors import InvalidOption, SchemaMismatch
+from wal3_spark.format.stream_filter import check_filter_column
 from wal3_spark.log.committer import Committer
 from wal3_spark.log.fragment_io import FragmentFile
 from wal3_spark.logset.dirty import DirtyLog, parent_url
@@ -57,9 +58,12 @@ def prepare(options: Wal3Options, schema: StructType) -> tuple[pa.Schema | None,
     """Driver-side checks before any task runs: the target schema, the log's tail now and the
     `item_hash` the tasks must hash setsum items with (the log's, never changed by a writer)."""
     check_dirty_log(options)
+    appended = appended_schema(schema)
+    if options.filter_column is not None:  # before the log is created
+        check_filter_column(appended, options.filter_column, options.url)
     store = options.open_store()
     committer = Committer(store, writer=writer_name(options))
-    target = prepare_target(committer, appended_schema(schema), options.merge_schema)
+    target = prepare_target(committer, appended, options.merge_schema)
     manifest = committer.last_seen
     return target, manifest.next_offset, manifest.append_item_hash(target is not None)
 
@@ -155,7 +159,7 @@ class FragmentSink:
         partition, attempt = task_context()
         files = write_partition(
             self.options.open_store(), iterator, self.target, self.options.fragment_bytes,
-            self.item_hash,
+            self.item_hash, filter_column=self.options.filter_column,
         )
         return Wal3CommitMessage(tuple(files), partition, attempt)
 

@@ -72,6 +72,11 @@ OPTIONS: dict[str, tuple[tuple[str, ...], str]] = {
     "fullScanInterval": ((STREAM_READ,), "with logs: how often every manifest is read, e.g. 10m"),
     "dirtyLog": ((WRITE, STREAM_WRITE), "record each commit in the prefix's dirty log"),
     "logColumn": ((WRITE, STREAM_WRITE), "route each row to the log under path this column names"),
+    "filterColumn": (ROLES, "writes: give each fragment a stream filter of this column's values; "
+                     "reads: the column filterValues are of"),
+    "filterValues": ((READ, STREAM_READ), "with filterColumn: read only the rows whose column "
+                     "holds one of these values (a value, or a JSON array), skipping fragments "
+                     "whose stream filter rules them out"),
 }
 
 
@@ -221,6 +226,12 @@ class Wal3Options:
     dirty_log: bool = False
     #: a routing sink: the column naming each row's log under `url` (a prefix)
     log_column: str | None = None
+    #: writes: the column each fragment gets a stream filter of; reads: the column of
+    #: `filter_values` (docs/design.md section 26)
+    filter_column: str | None = None
+    #: reads: only the rows whose `filter_column` holds one of these (as given: strings, or
+    #: JSON numbers), filtered exactly
+    filter_values: tuple[Any, ...] | None = None
 
     def __repr__(self) -> str:
         """Every field, so that a new one is never missing; credentials masked (`is_secret`)."""
@@ -451,6 +462,8 @@ def parse(options: Mapping[str, str], role: str) -> Wal3Options:
     take("fullScanInterval", parse_duration_ms)
     take("dirtyLog", parse_bool)
     take("logColumn", _column_name)
+    take("filterColumn", _column_name)
+    take("filterValues", parse_filter_values)
     if "logs" in values:
         take("startingOffsets", lambda v: _parse_log_positions(v, ("earliest", "latest")))
         take("endingOffsets", lambda v: _parse_log_positions(v, ("latest",)))
@@ -501,6 +514,8 @@ _FIELD = {
     "fullScanInterval": "full_scan_interval_ms",
     "dirtyLog": "dirty_log",
     "logColumn": "log_column",
+    "filterColumn": "filter_column",
+    "filterValues": "filter_values",
 }
 
 
@@ -520,6 +535,11 @@ def _check_combinations(values: dict[str, str], kw: dict, role: str) -> None:
         if name in values and "logs" not in values:
             raise _fail(name, values[name], "applies only to a log set; set logs too (e.g. "
                         "logs=*)", role)
+    if role in (READ, STREAM_READ) and ("filterColumn" in values) != ("filterValues" in values):
+        given, missing = ("filterColumn", "filterValues") if "filterColumn" in values else (
+            "filterValues", "filterColumn")
+        raise _fail(given, values[given], f"a filtered read needs filterColumn and filterValues; "
+                    f"add {missing} (the column, and the values of it to read)", role)
     low, high = kw.get("min_records"), kw.get("max_records")
     if low is not None and high is not None and low > high:
         raise _fail("minRecordsPerTrigger", values["minRecordsPerTrigger"],
@@ -561,6 +581,22 @@ def _parse_log_positions(text: str, allowed: tuple[str, ...]) -> tuple[str, int]
     return dict(logs)
 
 
+def parse_filter_values(text: str) -> tuple[Any, ...]:
+    """One value (`acme`), or a JSON array of strings and integers (`["acme", "globex"]`,
+    `[7, 9]`): values containing commas need no escaping."""
+    stripped = text.strip()
+    if not stripped.startswith("["):
+        return (text,)
+    try:
+        values = json.loads(stripped)
+    except ValueError:
+        raise ValueError('expected one value, or a JSON array such as ["acme", "globex"]') from None
+    if not isinstance(values, list) or not all(
+            isinstance(v, str) or isinstance(v, int) and not isinstance(v, bool) for v in values):
+        raise ValueError("expected a JSON array of strings or integers")
+    return tuple(values)
+
+
 def _one_of(text: str, allowed: tuple[str, ...]) -> str:
     low = text.strip().lower()
     if low not in allowed:
@@ -570,7 +606,7 @@ def _one_of(text: str, allowed: tuple[str, ...]) -> str:
 
 def _column_name(text: str) -> str:
     if not text.strip():
-        raise ValueError("expected the name of a string column")
+        raise ValueError("expected the name of a column")
     return text.strip()
 
 

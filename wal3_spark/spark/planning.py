@@ -27,8 +27,10 @@ from pyspark.sql.datasource import (
     LessThanOrEqual,
 )
 
+from wal3_spark.errors import FilterError
 from wal3_spark.format.layout import FragmentRef
 from wal3_spark.format.manifest import Manifest
+from wal3_spark.format.stream_filter import ValueFilter
 from wal3_spark.format.schema import OFFSET_COLUMN, TIMESTAMP_COLUMN
 from wal3_spark.log.fragment_io import (
     ReadRange,
@@ -101,6 +103,42 @@ def narrow(filters: Iterable[Filter], offsets: Bounds, times: Bounds) -> None:
             bounds.upper(v + 1)
 
 
+def pushed_values(filters: Iterable[Filter]) -> list[tuple[str, tuple]]:
+    """The pushed-down `column = v` and `column IN (...)` filters on a top-level column other
+    than `_offset` and `_timestamp`: (column, values) pairs that stream filters may skip
+    fragments for (Spark re-applies every filter to the rows)."""
+    found = []
+    for f in filters:
+        column = getattr(f, "attribute", None)
+        if not isinstance(column, tuple) or len(column) != 1 or column[0] in (OFFSET_COLUMN, TIMESTAMP_COLUMN):
+            continue
+        if isinstance(f, EqualTo):
+            found.append((column[0], (f.value,)))
+        elif isinstance(f, In):
+            found.append((column[0], tuple(f.value)))
+    return found
+
+
+def value_filters(manifest: Manifest, options_filter: tuple[str | None, tuple | None],
+                  pushed: Sequence[tuple[str, tuple]] = (), url: str = "") -> tuple[
+                      ValueFilter | None, list[ValueFilter]]:
+    """The read's `filterColumn`/`filterValues` as a `ValueFilter` (FilterError when the log
+    cannot be filtered so), and the pushed filters that can skip fragments of this log (the
+    others are left to Spark: a pushed filter is never an error)."""
+    column, values = options_filter
+    if manifest.schema is None and not manifest.fragments and not manifest.snapshots:
+        return None, []  # an empty log without a schema yet: nothing to read, nothing to check
+    explicit = None if column is None or values is None else ValueFilter.of(
+        manifest.arrow_schema(), column, values, url)
+    skipping = []
+    for name, wanted in pushed:
+        try:
+            skipping.append(ValueFilter.of(manifest.arrow_schema(), name, wanted, url))
+        except FilterError:  # a column without stream filters, or values of another type
+            continue
+    return explicit, skipping
+
+
 def resolve(reader: LogReader, manifest: Manifest, position: tuple[str, int], *, default: int) -> int:
     """An option position (earliest/latest/offset/timestamp) as an offset."""
     kind, value = position
@@ -117,9 +155,12 @@ def resolve(reader: LogReader, manifest: Manifest, position: tuple[str, int], *,
 
 def plan_range(store: ObjectStore, manifest: Manifest, starting: tuple[str, int],
                ending: tuple[str, int], offsets: Bounds, times: Bounds,
-               fail_on_data_loss: bool) -> list[ReadRange]:
+               fail_on_data_loss: bool, values: ValueFilter | None = None,
+               skipping: Sequence[ValueFilter] = ()) -> list[ReadRange]:
     """A log's fragment ranges between its start and end positions, narrowed by pushed-down
-    filters on `_offset` and (by the write time in each fragment's path) on `_timestamp`."""
+    filters on `_offset` and (by the write time in each fragment's path) on `_timestamp`, less
+    the fragments whose stream filter rules out `values` or any of `skipping` (pushed filters
+    on other columns)."""
     reader = LogReader(store)
     start = resolve(reader, manifest, starting, default=manifest.oldest_offset)
     limit = resolve(reader, manifest, ending, default=manifest.next_offset)
@@ -129,7 +170,10 @@ def plan_range(store: ObjectStore, manifest: Manifest, starting: tuple[str, int]
         limit = min(limit, offsets.hi)
     if start >= limit:
         return []
-    ranges = reader.plan(start, limit, manifest=manifest, fail_on_data_loss=fail_on_data_loss)
+    ranges = reader.plan(start, limit, manifest=manifest, fail_on_data_loss=fail_on_data_loss,
+                         values=values)
+    if skipping:
+        ranges = [r for r in ranges if not any(v.skips(r.ref.filter) for v in skipping)]
     if times.lo is None and times.hi is None:
         return ranges
     structured = manifest.schema is not None
@@ -163,16 +207,18 @@ class Part:
 
 
 class Wal3Partition(InputPartition):
-    """Fragment ranges to read, the log's payload schema and its setsum `item_hash` (nothing is
-    re-planned)."""
+    """Fragment ranges to read, the log's payload schema and its setsum `item_hash`, and the
+    rows wanted of them (`values`: filterColumn/filterValues; None: all); nothing is
+    re-planned."""
 
     def __init__(self, index: int, part: Part, payload: pa.Schema | None,
-                 item_hash: str | None) -> None:
+                 item_hash: str | None, values: ValueFilter | None = None) -> None:
         super().__init__(index)
         self.index = index
         self.part = part
         self.payload = payload
         self.item_hash = item_hash
+        self.values = values
 
 
 def range_bytes(r: ReadRange) -> int:
@@ -211,9 +257,9 @@ def pack(ranges: Sequence[ReadRange], max_partition_bytes: int,
 
 
 def partitions_of(manifest: Manifest, ranges: Sequence[ReadRange], max_partition_bytes: int,
-                  min_partitions: int | None) -> list[Wal3Partition]:
+                  min_partitions: int | None, values: ValueFilter | None = None) -> list[Wal3Partition]:
     """A log's ranges as Spark's input partitions, each carrying what executors need from the
-    manifest (its payload schema and item hash), so they never read it."""
+    manifest (its payload schema and item hash) and the rows wanted, so they never read it."""
     parts = pack(ranges, max_partition_bytes, min_partitions)
     payload = manifest.arrow_schema()
-    return [Wal3Partition(i, p, payload, manifest.item_hash) for i, p in enumerate(parts)]
+    return [Wal3Partition(i, p, payload, manifest.item_hash, values) for i, p in enumerate(parts)]

@@ -15,6 +15,7 @@ from typing import TypeVar
 import pyarrow as pa
 
 from wal3_spark.format.schema import conform
+from wal3_spark.format.stream_filter import ValueFilter
 from wal3_spark.log.fragment_io import ReadRange, read_range
 from wal3_spark.spark.planning import Part
 from wal3_spark.storage.base import ObjectStore
@@ -36,14 +37,15 @@ def read_partition(
     batch_rows: int = READ_BATCH_ROWS,
     item_hash: str | None = None,
     fail_on_data_loss: bool = True,
+    values: ValueFilter | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """The records of `part` in offset order, as batches of the declared Arrow schema; a
-    fragment GC deleted since the driver planned is DataLost, or skipped with a warning under
-    failOnDataLoss=false (`read_range`)."""
+    """The records of `part` in offset order (with `values`, only those it wants), as batches
+    of the declared Arrow schema; a fragment GC deleted since the driver planned is DataLost,
+    or skipped with a warning under failOnDataLoss=false (`read_range`)."""
 
     def load(r: ReadRange) -> pa.RecordBatch:
         batch = read_range(store, r, payload, verify=verify, item_hash=item_hash,
-                           fail_on_data_loss=fail_on_data_loss)
+                           fail_on_data_loss=fail_on_data_loss, values=values)
         return conform(batch, target, against="query")
 
     return prefetched(part.ranges, load, batch_rows)

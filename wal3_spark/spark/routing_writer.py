@@ -44,6 +44,7 @@ from wal3_spark.errors import (
 )
 from wal3_spark.format.manifest import Manifest
 from wal3_spark.format.schema import RAW_SCHEMA, check_columns, conform
+from wal3_spark.format.stream_filter import check_filter_column
 from wal3_spark.log.committer import Committer
 from wal3_spark.log.fragment_io import iter_write_fragments
 from wal3_spark.logset.dirty import DirtyLog
@@ -149,6 +150,8 @@ class RoutingSink:
         appended = appended_schema(rest)
         if appended is not None:
             check_columns(appended)
+        if options.filter_column is not None:
+            check_filter_column(appended, options.filter_column, options.url)
         return cls(options, appended)
 
     # -- tasks ------------------------------------------------------------------------------
@@ -291,7 +294,7 @@ class Router:
             # each fragment recorded once uploaded, so a failure can delete every one
             self.files[name].extend(iter_write_fragments(
                 where.store, batches, where.target, fragment_bytes=self.limit,
-                item_hash=where.item_hash))
+                item_hash=where.item_hash, filter_column=self.sink.options.filter_column))
 
         list(self.pool.map(upload, work))
 

@@ -48,7 +48,7 @@ from wal3_spark.log.fragment_io import ReadRange
 from wal3_spark.log.reader import LogReader, SnapshotCache, iter_fragments
 from wal3_spark.spark.fair_share import Limits
 from wal3_spark.spark.options import Wal3Options
-from wal3_spark.spark.planning import Wal3Partition, partitions_of, resolve
+from wal3_spark.spark.planning import Wal3Partition, partitions_of, resolve, value_filters
 from wal3_spark.spark.read_tasks import read_partition
 from wal3_spark.spark.recreated import INCARNATION, check_same_log, recorded, stale_batch
 from wal3_spark.spark.schemas import spark_to_arrow
@@ -247,10 +247,11 @@ class Wal3StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             manifest = reader.manifest()  # a batch planned before a restart, or GC moved on
         if stale_batch(self.options, self.options.url, finish, incarnation, manifest, reader.manifest):
             return []
+        o = self.options
+        values, _ = value_filters(manifest, (o.filter_column, o.filter_values), url=o.url)
         ranges = reader.plan(begin, finish, manifest=manifest,
-                             fail_on_data_loss=self.options.fail_on_data_loss)
-        return partitions_of(manifest, ranges, self.options.max_partition_bytes,
-                             self.options.min_partitions)
+                             fail_on_data_loss=o.fail_on_data_loss, values=values)
+        return partitions_of(manifest, ranges, o.max_partition_bytes, o.min_partitions, values)
 
     def commit(self, end: dict) -> None:
         if self.options.cursor is None:
@@ -275,7 +276,7 @@ class Wal3StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         yield from read_partition(
             self.options.open_store(), partition.part, partition.payload, self.target,
             verify=self.options.verify_on_read, item_hash=partition.item_hash,
-            fail_on_data_loss=self.options.fail_on_data_loss,
+            fail_on_data_loss=self.options.fail_on_data_loss, values=partition.values,
         )
 
     def __getstate__(self):

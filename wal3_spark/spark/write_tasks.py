@@ -27,15 +27,19 @@ def write_partition(
     target: pa.Schema | None,
     fragment_bytes: int,
     item_hash: str | None = None,
+    *,
+    filter_column: str | None = None,
 ) -> list[FragmentFile]:
     """Write a task's batches as fragments, their setsum items hashed as the log's `item_hash`
-    (read by the driver); on failure delete what this attempt wrote."""
+    (read by the driver), each with a stream filter of `filter_column` when given; on failure
+    delete what this attempt wrote."""
     schema = RAW_SCHEMA if target is None else target
     conformed = (conform(batch, schema) for batch in batches if batch.num_rows)
     files: list[FragmentFile] = []
     try:
         for written in iter_write_fragments(
-            store, conformed, target, fragment_bytes=fragment_bytes, item_hash=item_hash
+            store, conformed, target, fragment_bytes=fragment_bytes, item_hash=item_hash,
+            filter_column=filter_column,
         ):
             files.append(written)
     except BaseException:
