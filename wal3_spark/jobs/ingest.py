@@ -23,6 +23,9 @@ def main(argv=None) -> int:
     p.add_argument("--log", required=True, help="log URL (file://, s3://, or a local path)")
     p.add_argument("--merge-schema", action="store_true", help="allow adding nullable columns")
     p.add_argument("--fragment-bytes", default=None, help="bytes per fragment (e.g. 64m)")
+    p.add_argument("--filter-column", metavar="COLUMN",
+                   help="give each fragment a stream filter of this column (readers of a few of "
+                        "its values skip the fragments without them)")
     p.add_argument("--option", action="append", metavar="KEY=VALUE", help="store option; repeatable")
     args = p.parse_args(argv)
 
@@ -33,6 +36,8 @@ def main(argv=None) -> int:
         writer = writer.option("mergeSchema", "true")
     if args.fragment_bytes:
         writer = writer.option("fragmentBytes", args.fragment_bytes)
+    if args.filter_column:
+        writer = writer.option("filterColumn", args.filter_column)
     t0 = SYSTEM.monotonic()
     writer.save(args.log)
     elapsed = SYSTEM.monotonic() - t0

@@ -36,6 +36,9 @@ def main(argv=None) -> int:
                    help="sink log URL, created on first append (a prefix with --route-by)")
     p.add_argument("--route-by", metavar="COLUMN",
                    help="write each row to the log under --sink named by this string column")
+    p.add_argument("--filter-column", metavar="COLUMN",
+                   help="give each fragment of the sink a stream filter of this column (readers of "
+                        "a few of its values skip the fragments without them)")
     p.add_argument("--dirty-log", action="store_true",
                    help="record the sink's commits in the dirty log of its prefix")
     p.add_argument("--checkpoint", required=True, help="checkpoint directory (also the writer id)")
@@ -73,6 +76,8 @@ def main(argv=None) -> int:
               .option("checkpointLocation", args.checkpoint))
     if args.route_by:
         writer = writer.option("logColumn", args.route_by)
+    if args.filter_column:
+        writer = writer.option("filterColumn", args.filter_column)
     if args.dirty_log:
         writer = writer.option("dirtyLog", "true")
     if args.available_now:
