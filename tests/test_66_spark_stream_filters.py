@@ -102,3 +102,19 @@ def test_05_errors(spark, log_url):
         read(spark, log_url, filterValues="1").collect()
     with pytest.raises(Exception, match="filter value 'x' for the int64 column 'id' is not an integer"):
         read(spark, log_url, filterColumn="id", filterValues="x").collect()
+
+
+def test_06_options_parse():
+    from wal3_spark.errors import InvalidOption
+    from wal3_spark.spark.options import parse
+
+    o = parse({"path": "/x", "filterColumn": "tenant", "filterValues": '["a,b", 7]'}, "read")
+    assert (o.filter_column, o.filter_values) == ("tenant", ("a,b", 7))
+    assert parse({"path": "/x", "filterColumn": "t", "filterValues": "acme"}, "streamRead").filter_values == ("acme",)
+    assert parse({"path": "/x", "filterColumn": "tenant"}, "write").filter_column == "tenant"
+    with pytest.raises(InvalidOption, match="do not take stream filters yet"):
+        parse({"path": "/x", "filterColumn": "t", "filterValues": "a", "logs": "*"}, "read")
+    with pytest.raises(InvalidOption, match="JSON array"):
+        parse({"path": "/x", "filterColumn": "t", "filterValues": "[1.5]"}, "read")
+    with pytest.raises(InvalidOption, match="does not apply"):
+        parse({"path": "/x", "filterValues": "a"}, "write")
