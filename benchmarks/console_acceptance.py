@@ -85,7 +85,9 @@ def main() -> None:
     parser.add_argument("--active", type=int, default=20, help="logs with appenders and consumers")
     parser.add_argument("--screenshots", type=Path, help="save each page as console-<page>.png here")
     args = parser.parse_args()
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.ui import WebDriverWait
 
     with tempfile.TemporaryDirectory() as tmp, running_seaweed(Path(tmp) / "seaweed") as seaweed:
@@ -137,6 +139,12 @@ def main() -> None:
 
         counting = CountingStore(prefix)
         driver = browser()
+
+        def follow(element) -> None:  # noqa: ANN001 - a link or button: click, wait for the next page
+            html = driver.find_element(By.TAG_NAME, "html")
+            element.click()
+            WebDriverWait(driver, 60, 0.05).until(expected_conditions.staleness_of(html))
+
         try:
             with serving(create_app(Target.open(counting), overview_ttl_s=0)) as server:
                 def page(label: str, path: str, after: Callable[[], None] | None = None) -> None:
@@ -170,7 +178,7 @@ def main() -> None:
                      lambda: check(offsets() == list(range(1, 51)), "the first page"))
                 for _ in range(2):
                     first = offsets()[-1] + 1
-                    driver.find_element(By.ID, "page-next").click()
+                    follow(driver.find_element(By.ID, "page-next"))
                     check(offsets() == list(range(first, first + 50)), "the next page follows on")
                 page("fragments", f"log/{name}/fragments")
                 page("gc", f"log/{name}/gc", lambda: check(
@@ -178,8 +186,9 @@ def main() -> None:
                     "the cursor holding GC back"))
 
                 def verified() -> None:
-                    driver.find_element(By.ID, "verify-start").click()
-                    state = WebDriverWait(driver, 120, 0.5).until(
+                    follow(driver.find_element(By.ID, "verify-start"))
+                    state = WebDriverWait(driver, 120, 0.5, ignored_exceptions=(
+                        NoSuchElementException, StaleElementReferenceException)).until(
                         lambda d: d.find_element(By.ID, "verify-state").get_attribute("data-state")
                         in ("ok", "failed", "error") and d.find_element(By.ID, "verify-state"))
                     check(state.get_attribute("data-state") == "ok", f"verify: {state.text}")

@@ -156,6 +156,17 @@ def _open(browser, url: str) -> None:  # noqa: ANN001
     assert not errors, f"the browser's console shows errors on {url}: {errors}"
 
 
+def _follow(browser, element) -> None:  # noqa: ANN001
+    """Click `element` (a link or a submit button) and wait for the next page to replace this one."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    page = browser.find_element(By.TAG_NAME, "html")
+    element.click()
+    WebDriverWait(browser, 60, poll_frequency=0.05).until(expected_conditions.staleness_of(page))
+
+
 def _figures(browser, container: str) -> dict[str, str]:  # noqa: ANN001
     from selenium.webdriver.common.by import By
 
@@ -172,15 +183,25 @@ def test_01_overview_matches_wal3_info(server: ConsoleServer, browser, prefix: s
     assert int(shown["logs"]) == expected["logs"] == 3
     assert int(shown["records"]) == expected["records"]
     assert int(shown["bytes"]) == expected["bytes"]
-    names = [row.get_attribute("data-log") for row in browser.find_elements(By.CSS_SELECTOR, "#logs tbody tr")]
-    assert names == ["damaged", "events", "orders"]
+    def names() -> list[str]:
+        return [row.get_attribute("data-log") for row in browser.find_elements(By.CSS_SELECTOR, "#logs tbody tr")]
+
+    assert names() == ["damaged", "events", "orders"]
+    from selenium.webdriver.support.ui import Select
+
+    Select(browser.find_element(By.ID, "sort")).select_by_value("records")
+    _follow(browser, browser.find_element(By.CSS_SELECTOR, "form.inline button"))
+    assert names() == ["orders", "damaged", "events"]  # 480, 120, 3 records
+    browser.find_element(By.NAME, "pattern").send_keys("*s")
+    _follow(browser, browser.find_element(By.CSS_SELECTOR, "form.inline button"))
+    assert names() == ["orders", "events"]
 
 
 def test_02_log_page_matches_wal3_info(server: ConsoleServer, browser, prefix: str) -> None:  # noqa: ANN001
     from selenium.webdriver.common.by import By
 
     _open(browser, server.url)
-    browser.find_element(By.LINK_TEXT, "orders").click()
+    _follow(browser, browser.find_element(By.LINK_TEXT, "orders"))
     assert browser.current_url.endswith("/log/orders")
     expected = _wal3("info", f"{prefix}/orders")
     shown = _figures(browser, "log-figures")
@@ -210,11 +231,11 @@ def test_03_record_browser_pages(server: ConsoleServer, browser) -> None:  # noq
 
     _open(browser, f"{server.url}log/orders/records?start=1&size=30")
     assert offsets() == list(range(1, 31))
-    browser.find_element(By.ID, "page-next").click()
+    _follow(browser, browser.find_element(By.ID, "page-next"))
     assert offsets() == list(range(31, 61))
-    browser.find_element(By.ID, "page-previous").click()
+    _follow(browser, browser.find_element(By.ID, "page-previous"))
     assert offsets() == list(range(1, 31))
-    browser.find_element(By.ID, "page-last").click()
+    _follow(browser, browser.find_element(By.ID, "page-last"))
     assert offsets() == list(range(12 * BATCH + 1 - 30, 12 * BATCH + 1))
     assert not browser.find_elements(By.ID, "page-next")
     headers = [th.text for th in browser.find_elements(By.CSS_SELECTOR, "#records thead th")]
@@ -225,7 +246,7 @@ def test_03_record_browser_pages(server: ConsoleServer, browser) -> None:  # noq
     field = browser.find_element(By.CSS_SELECTOR, "#goto-offset input[name=start]")
     field.clear()
     field.send_keys("100")
-    browser.find_element(By.CSS_SELECTOR, "#goto-offset button").click()
+    _follow(browser, browser.find_element(By.CSS_SELECTOR, "#goto-offset button"))
     assert offsets() == list(range(100, 130))
     _open(browser, browser.current_url)
 
@@ -271,8 +292,15 @@ def test_06_fragments_and_gc(server: ConsoleServer, browser, prefix: str) -> Non
 
 
 def test_07_verify_shows_its_result(server: ConsoleServer, browser) -> None:  # noqa: ANN001
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
+
+    def until_finished() -> str:
+        # the page reloads itself every second while verify runs: an element may go stale
+        wait = WebDriverWait(browser, 60, poll_frequency=0.2,
+                             ignored_exceptions=(NoSuchElementException, StaleElementReferenceException))
+        return wait.until(finished)
 
     def finished(driver) -> str | bool:  # noqa: ANN001
         state = driver.find_element(By.ID, "verify-state").get_attribute("data-state") \
@@ -280,13 +308,13 @@ def test_07_verify_shows_its_result(server: ConsoleServer, browser) -> None:  # 
         return state if state in ("ok", "failed", "error") else False
 
     _open(browser, f"{server.url}log/orders/verify")
-    browser.find_element(By.ID, "verify-start").click()
-    assert WebDriverWait(browser, 60, poll_frequency=0.2).until(finished) == "ok"
+    _follow(browser, browser.find_element(By.ID, "verify-start"))
+    assert until_finished() == "ok"
     assert "12 fragments" in browser.find_element(By.ID, "verify-state").text
 
     _open(browser, f"{server.url}log/damaged/verify")
-    browser.find_element(By.ID, "verify-start").click()
-    assert WebDriverWait(browser, 60, poll_frequency=0.2).until(finished) == "failed"
+    _follow(browser, browser.find_element(By.ID, "verify-start"))
+    assert until_finished() == "failed"
     problems = browser.find_element(By.ID, "verify-problems").text
     assert "corrupt" in problems and "log/Uuid=" in problems
     _open(browser, browser.current_url)
@@ -318,6 +346,7 @@ def test_09_a_page_reads_only_its_fragments(prefix: str) -> None:
 def test_10_errors_are_explained(client, tmp_path: Path, prefix: str) -> None:  # noqa: ANN001
     missing = client.get("/log/nosuch")
     assert missing.status_code == 404 and "no log &#39;nosuch&#39;" in missing.text
+    assert client.get("/?sort=size").status_code == 400
     bad = client.get("/log/orders/records?start=abc")
     assert bad.status_code == 400 and "give a whole number" in bad.text
     past = client.get("/log/orders/records?start=99999")
@@ -347,3 +376,21 @@ def test_12_read_only_store_refuses_writes(prefix: str) -> None:
                   lambda: store.delete("x")):
         with pytest.raises(AccessDenied, match="the test is read-only"):
             write()
+
+
+def test_13_the_command_serves(prefix: str) -> None:
+    """`wal3 console PREFIX --port 0` prints where it serves, and serves there."""
+    import urllib.request
+
+    process = subprocess.Popen([sys.executable, "-m", "wal3_spark.cli", "console", prefix, "--port", "0"],
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stderr is not None
+        line = process.stderr.readline()
+        assert "read-only" in line, line
+        address = line.split(" at ", 1)[1].split()[0]
+        with urllib.request.urlopen(address + "log/orders", timeout=60) as response:
+            assert response.status == 200 and b'data-figure="records">480<' in response.read()
+    finally:
+        process.terminate()
+        process.wait(timeout=30)

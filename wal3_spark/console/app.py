@@ -50,6 +50,15 @@ class _Overview:
             return self._value
 
 
+#: the overview's orders: by name, or the most lagging, largest or most recently grown first
+_ORDERS: dict[str, Any] = {
+    "name": lambda s: s.name,
+    "lag": lambda s: (-(s.most_behind.records_behind if s.most_behind else -1), s.name),
+    "records": lambda s: (-s.records, s.name),
+    "bytes": lambda s: (-s.bytes, s.name),
+}
+
+
 def _parse_time(text: str) -> dt.datetime:
     try:
         when = dt.datetime.fromisoformat(text.strip())
@@ -137,7 +146,11 @@ def create_app(target: Target, *, overview_ttl_s: float = OVERVIEW_TTL_S, clock:
         pattern = request.args.get("pattern", "").strip()
         if pattern:
             summaries = [s for s in summaries if fnmatch.fnmatchcase(s.name, pattern)]
-        return render_template("index.html", summaries=summaries, totals=totals, pattern=pattern)
+        order = request.args.get("sort", "name")
+        if order not in _ORDERS:
+            raise InvalidOption(f"sort={order!r}: give one of {', '.join(_ORDERS)}")
+        summaries = sorted(summaries, key=_ORDERS[order])
+        return render_template("index.html", summaries=summaries, totals=totals, pattern=pattern, order=order)
 
     @app.get("/log/<name>")
     def log_page(name: str) -> str:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
+import socket
 import sys
 
 from wal3_spark.cli.arguments import url_arg
@@ -33,6 +35,9 @@ def console(args: argparse.Namespace, output: Output) -> int:
     server = ConsoleServer(create_app(target), args.host, args.port)
     what = "the log set" if target.is_set else "the log"
     sys.stderr.write(f"wal3 console: {what} {target.url} at {server.url} (read-only; Ctrl-C stops)\n")
+    if not ipaddress.ip_address(socket.gethostbyname(args.host)).is_loopback:
+        sys.stderr.write(f"wal3 console: warning: listening on {args.host}, not only on this machine: anyone "
+                         "who reaches it can read the records (there is no login)\n")
     sys.stderr.flush()
     server.serve_forever()
     return EXIT_OK
