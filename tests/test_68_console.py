@@ -74,7 +74,7 @@ def _append(url: str, batches: int, **writer: object) -> None:
 
 @pytest.fixture(scope="module")
 def prefix(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """orders (structured, 12 fragments, snapshots, two cursors), events (raw, no cursor),
+    """orders (structured, 12 fragments, snapshots, two cursors), events (raw, a broken cursor),
     damaged (a fragment overwritten: verify fails)."""
     root = tmp_path_factory.mktemp("console") / "set"
     url = file_url(str(root))
@@ -84,6 +84,8 @@ def prefix(tmp_path_factory: pytest.TempPathFactory) -> str:
     cursors.create("audit", 1 + 12 * BATCH)
     with LogWriter(f"{url}/events") as log:
         log.append([b"alpha", b"beta", bytes([0xFF, 0x00])])
+    (root / "events" / "cursor").mkdir()
+    (root / "events" / "cursor" / "bad-name.json").write_text("{}")  # a broken cursor
     _append(f"{url}/damaged", 3)
     store = open_store(f"{url}/damaged")
     victim = next(iter(iter_fragments(store, LogReader(store).manifest()))).path
@@ -218,6 +220,8 @@ def test_02_log_page_matches_wal3_info(server: ConsoleServer, browser, prefix: s
         assert int(cells["offset"]) == lag["offset"]
         assert int(cells["records_behind"]) == lag["records_behind"]
         assert int(cells["bytes_behind"]) == lag["bytes_behind"]
+    billing = browser.find_element(By.CSS_SELECTOR, '#cursors tr[data-cursor="billing"] td[data-figure="lag_s"]')
+    assert billing.text.endswith(" old")  # the age of its oldest unread record
     assert len(browser.find_elements(By.CSS_SELECTOR, "#rate-chart rect.mark")) == 10
     _open(browser, browser.current_url)  # again, to collect any console error of the page
 
@@ -289,6 +293,11 @@ def test_06_fragments_and_gc(server: ConsoleServer, browser, prefix: str) -> Non
     assert int(shown["records_dropped"]) == expected["records_dropped"] == 3 * BATCH
     assert int(shown["fragments_dropped"]) == expected["fragments_dropped"] == 3
     assert browser.find_element(By.ID, "pending-garbage").text.startswith("Empty")
+    _open(browser, f"{server.url}log/events/gc")  # a broken cursor: the collection is refused
+    assert "broken" in browser.find_element(By.ID, "gc-refused").text
+    _open(browser, f"{server.url}log/events")
+    row = browser.find_element(By.CSS_SELECTOR, '#cursors tr[data-cursor="bad-name"]').text
+    assert "broken" in row
 
 
 def test_07_verify_shows_its_result(server: ConsoleServer, browser) -> None:  # noqa: ANN001

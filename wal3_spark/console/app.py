@@ -22,32 +22,32 @@ from wal3_spark.console.target import Target
 from wal3_spark.console.verify_runs import VerifyRuns
 from wal3_spark.errors import InvalidOption, LogNotFound, Wal3Error
 from wal3_spark.log.reader import SnapshotCache
-from wal3_spark.logset import info as set_info
+from wal3_spark.logset.info import LogSummary, set_info
+from wal3_spark.logset.logs import LogSet
+from wal3_spark.observe.status import Status, StatusModel
 
-#: how long the overview of a log set is reused before its logs are read again
+#: how long the overview of a log set is reused before it is refreshed (from the dirty log, or
+#: by reading every log: `wal3_spark.observe.status`)
 OVERVIEW_TTL_S = 10.0
 
 
 class _Overview:
-    """The log set's summaries, read again at most every `OVERVIEW_TTL_S` seconds."""
+    """The log set's summaries from the console's `StatusModel` (which the page and `/metrics`
+    share: one refresh per TTL for both), with the set's totals computed once per refresh."""
 
-    def __init__(self, target: Target, ttl_s: float, clock: Clock) -> None:
-        self.target = target
-        self.ttl_s = ttl_s
-        self.clock = clock
+    def __init__(self, model: StatusModel, logs: LogSet) -> None:
+        self.model = model
+        self.logs = logs
         self._lock = threading.Lock()
-        self._at = 0.0
-        self._value: tuple[list[set_info.LogSummary], dict[str, Any]] | None = None
+        self._totals: tuple[int, dict[str, Any]] | None = None
 
-    def get(self) -> tuple[list[set_info.LogSummary], dict[str, Any]]:
+    def get(self) -> tuple[Status, list[LogSummary], dict[str, Any]]:
+        status = self.model.status()
+        summaries = list(status.logs)
         with self._lock:
-            if self._value is None or self.clock.monotonic() - self._at >= self.ttl_s:
-                logs = self.target.logs
-                assert logs is not None
-                summaries = set_info.summarise(logs)
-                self._value = summaries, set_info.set_info(logs, summaries)
-                self._at = self.clock.monotonic()
-            return self._value
+            if self._totals is None or self._totals[0] != status.measured_us:
+                self._totals = status.measured_us, set_info(self.logs, summaries)
+            return status, summaries, self._totals[1]
 
 
 #: the overview's orders: by name, or the most lagging, largest or most recently grown first
@@ -103,7 +103,8 @@ def create_app(target: Target, *, overview_ttl_s: float = OVERVIEW_TTL_S, clock:
     app = Flask(__name__)
     app.config["TARGET"] = target
     runs = VerifyRuns(clock)
-    overview = _Overview(target, overview_ttl_s, clock) if target.is_set else None
+    model = StatusModel(target.store, ttl_s=overview_ttl_s, clock=clock)
+    overview = _Overview(model, target.logs) if target.logs is not None else None
     snapshots = SnapshotCache()  # immutable: shared by every page and log
 
     app.jinja_env.filters.update(
@@ -142,7 +143,7 @@ def create_app(target: Target, *, overview_ttl_s: float = OVERVIEW_TTL_S, clock:
     def index() -> str | Response:
         if overview is None:
             return redirect(url_for("log_page", name=target.single_name))
-        summaries, totals = overview.get()
+        status, summaries, totals = overview.get()
         pattern = request.args.get("pattern", "").strip()
         if pattern:
             summaries = [s for s in summaries if fnmatch.fnmatchcase(s.name, pattern)]
@@ -150,7 +151,8 @@ def create_app(target: Target, *, overview_ttl_s: float = OVERVIEW_TTL_S, clock:
         if order not in _ORDERS:
             raise InvalidOption(f"sort={order!r}: give one of {', '.join(_ORDERS)}")
         summaries = sorted(summaries, key=_ORDERS[order])
-        return render_template("index.html", summaries=summaries, totals=totals, pattern=pattern, order=order)
+        return render_template("index.html", status=status, summaries=summaries, totals=totals,
+                               pattern=pattern, order=order, ttl_s=overview_ttl_s)
 
     @app.get("/log/<name>")
     def log_page(name: str) -> str:

@@ -11,7 +11,6 @@ that hold those offsets (`LogReader.scan`), whatever the log's size.
 
 from __future__ import annotations
 
-import bisect
 import datetime as dt
 from dataclasses import dataclass
 from typing import Any
@@ -83,21 +82,11 @@ def log_page(store: ObjectStore, cache: SnapshotCache | None = None) -> dict[str
     points = fragments(store, cache)
     now = micros()
     written = [p.written_us for p in points if p.written_us is not None]
-    starts = [p.start for p in points]
-    cursors = []
-    for name, lag in info["lag"].items():
-        unread_us = None
-        if lag["records_behind"] > 0 and points:
-            at = bisect.bisect_right(starts, lag["offset"]) - 1
-            if 0 <= at < len(points) and points[at].written_us is not None:
-                unread_us = points[at].written_us
-        cursors.append({**lag, "oldest_unread_age_s": None if unread_us is None else max(0, now - unread_us) / 1e6,
-                        "stale": name in info["stale_cursors"]})
     rate = append_rate(points, now)
     recent = rate[-5:]
     return {
         "info": info,
-        "cursors": cursors,
+        "cursors": list(info["lag"].values()),
         "last_commit_us": max(written, default=None),
         "rate": rate,
         "rate_per_s": sum(b["records"] for b in recent) / (len(recent) * RATE_BUCKET_S),
