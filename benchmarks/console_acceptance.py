@@ -12,7 +12,8 @@ Prints a table (docs/console.md records its output) and, with --screenshots, sav
 3. the console serves the prefix (through a request-counting store, so each page's requests
    are counted) and the browser opens each page: the overview (every log listed), an active
    log's page, three record pages in a row (contiguous offsets), the fragment timeline, the
-   GC page and verify (to its result); the browser's console must show no error on any page;
+   GC page and verify (to its result), and verify of an idle log whose fragment was damaged
+   (it must fail, naming the fragment); the browser's console must show no error on any page;
 4. the load stops, and the overview (read again) must equal `wal3 info PREFIX --json`.
 Any check that fails ends the run with status 1.
 """
@@ -49,6 +50,9 @@ from wal3_spark.logset.dirty import DirtyLog  # noqa: E402
 from wal3_spark.logset.logs import LogSet  # noqa: E402
 from wal3_spark.storage import open_store  # noqa: E402
 
+#: the overview's refresh interval here (10 s by default): short, so that the second overview,
+#: after the load stopped, is a fresh refresh
+TTL_S = 1.0
 SCHEMA = pa.schema([("id", pa.int64()), ("tenant", pa.string()), ("amount", pa.float64())])
 
 
@@ -137,6 +141,12 @@ def main() -> None:
         for thread in threads:
             thread.start()
 
+        # one idle log gets a damaged fragment (its bytes replaced): verify must name it
+        damaged = names[2]
+        damaged_store = logs.log_store(damaged)
+        damaged_path = next(iter(LogReader(damaged_store).plan())).ref.path
+        damaged_store.put_if_match(damaged_path, b"not a parquet file", damaged_store.head(damaged_path).etag)
+
         counting = CountingStore(prefix)
         driver = browser()
 
@@ -146,7 +156,7 @@ def main() -> None:
             WebDriverWait(driver, 60, 0.05).until(expected_conditions.staleness_of(html))
 
         try:
-            with serving(create_app(Target.open(counting), overview_ttl_s=0)) as server:
+            with serving(create_app(Target.open(counting), overview_ttl_s=TTL_S)) as server:
                 def page(label: str, path: str, after: Callable[[], None] | None = None) -> None:
                     counting.counts.clear()
                     began = time.perf_counter()
@@ -194,6 +204,16 @@ def main() -> None:
                     check(state.get_attribute("data-state") == "ok", f"verify: {state.text}")
 
                 page("verify", f"log/{name}/verify", verified)
+
+                def verify_fails() -> None:
+                    follow(driver.find_element(By.ID, "verify-start"))
+                    WebDriverWait(driver, 120, 0.5, ignored_exceptions=(
+                        NoSuchElementException, StaleElementReferenceException)).until(
+                        lambda d: d.find_element(By.ID, "verify-state").get_attribute("data-state") == "failed")
+                    problems = driver.find_element(By.ID, "verify-problems").text
+                    check("corrupt" in problems and damaged_path in problems, f"the damage is named: {problems}")
+
+                page("verify-failed", f"log/{damaged}/verify", verify_fails)
                 stop.set()
                 for thread in threads:
                     thread.join()
@@ -212,6 +232,7 @@ def main() -> None:
                     for key in ("logs", "records", "bytes"):
                         check(int(shown[key]) == expected[key], f"overview {key} {shown[key]} != wal3 info's {expected[key]}")
 
+                time.sleep(TTL_S)  # the overview's figures are older than its TTL: it refreshes
                 page("overview-after", "", totals)
                 row("overview equals wal3 info --json", "yes", f"logs, records, bytes: "
                     f"{expected['logs']}, {expected['records']}, {expected['bytes']}")
