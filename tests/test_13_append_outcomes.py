@@ -94,7 +94,9 @@ def committer_commit(hooked, store):
 def spark_sink_commit(hooked, store):
     """What the batch and stream sinks' driver commit runs (`commit_files`)."""
     files = upload(store, [b"new 1", b"new 2"])
-    return commit_files(hooked, files, target=None, merge_schema=False, writer="sink", since=1)
+    incarnation = LogReader(store).manifest().incarnation  # as the driver planned the write
+    return commit_files(hooked, files, target=None, merge_schema=False, writer="sink", since=1,
+                        incarnation=incarnation)
 
 
 def writer_append(hooked, store):

@@ -16,8 +16,8 @@ import pytest
 
 from wal3_spark.cli.main import main
 from wal3_spark.errors import CommitFailed, CorruptLog, CursorError, LogRecreated
-from wal3_spark.format.incarnation import UNRECORDED, same_log
-from wal3_spark.format.layout import MANIFEST_KEY, Cursor, cursor_key, dumps
+from wal3_spark.format.incarnation import UNPINNED, UNRECORDED, pinned, same_log
+from wal3_spark.format.layout import FRAGMENT_PREFIX, MANIFEST_KEY, Cursor, cursor_key, dumps
 from wal3_spark.format.manifest import Manifest
 from wal3_spark.format.uuid7 import uuid7_timestamp_us
 from wal3_spark.log.committer import Committer
@@ -27,6 +27,7 @@ from wal3_spark.log.reader import LogReader
 from wal3_spark.log.writer import LogWriter, to_batches
 from wal3_spark.ops.copy import copy_log
 from wal3_spark.ops.gc import collect_garbage
+from wal3_spark.ops.verify import verify
 from wal3_spark.storage import open_store
 from wal3_spark.storage.base import Blob
 from wal3_spark.storage.forwarding import ForwardingStore
@@ -237,3 +238,76 @@ def test_12_a_cursor_beyond_one_read_of_the_tail_but_not_the_next_is_read_again_
     with pytest.raises(CorruptLog, match="before cursor .c. at 7, and the next did not"):
         CursorStore(StaleOnce(store)).scan_from("c")
     assert CursorStore(store).scan_from("c").records == 0
+
+
+class RecreatedAfterUpload(ForwardingStore):
+    """`inner`, where the log is deleted and created again (holding `b"new"`) right after the
+    first fragment upload: between a writer's upload and its commit, deterministically."""
+
+    def __init__(self, inner) -> None:
+        super().__init__(inner)
+        self.fired = False
+
+    def put_if_absent(self, key, data):
+        etag = self.inner.put_if_absent(key, data)
+        if key.startswith(FRAGMENT_PREFIX) and not self.fired:
+            self.fired = True
+            delete_log(self.inner)
+            LogWriter(self.inner).append([b"new"])
+        return etag
+
+
+@pytest.mark.parametrize("depth", [1, 4])  # one manifest write in flight, or a chain of them
+@pytest.mark.parametrize("warm", [False, True])  # the commit thread knows the old manifest, or not
+def test_13_pipelined_submits_written_before_a_log_was_deleted_fail_and_never_commit(store, depth, warm):
+    LogWriter(store).append([b"old"])
+    hooked = RecreatedAfterUpload(store)
+    with LogWriter(hooked, max_manifest_writes=depth, batch_bytes=1) as writer:
+        if warm:
+            hooked.fired = True
+            assert writer.submit([b"warm"]).result(timeout=60).start == 2
+            hooked.fired = False
+        future = writer.submit([b"lost 1", b"lost 2"])
+        with pytest.raises(CommitFailed, match="deleted since"):
+            future.result(timeout=60)
+        assert hooked.fired
+        assert bodies(store) == [b"new"]  # nothing of the failed append, nor of the old log
+        # the writer learns the new log: its next append goes there
+        assert writer.submit([b"after"]).result(timeout=60).start == 2
+    assert bodies(store) == [b"new", b"after"]
+    assert verify(store).ok
+
+
+def bodies(store) -> list[bytes]:
+    return LogReader(store).read_table().column("body").to_pylist()
+
+
+def test_14_fragments_written_for_no_log_commit_into_a_log_created_meanwhile_not_into_one_deleted_since(store):
+    """`UNPINNED` (a routing sink's new log): another writer creating the log meanwhile is fine;
+    the fragments gone with a log deleted since is not, whatever its incarnation now."""
+    files = write_fragments(store, to_batches([b"mine"])[0], None, fragment_bytes=1 << 20)
+    LogWriter(store).append([b"theirs"])  # created meanwhile by another writer
+    assert Committer(store).commit(files, incarnation=UNPINNED).start == 2
+    assert bodies(store) == [b"theirs", b"mine"]
+
+    delete_log(store)
+    files = write_fragments(store, to_batches([b"lost"])[0], None, fragment_bytes=1 << 20)
+    delete_log(store)  # created, written for, and deleted: the fragments went with it
+    with pytest.raises(CommitFailed, match="is gone: the log was deleted"):
+        Committer(store).commit(files, incarnation=UNPINNED)
+    assert not store.exists(MANIFEST_KEY)
+    LogWriter(store).append([b"again"])
+    with pytest.raises(CommitFailed, match="is gone: the log was deleted"):
+        Committer(store).commit(files, incarnation=UNPINNED)
+    assert bodies(store) == [b"again"]
+
+
+def test_15_tasks_that_saw_one_incarnation_pin_it_others_pin_nothing():
+    import pickle
+
+    assert pinned(["a", "a"]) == "a"
+    assert pinned([None, None]) is None
+    for mixed in (["a", "b"], ["a", UNPINNED], [UNPINNED], []):
+        assert pinned(mixed) is UNPINNED
+    assert pickle.loads(pickle.dumps(UNPINNED)) is UNPINNED  # travels to executors and back
+    assert pickle.loads(pickle.dumps(UNRECORDED)) is UNRECORDED

@@ -81,7 +81,8 @@ def test_02_the_spark_commit_path_deletes_nothing_when_the_outcome_is_unknown(st
     late = late_manifest_writes(store, probability=1.0, land="manual")
     files = raw_files(store, [b"r1", b"r2"])
     with pytest.raises(CommitOutcomeUnknown, match="wal3 verify"):
-        commit_files(late, files, target=None, merge_schema=False, writer="t", since=2)
+        commit_files(late, files, target=None, merge_schema=False, writer="t", since=2,
+                     incarnation=LogReader(store).manifest().incarnation)
     assert all(store.exists(f.path) for f in files)
     late.land_all()  # the store finally processes the requests it had received
     assert late.counts["landed"] == 1 and late.counts["condition_lost"] == 2, late.counts

@@ -167,3 +167,84 @@ def test_06_one_read_that_disagrees_with_the_next_is_corrupt_never_a_recreated_l
     with pytest.raises(LogRecreated):
         check_same_log(parse({"path": url}, STREAM_READ), url, 3, real.incarnation, damaged,
                        lambda: damaged)
+
+
+# ------------------------------------------------------------ sinks: a log deleted under a write
+
+
+def records_of(url: str) -> list[tuple]:
+    """Every record of the log at `url` as (tag, id), sorted; [] when it is empty."""
+    manifest = LogReader(open_store(url)).manifest()
+    if manifest.next_offset == manifest.oldest_offset:
+        return []
+    table = LogReader(open_store(url)).read_table()
+    return sorted(zip(table.column("tag").to_pylist(), table.column("id").to_pylist()))
+
+
+def frame(spark, tag: str, n: int, tenants: tuple[str, ...] = ()):
+    rows = [(i, tag, tenants[i % len(tenants)] if tenants else "") for i in range(n)]
+    df = spark.createDataFrame(rows, "id long, tag string, tenant string").repartition(2)
+    return df if tenants else df.drop("tenant")
+
+
+@pytest.fixture
+def recreating(spark):
+    from tests.support.recreating import NAME, RecreatingDataSource
+
+    spark.dataSource.register(RecreatingDataSource)
+    return NAME
+
+
+def test_10_batch_sink_fragments_of_a_log_deleted_before_the_commit_are_never_committed(spark, tmp_path, recreating):
+    url = (tmp_path / "orders").as_uri()
+    write(url, "old", 3)
+    before = LogReader(open_store(url)).manifest().incarnation
+    with pytest.raises(Exception, match="deleted since these fragments were written"):
+        frame(spark, "lost", 20).write.format(recreating).mode("append") \
+            .option("recreateBeforeCommit", url).save(url)
+    manifest = LogReader(open_store(url)).manifest()
+    assert manifest.incarnation != before and records_of(url) == []  # nothing acknowledged
+    assert not list(open_store(url).list("log/"))  # the fragments the tasks wrote went with it
+    frame(spark, "new", 5).write.format("wal3").mode("append").save(url)  # the re-planned job
+    assert [t for t, _ in records_of(url)] == ["new"] * 5
+
+
+def test_11_stream_sink_batch_of_a_log_deleted_before_its_commit_fails_and_the_restart_replays_it(
+        spark, tmp_path, recreating):
+    source, sink, ckpt = (tmp_path / "source").as_uri(), (tmp_path / "sink").as_uri(), tmp_path / "ckpt"
+    write(source, "s", 12)
+    write(sink, "old", 3)
+
+    def start(fmt: str, **options):
+        q = (spark.readStream.format("wal3").load(source).drop("_offset", "_timestamp").writeStream
+             .format(fmt).option("checkpointLocation", str(ckpt)).options(**options)
+             .trigger(availableNow=True).start(sink))
+        q.awaitTermination(240)
+        if q.exception():
+            raise q.exception()
+
+    with pytest.raises(Exception, match="deleted since these fragments were written"):
+        start(recreating, recreateBeforeCommit=sink)
+    assert records_of(sink) == []  # the batch is not in the log created again
+    start("wal3")  # a restart plans on the new log and replays the batch: nothing lost
+    assert records_of(sink) == [("s", i) for i in range(12)]
+
+
+def test_12_routing_sink_commits_only_into_the_logs_its_fragments_were_written_for(spark, tmp_path, recreating):
+    prefix = (tmp_path / "set").as_uri()
+    for name in ("kept", "gone"):
+        write(f"{prefix}/{name}", "old", 2)
+    # "gone" exists and is deleted and created again; "new" does not exist when the tasks write
+    # and is created by another writer, then deleted (taking the fragments) and created again;
+    # "meanwhile" does not exist either and is created by another writer: fine
+    with pytest.raises(Exception, match=r"committed to 2 log\(s\) and failed on 2") as err:
+        frame(spark, "routed", 40, ("kept", "gone", "new", "meanwhile")).write.format(recreating) \
+            .mode("append").option("logColumn", "tenant") \
+            .option("recreateBeforeCommit", f"{prefix}/gone,{prefix}/new") \
+            .option("createBeforeCommit", f"{prefix}/meanwhile").save(prefix)
+    message = str(err.value)
+    assert "gone: " in message and "was deleted since these fragments were written" in message
+    assert "new: " in message and "is gone: the log was deleted" in message
+    assert records_of(f"{prefix}/gone") == [] and records_of(f"{prefix}/new") == []
+    assert [t for t, _ in records_of(f"{prefix}/kept")] == ["old"] * 2 + ["routed"] * 10
+    assert [t for t, _ in records_of(f"{prefix}/meanwhile")] == ["routed"] * 10

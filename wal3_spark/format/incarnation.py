@@ -15,15 +15,37 @@ is `same_log`'s rule.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from typing import Any
 
 from wal3_spark.clock import micros
 from wal3_spark.errors import CorruptLog
 from wal3_spark.format.uuid7 import new_uuid7
 
+class _Marker:
+    """A named stand-in for an incarnation that is not one. Pickled by name, so it is still
+    itself after travelling between a Spark driver and its executors (`is` compares it)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+    def __reduce__(self) -> str:
+        return self.name
+
+
 #: what a consumer records for an offset it read before incarnations existed (its checkpoint or
 #: cursor has no incarnation at all): trusted as it always was, unless the offset is beyond the tail
-UNRECORDED = object()
+UNRECORDED = _Marker("UNRECORDED")
+
+#: what a writer records for fragments written when no one incarnation of the log was known: the
+#: log did not exist yet (a routing sink's new log, which the commit creates), or the tasks of one
+#: job saw different ones. The commit then takes whichever incarnation it finds, or none, once it
+#: has checked that every fragment is still there (a log deleted since took them with it;
+#: docs/design.md section 23)
+UNPINNED = _Marker("UNPINNED")
 
 
 def new_incarnation() -> str:
@@ -59,8 +81,20 @@ def same_log(recorded: object, current: str | None, offset: int, tail: int) -> b
     return recorded == current
 
 
+def pinned(seen: Iterable[object]) -> object:
+    """The incarnation fragments written by several tasks were written for: the one every task
+    saw, else `UNPINNED` (some saw no log, or they saw different ones)."""
+    values = list(seen)
+    first = values[0] if values else UNPINNED
+    if any(v is UNPINNED or v is UNRECORDED or v != first for v in values):
+        return UNPINNED
+    return first
+
+
 def describe(incarnation: object) -> str:
     """An incarnation for messages."""
     if incarnation is UNRECORDED:
         return "not recorded"
+    if incarnation is UNPINNED:
+        return "none yet (the log did not exist)"
     return "none (a log created before incarnations)" if incarnation is None else str(incarnation)

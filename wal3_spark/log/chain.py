@@ -63,10 +63,11 @@ log = logging.getLogger(__name__)
 
 P = TypeVar("P")
 
-#: commits `files` (in `schema`) by the ordinary compare-and-swap, first looking for them from
-#: the offset a link placed them at (None: never sent); with that link's write (in flight)
-#: resolves it instead of appending them a second time (`Committer.commit(in_flight=, since=)`)
-CommitFn = Callable[[Sequence[NewFragment], pa.Schema | None, InFlight | None, int | None], CommitResult]
+#: commits `files` (in `schema`, written for the log's incarnation given last) by the ordinary
+#: compare-and-swap, first looking for them from the offset a link placed them at (None: never
+#: sent); with that link's write (in flight) resolves it instead of appending them a second time
+#: (`Committer.commit(in_flight=, since=, incarnation=)`)
+CommitFn = Callable[[Sequence[NewFragment], pa.Schema | None, InFlight | None, int | None, object], CommitResult]
 
 
 @dataclass
@@ -77,6 +78,7 @@ class _Link(Generic[P]):
     payload: P
     files: list[NewFragment]
     schema: pa.Schema | None
+    incarnation: object
     start: int
     value: Manifest
     data: bytes
@@ -132,10 +134,11 @@ class ManifestChain(Generic[P]):
         succeeded (which proves the ones before it landed)."""
         return bool(self._links) and (self._links[0].answer.done() or self._proven() is not None)
 
-    def send(self, payload: P, files: list[NewFragment], schema: pa.Schema | None) -> None:
-        """Place `files` after everything sent so far and send the manifest write. When the
-        append cannot be decided on the version it would be conditioned on (a refusal such as a
-        schema mismatch, a sealed log, a failed read or snapshot write), the chain is drained
+    def send(self, payload: P, files: list[NewFragment], schema: pa.Schema | None, incarnation: object) -> None:
+        """Place `files` (written for the log's `incarnation`) after everything sent so far and
+        send the manifest write. When the append cannot be decided on the version it would be
+        conditioned on (a refusal such as a schema mismatch, a sealed log, a log created again
+        since the fragments were written, a failed read or snapshot write), the chain is drained
         first and the ordinary commit decides on the store's version: it raises for real, or
         succeeds where the version known here was stale."""
         try:
@@ -144,16 +147,17 @@ class ManifestChain(Generic[P]):
             base = self._tip()
             if base is None:
                 raise _Ordinary()
-            value, data = self.committer.appended(base.value, files, schema=schema, merge_schema=self._merge_schema)
+            value, data = self.committer.appended(base.value, files, schema=schema, merge_schema=self._merge_schema,
+                                                  incarnation=incarnation)
         except Exception as exc:  # noqa: BLE001 (the ordinary commit below raises it again, if real)
             if not isinstance(exc, _Ordinary):
                 log.debug("%s: deciding a pipelined commit failed (%s); committing in order", self.store.url, exc)
             self._drain()
-            self._resolve_in_order([_Item(payload, files, schema, None, None)])
+            self._resolve_in_order([_Item(payload, files, schema, incarnation, None, None)])
             return
         answer = self._pool.submit(self.store.put_if_match, MANIFEST_KEY, data, base.etag)
-        self._links.append(_Link(payload, files, schema, base.value.next_offset, value, data,
-                                 base.etag, md5_etag(data), answer))
+        self._links.append(_Link(payload, files, schema, incarnation, base.value.next_offset, value,
+                                 data, base.etag, md5_etag(data), answer))
         answer.add_done_callback(lambda _: self._notify())
 
     def settle(self) -> list[Resolved[P]]:
@@ -232,7 +236,8 @@ class ManifestChain(Generic[P]):
         self._links.clear()
         # The committer now conditions on the last link that landed: right after a reordering
         # (the usual 412), one PUT; after another writer's commit, a 412 and a reload.
-        self._resolve_in_order([_Item(link.payload, link.files, link.schema, link.start, link) for link in rest])
+        self._resolve_in_order([_Item(link.payload, link.files, link.schema, link.incarnation, link.start, link)
+                                for link in rest])
 
     def _resolve_in_order(self, items: list[_Item[P]]) -> None:
         """Commit (or resolve) each item in order, no success among them (those were
@@ -255,7 +260,8 @@ class ManifestChain(Generic[P]):
             error = None if item.link is None else item.link.answer.exception()
             if dead or item.link is None or isinstance(error, (PreconditionFailed, TransientError)):
                 dead = True
-                if fresh and not same_schema(fresh[-1].schema, item.schema):
+                if fresh and not (same_schema(fresh[-1].schema, item.schema)
+                                  and fresh[-1].incarnation == item.incarnation):
                     self._commit_fresh(fresh)
                 fresh.append(item)
                 continue
@@ -277,7 +283,7 @@ class ManifestChain(Generic[P]):
         fresh.clear()
         files = [f for item in items for f in item.files]
         try:
-            start = self._commit(files, items[0].schema, None, items[0].start).start
+            start = self._commit(files, items[0].schema, None, items[0].start, items[0].incarnation).start
         except PartlyCommitted as exc:
             if len(items) == 1:
                 self._resolved.append(Resolved(items[0].payload, None, exc))
@@ -317,7 +323,8 @@ class ManifestChain(Generic[P]):
         log.warning("%s: a pipelined manifest write's outcome is unknown (%s); resolving it",
                     self.store.url, error or "a success no later write proved")
         try:
-            start = self._commit(item.files, item.schema, InFlight(item.link.data, item.link.on), item.start).start
+            start = self._commit(item.files, item.schema, InFlight(item.link.data, item.link.on), item.start,
+                                 item.incarnation).start
         except CommitOutcomeUnknown as exc:
             self._resolved.append(Resolved(item.payload, None, exc))
             return exc
@@ -336,6 +343,7 @@ class _Item(Generic[P]):
     payload: P
     files: list[NewFragment]
     schema: pa.Schema | None
+    incarnation: object
     start: int | None
     link: _Link[P] | None
 

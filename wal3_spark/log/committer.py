@@ -43,7 +43,7 @@ from wal3_spark.errors import (
     PreconditionFailed,
     TransientError,
 )
-from wal3_spark.format.incarnation import UNRECORDED, describe
+from wal3_spark.format.incarnation import UNRECORDED
 from wal3_spark.format.layout import MANIFEST_KEY, FragmentRef, KnownRefs
 from wal3_spark.format.manifest import (
     Manifest,
@@ -71,6 +71,8 @@ from wal3_spark.log.invariants import (
     check_not_collected,
     check_not_sealed,
     check_orphan_horizon,
+    check_same_log,
+    check_still_there,
     check_txn,
     may_be_collected,
     maybe_swept,
@@ -244,10 +246,12 @@ class Committer:
     ) -> CommitResult:
         """Make `fragments` (already written, in this order) the next records of the log.
 
-        `incarnation`: the log's incarnation when the fragments were written. The commit fails
-        (CommitFailed) if the log is not that incarnation any more: a log deleted meanwhile took
-        the fragments with it, and committing them into the log created again would acknowledge
-        records that are not there.
+        `incarnation`: the log's incarnation when the writer decided where the fragments go
+        (`UNPINNED`: there was no log). The commit fails (CommitFailed) if the log is not that
+        incarnation any more: a log deleted meanwhile took the fragments with it, and committing
+        them into the log created again would acknowledge records that are not there
+        (`invariants.check_same_log`, `check_still_there`). Leaving it out checks nothing:
+        every writer of this package passes it.
 
         `schema` is the schema the fragments were written in (None: raw). With `app_id` and
         `version` the commit is idempotent: it is skipped when that writer already committed
@@ -278,12 +282,7 @@ class Committer:
 
         def decide(current: Manifest | None) -> Manifest | None:
             absent = current is None
-            if incarnation is not UNRECORDED and (current is None or current.incarnation != incarnation):
-                raise CommitFailed(
-                    f"{self.url} was deleted since these fragments were written for its incarnation "
-                    f"{describe(incarnation)} (now: {describe(None if current is None else current.incarnation)}): "
-                    "nothing was committed; append the records again"
-                )
+            check_same_log(current, incarnation, self.url)
             if current is None:
                 if not create:
                     raise LogNotFound(self.url)
@@ -301,6 +300,7 @@ class Committer:
                 if txn is not None and txn.version >= version:
                     return None
             check_not_collected(self.store, current, fragments)
+            check_still_there(self.store, None if absent else current, incarnation, fragments, self.url)
             new_schema = self._check_append(current, fragments, schema, merge_schema)
             placed.setdefault("since", current.next_offset)
             placed["start"] = current.next_offset
@@ -384,13 +384,16 @@ class Committer:
 
     def appended(
         self, current: Manifest, fragments: Sequence[NewFragment], *, schema: pa.Schema | None,
-        merge_schema: bool = False,
+        merge_schema: bool = False, incarnation: object = UNRECORDED,
     ) -> tuple[Manifest, bytes]:
         """The manifest (and its bytes) that places `fragments` at `current.next_offset`,
-        checked as `commit` checks it, its snapshots written. A pipelined writer sends it
-        conditioned on `current`'s ETag, possibly before `current` itself is known to have
-        landed; `commit(in_flight=...)` resolves it when its answer is not a success."""
+        checked as `commit` checks it (`incarnation` included), its snapshots written. A
+        pipelined writer sends it conditioned on `current`'s ETag, possibly before `current`
+        itself is known to have landed; `commit(in_flight=...)` resolves it when its answer is
+        not a success."""
+        check_same_log(current, incarnation, self.url)
         check_not_sealed(current, self.url)
+        check_still_there(self.store, current, incarnation, fragments, self.url)
         new_schema = self._check_append(current, fragments, schema, merge_schema)
         changed = new_schema is not None and new_schema != current.arrow_schema()
         new = self._roll_snapshots(

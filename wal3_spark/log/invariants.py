@@ -27,6 +27,7 @@ from wal3_spark.errors import (
     SchemaMismatch,
 )
 from wal3_spark.format.garbage import load_garbage
+from wal3_spark.format.incarnation import UNPINNED, UNRECORDED, describe
 from wal3_spark.format.layout import FIRST_OFFSET, GARBAGE_KEY, MANIFEST_KEY, FragmentRef, is_u64
 from wal3_spark.format.manifest import Manifest, NewFragment
 from wal3_spark.format.schema import reconcile
@@ -69,6 +70,45 @@ def check_new_fragments(fragments: Sequence[NewFragment]) -> None:
         if problem is not None:
             raise InvalidOption(f"fragment {getattr(frag, 'path', frag)!r}: {problem}; nothing was "
                                 "committed (write fragments with write_fragments)")
+
+
+def check_same_log(current: Manifest | None, incarnation: object, url: str) -> None:
+    """Fragments commit only into the log they were written for (`CommitFailed`): deleting a
+    log (its whole prefix) takes the fragments written for it with it, so committing them into
+    the log created again under the name would acknowledge records that are not there
+    (docs/design.md section 23). `incarnation` is the one the writer saw when it decided where
+    the fragments go: the commit needs exactly that one (None: a log created before
+    incarnations). `UNPINNED` is `check_still_there`'s; `UNRECORDED` checks nothing (a caller
+    that does not say). Checked first: nothing else about another log matters."""
+    if incarnation is UNRECORDED or incarnation is UNPINNED:
+        return
+    if current is None or current.incarnation != incarnation:
+        now = describe(current.incarnation) if current is not None else "no log"
+        raise CommitFailed(
+            f"{url} was deleted since these fragments were written for its incarnation "
+            f"{describe(incarnation)} (now: {now}): nothing was committed; append the records again"
+        )
+
+
+def check_still_there(
+    store: ObjectStore, current: Manifest | None, incarnation: object, fragments: Sequence[NewFragment], url: str,
+) -> None:
+    """Fragments written for no one incarnation (`UNPINNED`: the log did not exist, or the tasks
+    of one job saw different ones) commit into whichever log the commit finds, or none, once
+    every one of them is found still there (`CommitFailed` otherwise): a log created by another
+    writer meanwhile took nothing, a log deleted since took them. One HEAD per fragment, on
+    every manifest the commit decides on: the compare-and-swap is conditioned on that manifest,
+    so a deletion after the check fails it and the next decision checks again. Checked after
+    `check_not_collected`, which tells fragments collected after an earlier commit of them."""
+    if incarnation is not UNPINNED:
+        return
+    gone = next((f.path for f in fragments if not store.exists(f.path)), None)
+    if gone is not None:
+        now = describe(current.incarnation) if current is not None else "none: no log"
+        raise CommitFailed(
+            f"{gone}, written for {url} when it did not exist yet, is gone: the log was deleted "
+            f"since (it now has incarnation {now}). Nothing was committed; append the records again"
+        )
 
 
 def check_not_sealed(manifest: Manifest, url: str) -> None:

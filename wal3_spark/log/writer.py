@@ -59,10 +59,12 @@ Appendable = bytes | Sequence[bytes] | pa.Table | pa.RecordBatch
 
 @dataclass(frozen=True)
 class Appended:
-    """Where one submitted append landed: offsets [start, limit)."""
+    """Where one submitted append landed: offsets [start, limit) of the log's `incarnation` (the
+    one its fragments were written for: a commit lands in no other)."""
 
     start: int
     limit: int
+    incarnation: str | None = None
 
 
 def to_batches(data: Appendable) -> tuple[list[pa.RecordBatch], pa.Schema | None]:
@@ -174,9 +176,11 @@ class _Run:
 
     def acknowledge(self, start: int) -> int:
         """Resolve the appends' futures in order from offset `start`; returns the offset after."""
+        assert self.format is not None  # a run is committed only once its fragments are written
+        incarnation = self.format.incarnation if isinstance(self.format.incarnation, str) else None
         for append in self.appends:
             limit = start + append.records
-            append.future.set_result(Appended(start, limit))
+            append.future.set_result(Appended(start, limit, incarnation))
             start = limit
         self.resolved = True
         return start
@@ -521,7 +525,8 @@ class LogWriter:
                 run.fail(run.error)
         for group in _groups([run for run in runs if run.error is None]):
             assert group[0].format is not None
-            chain.send(group, [f for run in group for f in run.files], group[0].format.schema)
+            chain.send(group, [f for run in group for f in run.files], group[0].format.schema,
+                       group[0].format.incarnation)
 
     def _finish(self) -> None:
         """Report batches whose every append is resolved, in cut order (what `flush` waits for)."""
@@ -579,5 +584,6 @@ def _groups(runs: list[_Run]) -> list[list[_Run]]:
 
 
 def _same_format(a: _FragmentFormat | None, b: _FragmentFormat | None) -> bool:
-    return a is not None and b is not None and a.item_hash == b.item_hash and same_schema(a.schema, b.schema)
+    return (a is not None and b is not None and a.item_hash == b.item_hash and same_schema(a.schema, b.schema)
+            and a.incarnation == b.incarnation)
 

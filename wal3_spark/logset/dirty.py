@@ -359,7 +359,7 @@ def roll_up(
     files = write_fragments(store, table.to_batches(), DIRTY_SCHEMA, fragment_bytes=64 << 20,
                             item_hash=manifest.append_item_hash(True))
     result = Committer(store, writer=writer).commit(
-        files, schema=DIRTY_SCHEMA, app_id=ROLLUP_TXN, version=up_to
+        files, schema=DIRTY_SCHEMA, app_id=ROLLUP_TXN, version=up_to, incarnation=manifest.incarnation
     )
     log.info("%s: rolled up offsets [%d, %d) into %d records%s", store.url, manifest.oldest_offset,
              up_to, len(names), " (already done)" if result.duplicate else "")

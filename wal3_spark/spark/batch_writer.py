@@ -21,6 +21,8 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from wal3_spark.errors import InvalidOption, SchemaMismatch
+from wal3_spark.format.incarnation import UNPINNED, pinned
+from wal3_spark.format.manifest import Manifest
 from wal3_spark.format.stream_filter import check_filter_column
 from wal3_spark.log.committer import Committer
 from wal3_spark.log.fragment_io import FragmentFile
@@ -38,11 +40,14 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Wal3CommitMessage(WriterCommitMessage):
-    """What one task wrote: its fragments (path, uuid, records, bytes, setsum), in order."""
+    """What one task wrote: its fragments (path, uuid, records, bytes, setsum), in order, and
+    the log's incarnation they were written for (the one the driver saw when it planned the
+    write: a streaming sink's commit runs in a writer made afresh for it)."""
 
     files: tuple[FragmentFile, ...]
     partition: int = -1
     attempt: int = 0
+    incarnation: object = UNPINNED
 
 
 def check_not_overwrite(overwrite: bool, url: str) -> None:
@@ -54,9 +59,10 @@ def check_not_overwrite(overwrite: bool, url: str) -> None:
         )
 
 
-def prepare(options: Wal3Options, schema: StructType) -> tuple[pa.Schema | None, int, str | None]:
-    """Driver-side checks before any task runs: the target schema, the log's tail now and the
-    `item_hash` the tasks must hash setsum items with (the log's, never changed by a writer)."""
+def prepare(options: Wal3Options, schema: StructType) -> tuple[pa.Schema | None, Manifest]:
+    """Driver-side checks before any task runs: the target schema and the log's manifest now
+    (created if need be), whose tail, incarnation and `item_hash` (the log's, never changed by a
+    writer: the tasks hash setsum items with it) the write is planned on."""
     check_dirty_log(options)
     appended = appended_schema(schema)
     if options.filter_column is not None:  # before the log is created
@@ -65,7 +71,8 @@ def prepare(options: Wal3Options, schema: StructType) -> tuple[pa.Schema | None,
     committer = Committer(store, writer=writer_name(options))
     target = prepare_target(committer, appended, options.merge_schema)
     manifest = committer.last_seen
-    return target, manifest.next_offset, manifest.append_item_hash(target is not None)
+    assert manifest is not None  # prepare read or created it
+    return target, manifest
 
 
 def prepare_target(
@@ -137,6 +144,7 @@ class FragmentSink:
         system_columns: bool = False,
         *,
         item_hash: str | None = None,
+        incarnation: object = UNPINNED,
     ) -> None:
         self.options = options
         self.target = target
@@ -145,13 +153,17 @@ class FragmentSink:
         self.system_columns = system_columns
         #: the log's setsum item hash, read by the driver: tasks never read the manifest
         self.item_hash = item_hash
+        #: the log's incarnation the driver planned the write on: the tasks' fragments commit
+        #: only into it (a log deleted since took them with it)
+        self.incarnation = incarnation
 
     @classmethod
     def create(cls, options: Wal3Options, schema: StructType, overwrite: bool, *,
                system_columns: bool = False) -> FragmentSink:
         check_not_overwrite(overwrite, options.url)
-        target, since, item_hash = prepare(options, schema)
-        return cls(options, target, since, system_columns, item_hash=item_hash)
+        target, manifest = prepare(options, schema)
+        return cls(options, target, manifest.next_offset, system_columns,
+                   item_hash=manifest.append_item_hash(target is not None), incarnation=manifest.incarnation)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Wal3CommitMessage:
         if self.system_columns:
@@ -161,7 +173,7 @@ class FragmentSink:
             self.options.open_store(), iterator, self.target, self.options.fragment_bytes,
             self.item_hash, filter_column=self.options.filter_column,
         )
-        return Wal3CommitMessage(tuple(files), partition, attempt)
+        return Wal3CommitMessage(tuple(files), partition, attempt, self.incarnation)
 
     @staticmethod
     def files(messages: Sequence[Wal3CommitMessage | None]) -> list[FragmentFile]:
@@ -177,6 +189,7 @@ class FragmentSink:
                 merge_schema=self.options.merge_schema,
                 writer=writer_name(self.options),
                 since=self.since,
+                incarnation=pinned(m.incarnation for m in messages if m is not None),
                 dirty_log=recorder,
                 **txn,
             )

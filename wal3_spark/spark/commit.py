@@ -87,19 +87,22 @@ def commit_files(
     merge_schema: bool,
     writer: str,
     since: int,
+    incarnation: object,
     app_id: str | None = None,
     version: int | None = None,
     dirty_log: DirtyRecorder | None = None,
     clock: Clock = SYSTEM,
 ) -> CommitResult:
-    """One manifest CAS for all of `files` (in order), recorded in `dirty_log` when given.
-    Definite failures delete the files; an unknown outcome (`CommitOutcomeUnknown`) deletes
-    nothing."""
+    """One manifest CAS for all of `files` (in order), recorded in `dirty_log` when given, into
+    the log's `incarnation` the files were written for (the one seen when the write was
+    planned; `UNPINNED` when there was no log: `invariants.check_same_log`). Definite
+    failures delete the files; an unknown outcome (`CommitOutcomeUnknown`) deletes nothing."""
     committer = Committer(store, writer=writer, dirty_log=dirty_log, clock=clock)
     t0 = clock.monotonic()
     try:
         result = committer.commit(
-            list(files), schema=target, merge_schema=merge_schema, app_id=app_id, version=version
+            list(files), schema=target, merge_schema=merge_schema, app_id=app_id, version=version,
+            incarnation=incarnation,
         )
     except (CommitFailed, LogSealed, SchemaMismatch):
         delete_files(store, files, since)

@@ -42,6 +42,7 @@ from wal3_spark.errors import (
     RoutedCommitFailed,
     Wal3Error,
 )
+from wal3_spark.format.incarnation import UNPINNED, pinned
 from wal3_spark.format.manifest import Manifest
 from wal3_spark.format.schema import RAW_SCHEMA, check_columns, conform
 from wal3_spark.format.stream_filter import check_filter_column
@@ -70,13 +71,15 @@ TASK_THREADS = 8
 
 @dataclass(frozen=True)
 class LogFiles:
-    """What one task wrote to one log: the schema and item hash its fragments were built with
-    and the log's tail when the task read its manifest (where a commit of them can start)."""
+    """What one task wrote to one log: the schema and item hash its fragments were built with,
+    the log's tail when the task read its manifest (where a commit of them can start) and its
+    incarnation then (`UNPINNED`: no log yet)."""
 
     log: str
     target: pa.Schema | None
     since: int
     files: tuple
+    incarnation: object = UNPINNED
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,7 @@ class Destination:
     target: pa.Schema | None
     item_hash: str | None
     since: int
+    incarnation: object
 
 
 def split_by(batch: pa.RecordBatch, column: str) -> Iterator[tuple[str, pa.RecordBatch]]:
@@ -172,8 +176,10 @@ class RoutingSink:
         except LogNotFound:
             target = self.appended
             manifest = Manifest.empty(writer_name(self.options))
+            return Destination(store, target, manifest.append_item_hash(target is not None),
+                               manifest.next_offset, UNPINNED)
         return Destination(store, target, manifest.append_item_hash(target is not None),
-                           manifest.next_offset)
+                           manifest.next_offset, manifest.incarnation)
 
     def write(self, iterator: Iterable[pa.RecordBatch]) -> RoutedCommitMessage:
         pool = ThreadPoolExecutor(TASK_THREADS, thread_name_prefix="wal3-route")
@@ -216,7 +222,7 @@ class RoutingSink:
                 commit_files(log_set.log_store(name), [f for p in parts for f in p.files],
                              target=parts[0].target, merge_schema=self.options.merge_schema,
                              writer=writer_name(self.options), since=min(p.since for p in parts),
-                             dirty_log=recorder, **txn)
+                             incarnation=pinned(p.incarnation for p in parts), dirty_log=recorder, **txn)
             except Wal3Error as exc:
                 return exc
             return None
@@ -304,7 +310,7 @@ class Router:
     def written(self) -> tuple[LogFiles, ...]:
         return tuple(
             LogFiles(name, self.destinations[name].target, self.destinations[name].since,
-                     tuple(files))
+                     tuple(files), self.destinations[name].incarnation)
             for name, files in sorted(self.files.items())
         )
 

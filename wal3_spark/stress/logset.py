@@ -63,6 +63,8 @@ class Tally:
     """The ledger's verdict."""
 
     acknowledged: int = 0
+    #: of them, acknowledged through `submit` (pipelined) rather than `append`
+    acknowledged_pipelined: int = 0
     #: appends that failed: their records may or may not be in the log
     unknown_outcome: int = 0
     delivered: int = 0
@@ -157,34 +159,72 @@ class _Writers:
         self.lock = threading.Lock()
         self.acks: dict[str, Ack] = {}
         self.unknown: set[str] = set()
+        self.pipelined = 0  # records acknowledged through `submit`
         self.dirty = DirtyLog(config.url, batch_interval_s=0.05)
 
     def run(self, w: int) -> None:
+        """Appends of 1-16 records to random logs, half of them by `append` (one commit each),
+        half as a burst of 1-8 `submit`s pipelined by one writer (up to 4 manifest writes in
+        flight for some logs): both paths into a commit meet logs deleted under them."""
         rng = random.Random(f"{self.config.seed}-writer-{w}")
         writers: dict[str, LogWriter] = {}
         seq = 0
         while not self.stop.is_set():
             name = rng.choice(self.config.names())
-            n = rng.randint(1, self.config.max_records_per_append)
-            ids = [f"w{w}-{seq + i}" for i in range(n)]
-            seq += n
+            pipelined = rng.random() < 0.5
+            appends = []
+            for _ in range(rng.randint(1, 8) if pipelined else 1):
+                n = rng.randint(1, self.config.max_records_per_append)
+                appends.append([f"w{w}-{seq + i}" for i in range(n)])
+                seq += n
             if name not in writers:
                 writers[name] = LogWriter(f"{self.config.url}/{name}", writer=f"stress writer {w}",
-                                          batch_interval_s=0, dirty_log=self.dirty)
-            try:
-                result = writers[name].append([json.dumps({"log": name, "id": rid}).encode() for rid in ids])
-            except Wal3Error as exc:
-                log.info("writer %d: append to %s failed (%s)", w, name, exc)
-                with self.lock:
-                    self.unknown.update(ids)
+                                          batch_interval_s=0, dirty_log=self.dirty,
+                                          max_manifest_writes=rng.choice((1, 4)))
+            outcomes = (self._submit(writers[name], name, appends) if pipelined
+                        else [self._append(writers[name], name, appends[0])])
+            if any(isinstance(o, Wal3Error) for o in outcomes):
                 _close(writers.pop(name))
-                continue
-            incarnation = result.manifest.incarnation
-            with self.lock:
-                for i, rid in enumerate(ids):
-                    self.acks[rid] = Ack(name, incarnation, result.start + i)
         for writer in writers.values():
             _close(writer)
+
+    def _append(self, writer: LogWriter, name: str, ids: list[str]) -> Wal3Error | None:
+        try:
+            result = writer.append(_bodies(name, ids))
+        except Wal3Error as exc:
+            return self._failed(name, ids, exc)
+        self._acknowledged(name, ids, result.manifest.incarnation, result.start)
+        return None
+
+    def _submit(self, writer: LogWriter, name: str, appends: list[list[str]]) -> list[Wal3Error | None]:
+        futures = [writer.submit(_bodies(name, ids)) for ids in appends]
+        outcomes: list[Wal3Error | None] = []
+        for ids, future in zip(appends, futures):
+            try:
+                done = future.result()
+            except Wal3Error as exc:
+                outcomes.append(self._failed(name, ids, exc))
+                continue
+            self._acknowledged(name, ids, done.incarnation, done.start)
+            with self.lock:
+                self.pipelined += len(ids)
+            outcomes.append(None)
+        return outcomes
+
+    def _failed(self, name: str, ids: list[str], exc: Wal3Error) -> Wal3Error:
+        log.info("append of %d records to %s failed (%s)", len(ids), name, exc)
+        with self.lock:
+            self.unknown.update(ids)
+        return exc
+
+    def _acknowledged(self, name: str, ids: list[str], incarnation: str | None, start: int) -> None:
+        with self.lock:
+            for i, rid in enumerate(ids):
+                self.acks[rid] = Ack(name, incarnation, start + i)
+
+
+def _bodies(name: str, ids: list[str]) -> list[bytes]:
+    return [json.dumps({"log": name, "id": rid}).encode() for rid in ids]
 
 
 def _close(writer: LogWriter) -> None:
@@ -349,6 +389,7 @@ def run_logset_stress(config: LogSetStressConfig, run_dir: Path, out: IO[str] | 
     t = tally(writers.acks, writers.unknown, deliveries, survivors)  # type: ignore[arg-type]
     counts = json.loads((run_dir / READER).read_text())
     t.recreations = recreations[0]
+    t.acknowledged_pipelined = writers.pipelined
     t.shortened += counts.get("shortened", 0) + counts.get("damage_shortened", 0)
     t.damaged_manifest_reads = counts.get("damaged_manifest_reads", 0)
     t.damage_refused = counts.get("damage_refused", 0)
