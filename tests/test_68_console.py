@@ -13,6 +13,7 @@ import json
 import shutil
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -403,3 +404,47 @@ def test_13_the_command_serves(prefix: str) -> None:
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+class GatedStore(ForwardingStore):
+    """Lets the first fragment GET through and holds the others until `release` is set."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        super().__init__(inner)
+        self.release = threading.Event()
+        self._first = threading.Lock()
+        self._passed = False
+
+    def get(self, key: str) -> Blob:
+        if "/log/Uuid=" in key:
+            with self._first:
+                first, self._passed = not self._passed, True
+            if not first:
+                assert self.release.wait(60), "the test never released the fragments"
+        return super().get(key)
+
+
+def _until(condition, what: str) -> None:  # noqa: ANN001 - a callable returning a truth value
+    """Poll `condition` (the page under test changes as a background thread works) for 60 s."""
+    deadline = threading.Event()
+    for _ in range(1200):
+        if condition():
+            return
+        deadline.wait(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_14_verify_shows_progress(prefix: str) -> None:
+    gated = GatedStore(open_store(prefix))
+    client = create_app(Target.open(gated)).test_client()
+    try:
+        assert client.post("/log/orders/verify").status_code == 303
+        _until(lambda: "Verifying: 1 of 12 fragments" in client.get("/log/orders/verify").text, "1 of 12")
+        page = client.get("/log/orders/verify").text
+        assert 'data-state="running"' in page and '<meta http-equiv="refresh"' in page
+        assert 'max="12" value="1"' in page
+        assert client.post("/log/orders/verify").status_code == 303  # a second start joins the run
+    finally:
+        gated.release.set()
+    _until(lambda: 'data-state="ok"' in client.get("/log/orders/verify").text, "the result")
+    assert "refresh" not in client.get("/log/orders/verify").text
