@@ -74,6 +74,8 @@ count_arg = integer(0, MAX_COUNT, "a count")
 positive_arg = integer(1, MAX_COUNT, "a positive count")
 #: a number of partitions or tasks
 partitions_arg = integer(1, MAX_PARTITIONS, "a number of partitions")
+#: a TCP port to listen on (0: any free one)
+port_arg = integer(0, 65535, "a port number (0: any free port)")
 #: a duration in seconds (`nan`, `inf` and negatives are refused)
 seconds_arg = number(0, MAX_SECONDS, "a duration",
                      f"give a number of seconds >= 0 and <= {MAX_SECONDS:.0f} (100 years), e.g. 3600")

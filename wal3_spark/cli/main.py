@@ -11,6 +11,7 @@
     wal3 seal URL [--json]
     wal3 copy SOURCE DESTINATION [--from OFFSET] [--no-cursors] [--json]
     wal3 console URL_OR_PREFIX [--host 127.0.0.1] [--port 8340]   (docs/console.md)
+    wal3 exporter URL_OR_PREFIX [--host 127.0.0.1] [--port 9340] [--ttl SECONDS]   (Prometheus)
     wal3 stress [URL] ...                      (docs/stress.md)
     wal3 --version
 
@@ -42,7 +43,19 @@ from collections.abc import Sequence
 from typing import Any
 
 from wal3_spark.cli.arguments import endpoint_arg
-from wal3_spark.cli.commands import EXIT_FAIL, EXIT_OK, EXIT_USAGE, Command, console, cursor, log, logset, ops, store_options
+from wal3_spark.cli.commands import (
+    EXIT_FAIL,
+    EXIT_OK,
+    EXIT_USAGE,
+    Command,
+    console,
+    cursor,
+    exporter,
+    log,
+    logset,
+    ops,
+    store_options,
+)
 from wal3_spark.cli.output import JsonOutput, Output, TextOutput, json_help
 from wal3_spark.errors import InvalidLogName, InvalidOption, InvalidUrl, Wal3Error
 from wal3_spark.stress import command as stress_command
@@ -97,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(fn=fn)
         return p
 
-    for group in (log, logset, ops, cursor, console):
+    for group in (log, logset, ops, cursor, console, exporter):
         group.register(add)
     stress_command.add_arguments(add("stress", _stress, "run the end-to-end verification stress test"))
     return parser

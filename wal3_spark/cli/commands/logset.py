@@ -45,6 +45,11 @@ def _explain_empty(store: ObjectStore) -> None:
 def register(add: AddCommand) -> None:
     p = add("ls", ls, "list the logs under a prefix: records, bytes, tail, seal, cursor lag", json=("ls",))
     p.add_argument("url", type=url_arg, metavar="PREFIX")
+    add_selection(p)
+
+
+def add_selection(p: argparse.ArgumentParser) -> None:
+    """`--logs` and `--pattern`, which pick the logs of a prefix (`log_set`)."""
     which = p.add_mutually_exclusive_group()
-    which.add_argument("--logs", help="only these logs (comma-separated names)")
-    which.add_argument("--pattern", help="only the logs whose names match this glob, e.g. 'tenant-*'")
+    which.add_argument("--logs", help="only these logs of a prefix (comma-separated names)")
+    which.add_argument("--pattern", help="only the logs of a prefix whose names match this glob, e.g. 'tenant-*'")
