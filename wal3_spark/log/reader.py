@@ -253,7 +253,7 @@ class LogReader:
         if start >= limit:
             return
         for ref in iter_fragments(self.store, manifest, start, limit, cache=self.snapshots):
-            if values is None or not values.skips(ref.filter):
+            if not ref.skipped_by(values):
                 yield ReadRange(ref, max(ref.start, start), min(ref.limit, limit))
 
     def read(

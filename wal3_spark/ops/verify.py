@@ -140,6 +140,10 @@ def _verify_once(store: ObjectStore, check: FragmentChecker | None) -> VerifyRep
     whole_tree = len(report.problems) == before
     if whole_tree:
         _check_order(report, refs, manifest)
+    if check is None:  # without the data, each stream filter's check digest at least
+        for ref in refs:
+            if ref.filter is not None:
+                _check(report, "corrupt", lambda ref=ref: ref.filter.checked(ref.setsum.hexdigest(), ref.path))
 
     if check is not None:
         problems = check(store, refs, manifest.is_raw, manifest.item_hash)
@@ -214,9 +218,14 @@ def _check_order(report: VerifyReport, refs: list[FragmentRef], manifest: Manife
 def check_fragment(
     store: ObjectStore, ref: FragmentRef, raw: bool, item_hash: str | None = None
 ) -> Problem | None:
-    """Check one fragment as a verifying read does (`reader.load_fragment`), as a Problem."""
+    """Check one fragment as a verifying read does (`reader.load_fragment`), and its stream
+    filter against its column (docs/format.md section 4, "Stream filters"), as a Problem."""
     try:
-        load_fragment(store, ref, raw, item_hash=item_hash)
+        decoded = load_fragment(store, ref, raw, item_hash=item_hash)
+        if ref.filter is not None:
+            payload = decoded.payload
+            column = payload.column(ref.filter.column) if ref.filter.column in payload.column_names else None
+            ref.filter.check_against(column, ref.setsum.hexdigest(), ref.path)
     except (CorruptLog, DataLost, LogNotFound, StorageError) as exc:
         return _problem(ref.path, exc)
     return None
