@@ -45,6 +45,8 @@ SAMPLES: dict[type[errors.Wal3Error], tuple[tuple, dict]] = {
     errors.GarbageStale: (("the garbage no longer applies",), {}),
     errors.GCRefused: (("a cursor cannot be read",), {}),
     errors.CopyError: (("the copy did not verify",), {}),
+    errors.BranchError: (("cannot branch s3://bucket/log at offset 99",), {}),
+    errors.TagError: (("no tag 'q3-close' in s3://bucket/log",), {}),
     errors.LogRecreated: (("s3://bucket/log", 12, "0192-a", "0193-b", "restart the query"), {}),
     errors.SparkSetupError: (("./env/bin/python does not exist on the driver",), {}),
 }

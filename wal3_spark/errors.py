@@ -276,6 +276,20 @@ class GCRefused(Wal3Error):
     delete is still in the manifest."""
 
 
+# ---------------------------------------------------------------------------- branches, tags
+
+
+class BranchError(Wal3Error):
+    """A branch cannot be created, read, checkpointed or deleted as asked (an offset outside the
+    parent's range, a destination that already holds a log, a parent that is gone); the message
+    names the log and the fix."""
+
+
+class TagError(Wal3Error):
+    """A tag cannot be created, read or deleted as asked (an unknown tag, an offset outside the
+    log, a name already taken); the message names the log and the fix."""
+
+
 # -------------------------------------------------------------------------------------- copy
 
 

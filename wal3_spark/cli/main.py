@@ -51,6 +51,7 @@ from wal3_spark.cli.commands import (
     console,
     cursor,
     exporter,
+    lineage,
     log,
     logset,
     ops,
@@ -110,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(fn=fn)
         return p
 
-    for group in (log, logset, ops, cursor, console, exporter):
+    for group in (log, logset, ops, cursor, console, exporter, lineage):
         group.register(add)
     stress_command.add_arguments(add("stress", _stress, "run the end-to-end verification stress test"))
     return parser

@@ -49,7 +49,7 @@ JSON_SHAPES: dict[str, JsonShape] = {
         "url", "oldest_offset", "next_offset", "records", "fragments", "snapshots", "bytes",
         "acc_bytes", "setsum", "collected", "balanced", "balance_problem", "schema", "raw",
         "sealed", "cursors", "broken_cursors", "stale_cursors", "incarnation", "lag",
-        "pending_garbage", "txns", "writer")),
+        "pending_garbage", "txns", "writer", "parent", "pins", "tags")),
     "info PREFIX": JsonShape("for a log set, one object", (
         "url", "logs", "records", "bytes", "sealed", "logs_with_cursors", "most_behind",
         "broken_cursors", "unreadable", "dirty_log")),
@@ -58,7 +58,7 @@ JSON_SHAPES: dict[str, JsonShape] = {
         "broken_cursors", "error", "fragments", "snapshots", "last_commit_us")),
     "verify": JsonShape("one object (`problems`: objects with kind, obj, detail)", (
         "url", "setsum", "oldest_offset", "next_offset", "fragments", "snapshots", "records",
-        "bytes", "problems", "ok")),
+        "bytes", "problems", "parent", "ok")),
     "cursor list": JsonShape("one object (`cursors`: objects with name, offset, records_behind, "
                              "bytes_behind, moved_epoch_us, moved_ago_s, lag_s)", (
         "url", "oldest_offset", "next_offset", "cursors", "broken_cursors")),
@@ -66,10 +66,20 @@ JSON_SHAPES: dict[str, JsonShape] = {
     "cursor set": JsonShape("one object (the cursor as set)", ("url", "name", "offset", "epoch_us", "writer")),
     "cursor delete": JsonShape("one object", ("url", "name", "deleted")),
     "gc": JsonShape("one object", (
-        "url", "dry_run", "cursors", "cutoff", "oldest_offset", "next_offset", "steps",
-        "first_to_keep", "records_dropped", "fragments_dropped", "snapshots_dropped", "deleted",
-        "orphans_deleted", "orphan_horizon_us", "pending", "delete_after", "notes")),
+        "url", "dry_run", "cursors", "holds", "pins_dropped", "cutoff", "oldest_offset",
+        "next_offset", "steps", "first_to_keep", "records_dropped", "fragments_dropped",
+        "snapshots_dropped", "deleted", "orphans_deleted", "orphan_horizon_us", "pending",
+        "delete_after", "notes")),
     "seal": JsonShape("one object", ("url", "sealed", "next_offset")),
+    "branch": JsonShape("one object", ("branch", "parent", "offset", "start", "pin", "setsum")),
+    "branch --delete": JsonShape("one object", ("log", "parent", "objects_removed")),
+    "checkpoint": JsonShape("one object", (
+        "log", "parent", "offset", "fragments_copied", "records_copied", "bytes_copied", "checkpointed")),
+    "tag": JsonShape("one object (the tag as made)", (
+        "url", "name", "offset", "start", "hold", "created_us", "writer", "incarnation")),
+    "tag --list": JsonShape("one object (`tags`: objects with name, offset, start, hold, "
+                            "created_us, writer, incarnation)", ("url", "tags")),
+    "tag --delete": JsonShape("one object", ("url", "name", "deleted")),
     "copy": JsonShape("one object", (
         "source", "destination", "start", "limit", "fragments", "records", "bytes", "setsum",
         "source_sealed", "rewritten", "cursors", "verified")),
@@ -144,6 +154,10 @@ class Output(ABC):
     @abstractmethod
     def copied(self, report: CopyReport) -> None: ...
 
+    @abstractmethod
+    def report(self, command: str, doc: Mapping[str, Any]) -> None:
+        """A report of one of `JSON_SHAPES`' shape for `command`, printed as it is."""
+
 
 class JsonOutput(Output):
     """Each report as one indented JSON document (shapes: `JSON_SHAPES`)."""
@@ -184,6 +198,9 @@ class JsonOutput(Output):
     def copied(self, report: CopyReport) -> None:
         self.emit(report.to_dict())
 
+    def report(self, command: str, doc: Mapping[str, Any]) -> None:
+        self.emit(dict(doc))
+
 
 class TextOutput(Output):
     """Each report as aligned lines for a person at a terminal."""
@@ -204,6 +221,15 @@ class TextOutput(Output):
         self.write(f"schema         {'raw (body: binary)' if info['raw'] else ', '.join(info['schema'])}\n")
         self.write(f"sealed         {'yes' if info['sealed'] else 'no'}\n")
         self.write(f"incarnation    {info['incarnation'] or 'none (created before incarnations)'}\n")
+        parent = info.get("parent")
+        if parent is not None:
+            self.write(f"parent         {parent['log']} below offset {parent['offset']['offset']} (reads "
+                       f"[{parent['start']['offset']}, {parent['offset']['offset']}) through pin {parent['pin']})\n")
+        for pin in info.get("pins", []):
+            self.write(f"pinned by      {pin['branch']} from offset {pin['start']} (pin {pin['name']})\n")
+        for name, tag in sorted(info.get("tags", {}).items()):
+            self.write(f"tag            {name}: [{tag['start']}, {tag['offset']})"
+                       + (" held" if tag["hold"] else "") + "\n")
         lines = [describe_lag(CursorLag(**lag)) for lag in info["lag"].values()]
         lines += [f"{k} ({'stale' if k in info['stale_cursors'] else 'broken'}: {v})"
                   for k, v in sorted(info["broken_cursors"].items())]
@@ -297,6 +323,11 @@ class TextOutput(Output):
             self.write(f"{deleted} {len(report.deleted)} objects\n")
         if report.orphans_deleted:
             self.write(f"{deleted} {len(report.orphans_deleted)} orphans (unreferenced fragments and snapshots)\n")
+        for key, start in sorted(report.holds.items()):
+            self.write(f"held from offset {start} by {key} (a branch's pin or a held tag)\n")
+        if report.pins_dropped:
+            self.write(f"{'dry run: would drop' if report.dry_run else 'dropped'} {len(report.pins_dropped)} "
+                       "pins whose branch does not read through them\n")
         for note in report.notes:
             self.write(f"note: {note}\n")
         self.write(f"log now holds offsets [{report.oldest_offset}, {report.next_offset})\n")
@@ -311,6 +342,26 @@ class TextOutput(Output):
         )
         if not report.source_sealed:
             self.write("note: the source is not sealed: appends made after the copy began are not in it\n")
+
+    def report(self, command: str, doc: Mapping[str, Any]) -> None:
+        if command == "branch":
+            self.write(f"{doc['branch']} is a branch of {doc['parent']} at offset {doc['offset']}: it "
+                       f"reads [{doc['start']}, {doc['offset']}) from it (pin {doc['pin']}) and "
+                       f"continues from {doc['offset']}\n")
+        elif command == "checkpoint":
+            self.write(f"{doc['log']} is not a branch: nothing to do\n" if not doc["checkpointed"] else
+                       (f"{doc['log']} is standalone: {doc['records_copied']} records "
+                       f"({doc['fragments_copied']} fragments) copied from {doc['parent']}, pin released\n"))
+        elif command == "tag --list":
+            rows = [["name", "offset", "start", "hold"]] + [
+                [t["name"], str(t["offset"]), str(t["start"]), "yes" if t["hold"] else "no"]
+                for t in doc["tags"]]
+            self.write(table(rows) + "\n" if doc["tags"] else f"no tags in {doc['url']}\n")
+        elif command == "tag":
+            self.write(f"tag {doc['name']} of {doc['url']}: records [{doc['start']}, {doc['offset']})"
+                       + (", held from garbage collection" if doc["hold"] else "") + "\n")
+        else:
+            self.write("".join(f"{key:<15}{value}\n" for key, value in doc.items()))
 
 
 def table(rows: Sequence[Sequence[str]]) -> str:

@@ -1,8 +1,7 @@
-"""The console's Flask application: one route per page, server-rendered templates, and the
-Prometheus metrics of `wal3_spark.observe.metrics` at `/metrics`.
+"""The console's Flask application: one route per page, server-rendered templates.
 
-Every page is computed when it is asked for, from the log as it is then, except a log set's
-overview, which is the console's `StatusModel` (refreshed at most every `OVERVIEW_TTL_S`). Errors become pages that
+Every page is computed when it is asked for, from the log as it is then (the overview of a log
+set is kept `OVERVIEW_TTL_S` seconds: it costs a few requests per log). Errors become pages that
 say what went wrong and what to do, with the status a browser and a script understand: 404 for a
 log the console does not show, 400 for a bad parameter, 500 for a log that cannot be read.
 """
@@ -15,7 +14,6 @@ import threading
 from typing import Any
 
 from flask import Flask, abort, redirect, render_template, request, url_for
-from werkzeug.middleware.dispatcher import DispatcherMiddleware
 from werkzeug.wrappers import Response
 
 from wal3_spark.clock import SYSTEM, Clock, utc_text
@@ -26,9 +24,7 @@ from wal3_spark.errors import InvalidOption, LogNotFound, Wal3Error
 from wal3_spark.log.reader import SnapshotCache
 from wal3_spark.logset.info import LogSummary, set_info
 from wal3_spark.logset.logs import LogSet
-from wal3_spark.observe.metrics import metrics_app, metrics_registry
 from wal3_spark.observe.status import Status, StatusModel
-from wal3_spark.storage.base import ObjectStore
 
 #: how long the overview of a log set is reused before it is refreshed (from the dirty log, or
 #: by reading every log: `wal3_spark.observe.status`)
@@ -54,7 +50,7 @@ class _Overview:
             return status, summaries, self._totals[1]
 
 
-#: the overview's orders: by name, or the furthest behind, most records or most bytes first
+#: the overview's orders: by name, or the most lagging, largest or most recently grown first
 _ORDERS: dict[str, Any] = {
     "name": lambda s: s.name,
     "lag": lambda s: (-(s.most_behind.records_behind if s.most_behind else -1), s.name),
@@ -105,6 +101,7 @@ def create_app(target: Target, *, overview_ttl_s: float = OVERVIEW_TTL_S, clock:
     """The console for `target` (opened read-only by `Target.open`); a log set's overview is
     reused for `overview_ttl_s` seconds (by `clock`)."""
     app = Flask(__name__)
+    app.config["TARGET"] = target
     runs = VerifyRuns(clock)
     model = StatusModel(target.store, ttl_s=overview_ttl_s, clock=clock)
     overview = _Overview(model, target.logs) if target.logs is not None else None
@@ -120,7 +117,7 @@ def create_app(target: Target, *, overview_ttl_s: float = OVERVIEW_TTL_S, clock:
     def _common() -> dict[str, Any]:
         return {"target": target, "log_name": request.view_args.get("name") if request.view_args else None}
 
-    def store_of(name: str) -> ObjectStore:
+    def store_of(name: str):  # noqa: ANN202 - an ObjectStore
         try:
             return target.log_store(name)
         except LogNotFound as exc:
@@ -156,12 +153,6 @@ def create_app(target: Target, *, overview_ttl_s: float = OVERVIEW_TTL_S, clock:
         summaries = sorted(summaries, key=_ORDERS[order])
         return render_template("index.html", status=status, summaries=summaries, totals=totals,
                                pattern=pattern, order=order, ttl_s=overview_ttl_s)
-
-    @app.get("/favicon.ico")
-    def favicon() -> Response:
-        # the pages declare none; a browser asks anyway on /metrics (plain text), and a 404 is
-        # an error in its console
-        return Response(status=204)
 
     @app.get("/log/<name>")
     def log_page(name: str) -> str:
@@ -201,6 +192,4 @@ def create_app(target: Target, *, overview_ttl_s: float = OVERVIEW_TTL_S, clock:
         runs.start(name, store_of(name))
         return redirect(url_for("verify_page", name=name), code=303)
 
-    # /metrics: the Prometheus exposition of the same status model (what `wal3 exporter` serves)
-    app.wsgi_app = DispatcherMiddleware(app.wsgi_app, {"/metrics": metrics_app(metrics_registry(model))})  # type: ignore[method-assign]
     return app

@@ -302,7 +302,7 @@ def compute_garbage(
     With `rebuild=False` a snapshot straddling the cutoff is kept whole (used when a rebuilt
     snapshot's path holds another snapshot with the same setsum).
     """
-    if cutoff <= manifest.oldest_offset:
+    if cutoff <= manifest.own_oldest_offset:
         return None
     acc = _Acc(load, cutoff)
     discard = Setsum()
@@ -379,7 +379,7 @@ def compute_garbage(
 
 def garbage_applied(manifest: Manifest, garbage: Garbage) -> bool:
     """True when the manifest no longer references anything the garbage drops."""
-    return manifest.oldest_offset >= garbage.first_to_keep
+    return manifest.own_oldest_offset >= garbage.first_to_keep
 
 
 def collected_bound(manifest: Manifest, garbage: Garbage, now_us: int | None = None) -> int:
@@ -454,9 +454,9 @@ def apply_garbage(
         new.scrub()
     except CorruptLog as exc:
         raise GarbageStale(f"the garbage no longer applies: {exc}") from None
-    if new.oldest_offset != garbage.first_to_keep:
+    if new.own_oldest_offset != garbage.first_to_keep:
         raise GarbageStale(
-            f"the garbage no longer applies: oldest offset would be {new.oldest_offset}, "
+            f"the garbage no longer applies: oldest offset would be {new.own_oldest_offset}, "
             f"not {garbage.first_to_keep}"
         )
     return new

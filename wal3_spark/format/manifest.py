@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from wal3_spark.errors import CorruptLog
 from wal3_spark.format.incarnation import new_incarnation, parse_incarnation
+from wal3_spark.format.lineage import Parent
 from wal3_spark.format.layout import (
     BLAKE3,
     FIRST_OFFSET,
@@ -315,6 +316,10 @@ class Manifest:
     #: deleted and created again under the same name from the one they read; None: a log
     #: created before the field (its identity is unknown; it never gets one)
     incarnation: str | None = None
+    #: wal3-spark extension (docs/design.md section 25): a branch's parent, whose records
+    #: [parent.start, parent.offset) are this log's first ones; None: not a branch (or one
+    #: checkpointed since)
+    parent: Parent | None = None
 
     # -- construction -------------------------------------------------------------------
 
@@ -376,6 +381,7 @@ class Manifest:
             rolled_written_us=doc.get("rolled_written_us"),
             collected_written_us=doc.get("collected_written_us"),
             incarnation=doc.get("incarnation"),
+            parent=Parent.from_dict(doc["parent"], obj) if doc.get("parent") is not None else None,
         )
         if check:
             manifest.scrub(obj)
@@ -415,6 +421,8 @@ class Manifest:
             extras["collected_written_us"] = self.collected_written_us
         if self.incarnation is not None:
             extras["incarnation"] = self.incarnation
+        if self.parent is not None:
+            extras["parent"] = self.parent.to_dict()
         parts.extend(f",{json_text(key)}:{json_text(value)}" for key, value in extras.items())
         parts.append("}")
         return "".join(parts).encode()
@@ -447,7 +455,23 @@ class Manifest:
 
     @property
     def oldest_offset(self) -> int:
-        """The oldest offset still readable (garbage collection moves it forward)."""
+        """The oldest offset still readable (garbage collection moves it forward): a branch's
+        parent start while it reads its parent (`reads_parent`)."""
+        if self.reads_parent:
+            assert self.parent is not None
+            return self.parent.start
+        return self.own_oldest_offset
+
+    @property
+    def reads_parent(self) -> bool:
+        """Whether this log's oldest records are its parent's: a branch whose own garbage
+        collection has not moved past the branch point."""
+        return self.parent is not None and self.own_oldest_offset <= self.parent.offset
+
+    @property
+    def own_oldest_offset(self) -> int:
+        """The oldest offset this log's own fragments and snapshots hold (what garbage
+        collection and the manifest's invariants work on); `oldest_offset` except on a branch."""
         if self.snapshots:
             return self.snapshots[0].start
         if self.fragments:
@@ -487,11 +511,18 @@ class Manifest:
                 f"the fragments do not follow the snapshots contiguously (snapshot limit "
                 f"{self.snapshots[-1].limit}, fragment start {self.fragments[0].start})",
             )
-        if self.initial_offset is not None and self.initial_offset != self.oldest_offset:
+        if self.initial_offset is not None and self.initial_offset != self.own_oldest_offset:
             raise CorruptLog(
                 "initial_offset equals the oldest offset",
                 obj,
-                f"initial_offset {self.initial_offset} is not the oldest offset {self.oldest_offset}",
+                f"initial_offset {self.initial_offset} is not the oldest offset {self.own_oldest_offset}",
+            )
+        if self.parent is not None and self.own_oldest_offset < self.parent.offset:
+            raise CorruptLog(
+                "a branch's own records start at or after its branch point",
+                obj,
+                f"its own records start at {self.own_oldest_offset}, below its branch point "
+                f"{self.parent.offset}",
             )
         calculated = _sum_parts(self.snapshots, self.fragments) + self.collected
         if calculated != self.setsum:
@@ -532,6 +563,10 @@ class Manifest:
             if value is not None:
                 check_int(value, obj, name)
         parse_incarnation(self.incarnation, obj)
+        if self.parent is not None:
+            if not isinstance(self.parent, Parent):
+                raise CorruptLog("field type", obj, f"'parent' has the wrong type: {self.parent!r}")
+            self.parent.check(obj)
 
     # -- transitions --------------------------------------------------------------------
 

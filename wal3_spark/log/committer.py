@@ -322,13 +322,13 @@ class Committer:
             try:
                 start = _locate(self.store, current, set(paths), placed["since"])
             except DataLost as exc:
-                if current.oldest_offset > placed["since"]:
+                if current.own_oldest_offset > placed["since"]:
                     return None  # garbage collection moved past where they would be: cannot tell
                 raise StaleVersion(exc) from exc
             if start is not None:
                 placed["start"] = start
                 return True
-            if current.oldest_offset > placed["since"]:
+            if current.own_oldest_offset > placed["since"]:
                 return None  # garbage collection moved past where they would be: cannot tell
             return False
 
@@ -490,7 +490,7 @@ def _collected_prefix(
         head <= 0
         or [ref.path for ref in found] != paths[head:]
         or any(a.limit != b.start for a, b in zip(found, found[1:]))
-        or found[0].start != manifest.oldest_offset
+        or found[0].start != manifest.own_oldest_offset
         or len(may_be_collected(manifest, fragments[:head])) != head
     ):
         return None
@@ -531,9 +531,9 @@ def _committed_at(
         return None, rolled_written_us
     refs: Sequence[FragmentRef] = manifest.fragments
     if _may_be_rolled(manifest, fragments):
-        start = manifest.oldest_offset if since is None else max(since, manifest.oldest_offset)
+        start = manifest.own_oldest_offset if since is None else max(since, manifest.own_oldest_offset)
         refs = list(iter_fragments(store, manifest, start))
-        if rolled_written_us is None and start == manifest.oldest_offset:
+        if rolled_written_us is None and start == manifest.own_oldest_offset:
             rolled_written_us = _newest_written(refs, manifest)
     paths = [f.path for f in fragments]
     wanted = set(paths)

@@ -40,6 +40,7 @@ from wal3_spark.format.setsum import Setsum
 from wal3_spark.format.stream_filter import StreamFilter, ValueFilter
 from wal3_spark.format.uuid7 import new_uuid7, uuid7_timestamp_us
 from wal3_spark.log.head import read_manifest
+from wal3_spark.log.parents import parent_store
 from wal3_spark.storage.base import ObjectStore
 from wal3_spark.storage.retry import backoff_delays
 
@@ -63,7 +64,7 @@ def missing_error(store: ObjectStore, invariant: str, path: str, start: int) -> 
     the current manifest: DataLost when GC moved the oldest offset past it since the caller
     read its manifest, LogNotFound when the log itself is gone, else CorruptLog."""
     try:
-        oldest = read_manifest(store).oldest_offset
+        oldest = read_manifest(store).own_oldest_offset
     except LogNotFound as exc:
         return exc
     if start < oldest:
@@ -79,11 +80,14 @@ def output_schema(payload: pa.Schema | None) -> pa.Schema:
 
 @dataclass(frozen=True)
 class ReadRange:
-    """One fragment and the part of it [start, limit) a read wants."""
+    """One fragment and the part of it [start, limit) a read wants. `root`: the URL of the log
+    the fragment belongs to when it is not the log read (a branch reading its parent's records,
+    docs/design.md section 25); None: the log read."""
 
     ref: FragmentRef
     start: int
     limit: int
+    root: str | None = None
 
     @property
     def records(self) -> int:
@@ -380,6 +384,8 @@ def read_range(
     """
     ref = part.ref
     raw = payload is None
+    if part.root is not None:
+        store = parent_store(store, part.root)
     try:
         decoded = load_fragment(store, ref, raw, verify=verify, item_hash=item_hash)
     except DataLost:

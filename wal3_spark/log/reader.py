@@ -28,7 +28,15 @@ from typing import Any
 
 import pyarrow as pa
 
-from wal3_spark.errors import CorruptLog, DataLost, FilterError, InvalidOption, ObjectNotFound
+from wal3_spark.errors import (
+    BranchError,
+    CorruptLog,
+    DataLost,
+    FilterError,
+    InvalidOption,
+    LogNotFound,
+    ObjectNotFound,
+)
 from wal3_spark.format.layout import (
     FIRST_OFFSET,
     FragmentRef,
@@ -47,6 +55,7 @@ from wal3_spark.log.fragment_io import (
     read_range,
 )
 from wal3_spark.log.head import read_manifest
+from wal3_spark.log.parents import parent_store
 from wal3_spark.log.scan import LogScan, timestamp_us
 from wal3_spark.storage import StoreLike, resolve_store
 from wal3_spark.storage.base import ObjectStore
@@ -142,7 +151,7 @@ def iter_fragments(
     still to be yielded were collected.
     """
     limit = manifest.next_offset if limit is None else limit
-    position = max(start, manifest.oldest_offset)
+    position = max(start, manifest.own_oldest_offset)
     while True:
         try:
             for ref in _fragments_within(store, manifest, position, limit, cache):
@@ -155,6 +164,51 @@ def iter_fragments(
             log.info("%s: a snapshot was garbage-collected during the walk; continuing from %d "
                      "in the current manifest", store.url, position)
             manifest = LogReader(store).manifest()
+
+
+def iter_ranges(
+    store: ObjectStore, manifest: Manifest, start: int, limit: int,
+    cache: SnapshotCache | None = None, *, root: str | None = None,
+) -> Iterator[ReadRange]:
+    """The fragment ranges holding [start, limit), in offset order: a branch's records below
+    its branch point come from its parent's fragments (`ReadRange.root` names the parent), read
+    through the parent's current manifest, and from the grandparent's below its own, and so on.
+    `root` is what this log's own ranges carry (None for the log read)."""
+    parent = manifest.parent if manifest.reads_parent else None
+    if parent is not None and start < min(limit, parent.offset):
+        up = parent_store(store, parent.log)
+        upper = parent_manifest(store, manifest)
+        if start < upper.oldest_offset:
+            raise DataLost(up.url, start, upper.oldest_offset)
+        yield from iter_ranges(up, upper, start, min(limit, parent.offset), cache, root=up.url)
+    start = max(start, parent.offset) if parent is not None else start
+    if start >= limit:
+        return
+    for ref in iter_fragments(store, manifest, start, limit, cache=cache):
+        yield ReadRange(ref, max(ref.start, start), min(ref.limit, limit), root)
+
+
+def parent_manifest(store: ObjectStore, manifest: Manifest) -> Manifest:
+    """The current manifest of `manifest`'s parent (a branch's), checked to be the log the
+    branch was taken from: BranchError when it is gone or was created again since."""
+    parent = manifest.parent
+    assert parent is not None
+    up = parent_store(store, parent.log)
+    try:
+        upper = read_manifest(up)
+    except LogNotFound:
+        raise BranchError(
+            f"{store.url} is a branch of {parent.log} at offset {parent.offset}, and that log is "
+            f"gone: its records below {parent.offset} cannot be read. Restore the parent, or read "
+            f"the branch from {parent.offset} on (a checkpoint of the branch would have kept them)"
+        ) from None
+    if upper.incarnation != parent.incarnation:
+        raise BranchError(
+            f"{store.url} is a branch of {parent.log}, which was deleted and created again since "
+            f"the branch was taken (incarnation then {parent.incarnation}, now {upper.incarnation}): "
+            f"its records below {parent.offset} are gone. Read the branch from {parent.offset} on"
+        )
+    return upper
 
 
 class LogReader:
@@ -239,7 +293,10 @@ class LogReader:
         collected (or skipped): the manifest's checks cannot tell a first pointer whose start
         was damaged upwards from one garbage collection moved, so the first snapshot is loaded
         and checked against its pointer, or the first fragment's record count against its
-        range. Only on that path, which is rare: one GET (a cached snapshot: none)."""
+        range. Only on that path, which is rare: one GET (a cached snapshot: none). A branch's
+        oldest offset is its parent start, recorded when it was branched."""
+        if manifest.reads_parent:
+            return
         if manifest.snapshots:
             load_snapshot(self.store, manifest.snapshots[0], self.snapshots)
         elif manifest.fragments:
@@ -252,9 +309,9 @@ class LogReader:
         without the fragments `values` skips (no GET for them)."""
         if start >= limit:
             return
-        for ref in iter_fragments(self.store, manifest, start, limit, cache=self.snapshots):
-            if not ref.skipped_by(values):
-                yield ReadRange(ref, max(ref.start, start), min(ref.limit, limit))
+        for part in iter_ranges(self.store, manifest, start, limit, self.snapshots):
+            if values is None or not values.skips(part.ref.filter):
+                yield part
 
     def read(
         self,
@@ -361,9 +418,11 @@ class LogReader:
         """The first offset whose record was written at or after `timestamp_us` (the tail if
         none was), as Kafka's `startingTimestamp` does."""
         manifest = manifest or self.manifest()
-        for ref in iter_fragments(self.store, manifest, manifest.oldest_offset, cache=self.snapshots):
-            if fragment_timestamp_us(self.store, ref) >= timestamp_us:
-                return ref.start
+        for part in iter_ranges(self.store, manifest, manifest.oldest_offset, manifest.next_offset,
+                                self.snapshots):
+            store = self.store if part.root is None else parent_store(self.store, part.root)
+            if fragment_timestamp_us(store, part.ref) >= timestamp_us:
+                return part.start
         return manifest.next_offset
 
 

@@ -45,8 +45,9 @@ from wal3_spark.format.uuid7 import new_uuid7
 from wal3_spark.log.cas import Outcome
 from wal3_spark.log.committer import manifest_object, roll_snapshots
 from wal3_spark.log.cursors import CursorStore
-from wal3_spark.log.fragment_io import check_fragment_data, fetch_fragment
-from wal3_spark.log.reader import LogReader, iter_fragments
+from wal3_spark.log.fragment_io import ReadRange, check_fragment_data, fetch_fragment
+from wal3_spark.log.parents import parent_store
+from wal3_spark.log.reader import LogReader, iter_ranges
 from wal3_spark.ops.verify import verify
 from wal3_spark.storage import StoreLike, resolve_store
 from wal3_spark.storage.base import ObjectStore
@@ -73,12 +74,15 @@ class CopyReport:
         return asdict(self)
 
 
-def _copy_fragment(
-    src: ObjectStore, dst: ObjectStore, ref: FragmentRef, raw: bool, item_hash: str | None
+def copy_fragment(
+    src: ObjectStore, dst: ObjectStore, ref: FragmentRef, raw: bool, item_hash: str | None,
+    rows: tuple[int, int] | None = None,
 ) -> FragmentRef:
     """Copy one fragment after the checks a verifying read makes (`reader.load_fragment`: record
     count, where its stored offsets start, setsum under the log's `item_hash`), so a corrupt
-    source fails the copy instead of being silently "repaired" by a rewrite."""
+    source fails the copy instead of being silently "repaired" by a rewrite. `rows`: only the
+    offsets [start, limit) of it (a branch point inside a parent's fragment), rewritten as a new
+    fragment with the same write time."""
     data = fetch_fragment(src, ref)
     try:
         decoded = check_fragment_data(data, ref, raw, item_hash=item_hash)
@@ -86,19 +90,21 @@ def _copy_fragment(
         raise CopyError(
             f"refusing to copy {ref.path}: {exc} (run `wal3 verify {src.url}` for the full report)"
         ) from exc
-    if isinstance(ref.seq_no, str) and not decoded.absolute:
+    whole = rows is None or rows == (ref.start, ref.limit)
+    if whole and isinstance(ref.seq_no, str) and not decoded.absolute:
         _put(dst, ref.path, data)
         return ref
-    # A Chroma S3 fragment: rewrite it with relative offsets at a UUID path.
+    # A Chroma S3 fragment, or part of one: rewrite it with relative offsets at a UUID path.
+    start, limit = (ref.start, ref.limit) if rows is None else rows
     timestamps = np.asarray(decoded.timestamp_us).reshape(-1)
+    payload = decoded.payload.slice(start - ref.start, limit - start)
     encoded = encode_table(
-        decoded.payload, None if raw else decoded.payload.schema, int(timestamps[0]),
-        item_hash=item_hash,
+        payload, None if raw else decoded.payload.schema, int(timestamps[0]), item_hash=item_hash,
     )
     fragment_uuid = new_uuid7(encoded.timestamp_us)
     path = fragment_path(fragment_uuid)
     _put(dst, path, encoded.data)
-    return FragmentRef(path, str(fragment_uuid), ref.start, ref.limit, len(encoded.data), encoded.setsum)
+    return FragmentRef(path, str(fragment_uuid), start, limit, len(encoded.data), encoded.setsum)
 
 
 def _put(store: ObjectStore, key: str, data: bytes) -> None:
@@ -143,15 +149,21 @@ def copy_log(
     if start < manifest.oldest_offset:
         raise DataLost(source.url, start, manifest.oldest_offset)
     start = min(start, manifest.next_offset)
-    refs = list(iter_fragments(source, manifest, start))
+    # a branch's records below its branch point are its parent's: copied like its own, the
+    # fragment the branch point cuts cut there (the copy is a standalone log)
+    parts = list(iter_ranges(source, manifest, start, manifest.next_offset))
+    refs = [part.ref for part in parts]
     raw = manifest.is_raw
 
-    def copy_one(ref: FragmentRef) -> FragmentRef:
-        return _copy_fragment(source, destination, ref, raw, manifest.item_hash)
+    def copy_one(part: ReadRange) -> FragmentRef:
+        if part.root is None:
+            return copy_fragment(source, destination, part.ref, raw, manifest.item_hash)
+        return copy_fragment(parent_store(source, part.root), destination, part.ref, raw,
+                             manifest.item_hash, (part.start, part.limit))
 
     copied: list[FragmentRef] = []
     with ThreadPoolExecutor(max_workers=max(1, parallelism)) as pool:
-        for done, ref in enumerate(pool.map(copy_one, refs), 1):
+        for done, ref in enumerate(pool.map(copy_one, parts), 1):
             copied.append(ref)
             if progress is not None:
                 progress(done, len(refs))

@@ -62,6 +62,7 @@ from wal3_spark.format.uuid7 import uuid7_timestamp_us
 from wal3_spark.log.cas import CasObject, Outcome
 from wal3_spark.log.committer import Committer, write_snapshot
 from wal3_spark.log.cursors import CursorStore
+from wal3_spark.log.holds import holds, lowest_hold
 from wal3_spark.log.reader import SnapshotCache, iter_fragments, load_snapshot
 from wal3_spark.storage import StoreLike, resolve_store
 from wal3_spark.storage.base import ObjectMeta, ObjectStore
@@ -82,6 +83,12 @@ class GCReport:
     url: str
     dry_run: bool = False
     cursors: dict[str, int] = field(default_factory=dict)
+    #: the pins of branches and the held tags (their object keys) and the first offset each
+    #: keeps: they lower the cutoff the cursors give, as a cursor would
+    holds: dict[str, int] = field(default_factory=dict)
+    #: pins dropped by this run: older than the orphan grace, and their branch does not read
+    #: through them (never published, deleted or checkpointed)
+    pins_dropped: list[str] = field(default_factory=list)
     cutoff: int | None = None
     oldest_offset: int = 0
     next_offset: int = 0
@@ -236,7 +243,8 @@ class GarbageCollector:
             report.cursors[cursor.name] = manifest.oldest_offset
             report.notes.append(f"cursor {cursor.name} is stale ({cursor.problem}); it keeps "
                                 f"every record until its consumer resets it (fix: {cursor.fix(self.url)})")
-        report.cutoff = self._cutoff(report.cursors, keep_from)
+        self._holds(report, dry_run)
+        report.cutoff = self._cutoff(report.cursors, keep_from, report.holds)
         computed = False
         for _ in range(8):
             loaded = self.garbage.load()
@@ -253,6 +261,16 @@ class GarbageCollector:
                 if dry_run:
                     report.notes.append("pending garbage is not yet applied to the manifest")
                     break
+                held = lowest_hold(self.store)
+                if held is not None and held < garbage.first_to_keep:
+                    # a branch or tag was created since the garbage was computed: it wins
+                    report.notes.append(f"a hold at {held} appeared since the garbage was "
+                                        "computed; computing it again")
+                    self._replace_garbage(garbage, Garbage.empty())
+                    report.holds = {h.key: h.start for h in holds(self.store)}
+                    report.cutoff = self._cutoff(report.cursors, keep_from, report.holds)
+                    computed = False
+                    continue
                 try:
                     self.committer.update(lambda m: self._apply(m, garbage))
                 except GarbageStale as exc:
@@ -312,10 +330,27 @@ class GarbageCollector:
         if self.after_step is not None:
             self.after_step(name)
 
-    def _cutoff(self, cursors: dict[str, int], keep_from: int | None) -> int | None:
+    def _holds(self, report: GCReport, dry_run: bool) -> None:
+        """Read the pins and held tags into `report.holds`, dropping (unless `dry_run`) the
+        pins older than the orphan grace whose branch does not read through them."""
+        orphan_before_us = int((self.orphan_clock.now() - self.orphan_grace_s) * 1e6)
+        for hold in holds(self.store, orphan_before_us=orphan_before_us):
+            if hold.orphan:
+                report.pins_dropped.append(hold.key)
+                if not dry_run:
+                    log.info("%s: dropping %s: its branch does not read through it", self.url, hold.key)
+                    try:
+                        self.store.delete(hold.key)
+                    except ObjectNotFound:
+                        pass
+                continue
+            report.holds[hold.key] = hold.start
+
+    def _cutoff(self, cursors: dict[str, int], keep_from: int | None,
+                holds: dict[str, int] | None = None) -> int | None:
         if not cursors:
             return None  # nothing pins the log, so nothing is known to be consumed
-        cutoff = min(cursors.values())
+        cutoff = min([*cursors.values(), *(holds or {}).values()])
         if keep_from is not None:
             cutoff = min(cutoff, keep_from)
         return cutoff
@@ -352,8 +387,8 @@ class GarbageCollector:
 
     def _describe(self, report: GCReport, manifest: Manifest, garbage: Garbage) -> None:
         """Fill in what the garbage drops; refuse (unless forced) when it is too much."""
-        total = manifest.next_offset - manifest.oldest_offset
-        dropped = garbage.first_to_keep - manifest.oldest_offset
+        total = manifest.next_offset - manifest.own_oldest_offset
+        dropped = garbage.first_to_keep - manifest.own_oldest_offset
         report.first_to_keep = garbage.first_to_keep
         report.records_dropped = dropped
         report.snapshots_dropped = len(garbage.snapshots_to_drop)
@@ -442,8 +477,13 @@ class GarbageCollector:
         result = self.committer.update_result(lambda m: m.with_orphan_horizon(horizon_us, self.writer))
         assert result.current is not None
         report.orphan_horizon_us = horizon_us
-        kept = self._held(result.current.value)
+        fenced = result.current.value
+        kept = self._held(fenced)
         for key in candidates:
+            if fenced.parent is not None and key.startswith(FRAGMENT_PREFIX):
+                # a branch's checkpoint copies its parent's (old) fragments in before its
+                # manifest references them: none is an orphan until the branch is standalone
+                continue
             if key not in kept:
                 self.store.delete(key)
                 report.orphans_deleted.append(key)

@@ -17,9 +17,10 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from wal3_spark.errors import (
+    BranchError,
     CorruptLog,
     DataLost,
     LogNotFound,
@@ -33,10 +34,12 @@ from wal3_spark.format.layout import (
     FragmentRef,
     SnapshotPointer,
 )
+from wal3_spark.format.lineage import pin_key
 from wal3_spark.format.manifest import Manifest
 from wal3_spark.format.setsum import Setsum
 from wal3_spark.log.fragment_io import MISSING_FRAGMENT, MISSING_SNAPSHOT, load_fragment
-from wal3_spark.log.reader import load_snapshot
+from wal3_spark.log.parents import parent_store
+from wal3_spark.log.reader import iter_ranges, load_snapshot, parent_manifest
 from wal3_spark.storage import StoreLike, resolve_store
 from wal3_spark.storage.base import ObjectStore
 
@@ -57,7 +60,7 @@ FragmentChecker = Callable[
 
 @dataclass(frozen=True)
 class Problem:
-    kind: str  # "invariant" | "missing" | "corrupt" | "unreadable" | "collected" | "extra"
+    kind: str  # "invariant" | "missing" | "corrupt" | "unreadable" | "collected" | "extra" | "rewritten"
     obj: str
     detail: str
 
@@ -76,6 +79,8 @@ class VerifyReport:
     records: int = 0
     bytes: int = 0
     problems: list[Problem] = field(default_factory=list)
+    #: a branch's parent (its manifest's `parent` field), whose range was checked with it
+    parent: dict | None = None
 
     @property
     def ok(self) -> bool:
@@ -140,17 +145,61 @@ def _verify_once(store: ObjectStore, check: FragmentChecker | None) -> VerifyRep
     whole_tree = len(report.problems) == before
     if whole_tree:
         _check_order(report, refs, manifest)
-    if check is None:  # without the data, each stream filter's check digest at least
-        for ref in refs:
-            if ref.filter is not None:
-                _check(report, "corrupt", lambda ref=ref: ref.filter.checked(ref.setsum.hexdigest(), ref.path))
 
     if check is not None:
         problems = check(store, refs, manifest.is_raw, manifest.item_hash)
         report.problems.extend(p for p in problems if p is not None)
     if whole_tree:
         _report_extras(store, report, {r.path for r in refs}, snapshot_paths)
+    _check_parent(store, manifest, report, check)
     return report
+
+
+def _check_parent(store: ObjectStore, manifest: Manifest, report: VerifyReport,
+                  check: FragmentChecker | None) -> None:
+    """A branch's parent range: the parent is the log branched from, the pin that keeps the
+    range is there, the fragments holding it are contiguous over it and sum to the setsum the
+    branch recorded, and (with `check`) each holds what its parent's manifest says."""
+    parent = manifest.parent
+    if parent is None:
+        return
+    report.parent = parent.to_dict()
+    if not manifest.reads_parent:
+        return
+    where = f"{parent.log} (parent)"
+    try:
+        parent_manifest(store, manifest)
+        parts = list(iter_ranges(store, manifest, parent.start, parent.offset))
+    except (BranchError, DataLost, CorruptLog, StorageError) as exc:
+        report.problems.append(Problem("missing", where, str(exc)))
+        return
+    up = parent_store(store, parent.log)
+    if not up.exists(pin_key(parent.pin)):
+        report.problems.append(Problem(
+            "invariant", f"{parent.log}/{pin_key(parent.pin)}",
+            "the pin this branch holds in its parent is missing: the parent's garbage collection "
+            f"may remove records the branch reads; checkpoint the branch (`wal3 checkpoint {store.url}`)"))
+    covered = [parent.start] + [x for p in parts for x in (p.start, p.limit)] + [parent.offset]
+    if any(a != b for a, b in zip(covered[::2], covered[1::2])):
+        report.problems.append(Problem("invariant", where, f"the parent's fragments do not cover "
+                                       f"[{parent.start}, {parent.offset}) contiguously"))
+    total = Setsum.sum(p.ref.setsum for p in parts)
+    if total != parent.setsum:
+        # a checkpoint of the parent rewrote the fragment its own branch point cut (the records
+        # are the same, the fragment's setsum is not); each fragment is still checked below
+        report.problems.append(Problem(
+            "rewritten", where, f"the parent's fragments holding [{parent.start}, {parent.offset}) sum "
+            f"to {total.hexdigest()}, the branch recorded {parent.setsum.hexdigest()} (the parent "
+            "was checkpointed since, which rewrites the fragment its branch point cuts)"))
+    report.records += parent.offset - parent.start
+    if check is None:
+        return
+    by_root: dict[str, list[FragmentRef]] = {}
+    for part in parts:
+        by_root.setdefault(part.root or store.url, []).append(part.ref)
+    for root, refs in by_root.items():
+        problems = check(parent_store(store, root), refs, manifest.is_raw, manifest.item_hash)
+        report.problems.extend(replace(p, obj=f"{root}/{p.obj}") for p in problems if p is not None)
 
 
 def _threads(parallelism: int, progress: Callable[[int, int], None] | None) -> FragmentChecker:
@@ -218,14 +267,9 @@ def _check_order(report: VerifyReport, refs: list[FragmentRef], manifest: Manife
 def check_fragment(
     store: ObjectStore, ref: FragmentRef, raw: bool, item_hash: str | None = None
 ) -> Problem | None:
-    """Check one fragment as a verifying read does (`reader.load_fragment`), and its stream
-    filter against its column (docs/format.md section 4, "Stream filters"), as a Problem."""
+    """Check one fragment as a verifying read does (`reader.load_fragment`), as a Problem."""
     try:
-        decoded = load_fragment(store, ref, raw, item_hash=item_hash)
-        if ref.filter is not None:
-            payload = decoded.payload
-            column = payload.column(ref.filter.column) if ref.filter.column in payload.column_names else None
-            ref.filter.check_against(column, ref.setsum.hexdigest(), ref.path)
+        load_fragment(store, ref, raw, item_hash=item_hash)
     except (CorruptLog, DataLost, LogNotFound, StorageError) as exc:
         return _problem(ref.path, exc)
     return None

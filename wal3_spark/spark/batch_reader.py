@@ -25,6 +25,7 @@ from wal3_spark.spark.planning import (
     narrow,
     partitions_of,
     plan_range,
+    positions,
     pushed_values,
     value_filters,
 )
@@ -47,7 +48,8 @@ class Wal3BatchReader(DataSourceReader):
         manifest = LogReader(store).manifest()
         values, skipping = value_filters(manifest, (o.filter_column, o.filter_values), self.pushed,
                                          o.url)
-        ranges = plan_range(store, manifest, o.starting, o.ending, self.offsets, self.times,
+        starting, ending = positions(o, store, manifest)
+        ranges = plan_range(store, manifest, starting, ending, self.offsets, self.times,
                             o.fail_on_data_loss, values, skipping)
         return partitions_of(manifest, ranges, o.max_partition_bytes, o.min_partitions, values)
 

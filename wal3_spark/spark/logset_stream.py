@@ -53,7 +53,7 @@ from wal3_spark.format.incarnation import UNRECORDED, same_log
 from wal3_spark.format.layout import FIRST_OFFSET
 from wal3_spark.format.manifest import Manifest
 from wal3_spark.log.cursors import CursorStore
-from wal3_spark.log.reader import LogReader, SnapshotCache, iter_fragments
+from wal3_spark.log.reader import LogReader, SnapshotCache, iter_ranges
 from wal3_spark.logset.dirty import DirtyPosition, changes_since
 from wal3_spark.spark.fair_share import Chunk, Rotation, admit
 from wal3_spark.spark.logset_reader import (
@@ -295,9 +295,9 @@ class LogSetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             log.warning(message, *args)
 
     def _chunks(self, name: str, begin: int, end: int) -> Iterator[Chunk]:
-        for ref in iter_fragments(self.log_set.log_store(name), self.manifests[name], begin, end,
-                                  cache=self._snapshots):
-            yield Chunk(max(ref.start, begin), min(ref.limit, end), ref.num_bytes)
+        for part in iter_ranges(self.log_set.log_store(name), self.manifests[name], begin, end,
+                                self._snapshots):
+            yield Chunk(part.start, part.limit, part.ref.num_bytes)
 
     def partitions(self, start: dict, end: dict) -> list[LogSetPartition]:
         begins, ends = decode(start), decode(end)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from wal3_spark.errors import InvalidOption
+from wal3_spark.format.lineage import tag_key
 from wal3_spark.logset.logs import (
     ALL_LOGS,
     DEFAULT_FULL_SCAN_EVERY_S,
@@ -61,6 +62,7 @@ OPTIONS: dict[str, tuple[tuple[str, ...], str]] = {
     "minRecordsPerTrigger": ((STREAM_READ,), "wait for this many new records per micro-batch"),
     "maxTriggerDelay": ((STREAM_READ,), "with minRecordsPerTrigger: the longest wait, e.g. 15m"),
     "cursor": ((STREAM_READ,), "wal3 cursor moved to each committed offset"),
+    "tag": ((READ,), "read exactly the records of this tag (`wal3 tag`), the same rows every time"),
     "failOnDataLoss": ((READ, STREAM_READ), "fail when offsets were garbage-collected"),
     "onRecreatedLog": ((STREAM_READ,), "fail | restart: a log deleted and created again since "
                        "its offset was recorded fails the query, or is read from its oldest offset"),
@@ -205,6 +207,8 @@ class Wal3Options:
     min_records: int | None = None
     max_trigger_delay_ms: int = DEFAULT_TRIGGER_DELAY_MS
     cursor: str | None = None
+    #: a batch read of exactly the records a tag names (`wal3_spark.log.tags`)
+    tag: str | None = None
     fail_on_data_loss: bool = True
     #: what a stream does with a log deleted and created again under the same name since it
     #: recorded an offset in it: "fail" (naming the log) or "restart" (read it from its oldest
@@ -450,6 +454,7 @@ def parse(options: Mapping[str, str], role: str) -> Wal3Options:
     take("minPartitions", parse_positive)
     take("verifyOnRead", parse_bool)
     take("cursor", _cursor_name)
+    take("tag", _tag_name)
     take("writerId", _writer_id)
     if "startingOffsets" in values and "startingTimestamp" in values:
         raise _fail("startingTimestamp", values["startingTimestamp"],
@@ -504,6 +509,7 @@ _FIELD = {
     "maxTriggerDelay": "max_trigger_delay_ms",
     "writerVersion": "writer_version",
     "cursor": "cursor",
+    "tag": "tag",
     "failOnDataLoss": "fail_on_data_loss",
     "onRecreatedLog": "on_recreated_log",
     "maxPartitionBytes": "max_partition_bytes",
@@ -531,6 +537,11 @@ def _check_combinations(values: dict[str, str], kw: dict, role: str) -> None:
         raise _fail("maxTriggerDelay", values["maxTriggerDelay"],
                     "applies only with minRecordsPerTrigger (how long to wait for that many "
                     "records); set minRecordsPerTrigger too", role)
+    if "tag" in values:
+        for name in ("startingOffsets", "endingOffsets", "startingTimestamp", "endingTimestamp", "logs"):
+            if name in values:
+                raise _fail(name, values[name], f"a tag names its records itself (tag="
+                            f"{values['tag']}): drop {name}, or drop tag", role)
     for name in ("newLogOffsets", "fullScanInterval"):
         if name in values and "logs" not in values:
             raise _fail(name, values[name], "applies only to a log set; set logs too (e.g. "
@@ -618,6 +629,11 @@ def _at_least(value: int, low: int, name: str) -> int:
     if value < low:
         raise ValueError(f"{name} must be at least {low}")
     return value
+
+
+def _tag_name(text: str) -> str:
+    tag_key(text)  # raises InvalidOption naming the rule
+    return text
 
 
 def _cursor_name(text: str) -> str:

@@ -38,6 +38,8 @@ from wal3_spark.log.fragment_io import (
     fragment_timestamp_us,
 )
 from wal3_spark.log.reader import LogReader
+from wal3_spark.log.tags import TagStore
+from wal3_spark.spark.options import Wal3Options
 from wal3_spark.storage.base import ObjectStore
 
 #: Spark's spark.sql.files.openCostInBytes: the smallest partition worth a task
@@ -153,6 +155,14 @@ def resolve(reader: LogReader, manifest: Manifest, position: tuple[str, int], *,
     return default
 
 
+def positions(options: Wal3Options, store: ObjectStore, manifest: Manifest) -> tuple[tuple[str, int], tuple[str, int]]:
+    """Where a batch read starts and ends: its options' positions, or its tag's records."""
+    if options.tag is None:
+        return options.starting, options.ending
+    start, limit = TagStore(store).range(options.tag, manifest)
+    return ("offset", start), ("offset", limit)
+
+
 def plan_range(store: ObjectStore, manifest: Manifest, starting: tuple[str, int],
                ending: tuple[str, int], offsets: Bounds, times: Bounds,
                fail_on_data_loss: bool, values: ValueFilter | None = None,
@@ -173,7 +183,7 @@ def plan_range(store: ObjectStore, manifest: Manifest, starting: tuple[str, int]
     ranges = reader.plan(start, limit, manifest=manifest, fail_on_data_loss=fail_on_data_loss,
                          values=values)
     if skipping:
-        ranges = [r for r in ranges if not any(r.ref.skipped_by(v) for v in skipping)]
+        ranges = [r for r in ranges if not any(v.skips(r.ref.filter) for v in skipping)]
     if times.lo is None and times.hi is None:
         return ranges
     structured = manifest.schema is not None

@@ -47,7 +47,7 @@ from wal3_spark.log.fragment_io import ReadRange, exact_path_timestamp_us, fragm
 from wal3_spark.log.reader import LogReader
 from wal3_spark.spark import options as opts
 from wal3_spark.spark.hadoop import driver_store, hadoop_options, hadoop_url
-from wal3_spark.spark.planning import resolve
+from wal3_spark.spark.planning import positions, resolve
 from wal3_spark.spark.schemas import (
     check_parquet_readable,
     native_conversions,
@@ -60,7 +60,7 @@ log = logging.getLogger(__name__)
 
 #: the read options `toDF` takes (store options go to `forPath`)
 RANGE_OPTIONS = ("startingOffsets", "endingOffsets", "startingTimestamp", "endingTimestamp",
-                 "failOnDataLoss")
+                 "failOnDataLoss", "tag")
 #: up to this many fragments, each one's start and write time are literals in one CASE on its
 #: file name; beyond, a broadcast join with a table of them (a CASE with thousands of branches
 #: outgrows Spark's generated code). docs/benchmarks.md compares the two.
@@ -104,8 +104,9 @@ def plan_scan(store: ObjectStore, manifest: Manifest, root: str, options: opts.W
     """The fragments (as Hadoop URLs under `root`) holding the range `options` name, resolved
     as `spark.read.format("wal3")` resolves it."""
     reader = LogReader(store)
-    start = resolve(reader, manifest, options.starting, default=manifest.oldest_offset)
-    limit = resolve(reader, manifest, options.ending, default=manifest.next_offset)
+    starting, ending = positions(options, store, manifest)
+    start = resolve(reader, manifest, starting, default=manifest.oldest_offset)
+    limit = resolve(reader, manifest, ending, default=manifest.next_offset)
     ranges = reader.plan(start, limit, manifest=manifest, fail_on_data_loss=options.fail_on_data_loss)
     _check_boundary_counts(store, manifest, ranges)
     payload = manifest.arrow_schema()
@@ -133,10 +134,11 @@ def _check_boundary_counts(store: ObjectStore, manifest: Manifest, ranges: Seque
 
 
 def _scan_file(root: str, part: ReadRange, structured: bool) -> ScanFile:
+    """One file to scan; a branch's parent's fragment (`ReadRange.root`) under the parent's root."""
     ref = part.ref
     timestamp_us = exact_path_timestamp_us(ref, structured)
     return ScanFile(
-        url=join_url(root, ref.path),
+        url=join_url(root if part.root is None else hadoop_url(part.root), ref.path),
         name=ref.path.rsplit("/", 1)[-1],
         start=ref.start,
         records=ref.records,
@@ -223,16 +225,17 @@ def _free_name(base: str, taken: set[str]) -> str:
 
 
 def _kept_rows(files: Sequence[ScanFile], meta: str) -> list[str]:
-    """Conditions dropping the rows of the first and last fragment outside the range (none
-    when the range starts and ends on fragment boundaries); `meta` names the file metadata."""
+    """Conditions dropping the rows of a fragment outside the range: the first and last
+    fragment's, and a branch's parent fragment its branch point cuts (none when every range
+    starts and ends on fragment boundaries); `meta` names the file metadata."""
     conditions = []
-    first, last = files[0], files[-1]
-    if first.lo > 0:
-        conditions.append(f"NOT ({meta}.file_name = {_sql_string(first.name)} "
-                          f"AND {meta}.row_index < {first.lo})")
-    if last.hi < last.records:
-        conditions.append(f"NOT ({meta}.file_name = {_sql_string(last.name)} "
-                          f"AND {meta}.row_index >= {last.hi})")
+    for f in files:
+        if f.lo > 0:
+            conditions.append(f"NOT ({meta}.file_name = {_sql_string(f.name)} "
+                              f"AND {meta}.row_index < {f.lo})")
+        if f.hi < f.records:
+            conditions.append(f"NOT ({meta}.file_name = {_sql_string(f.name)} "
+                              f"AND {meta}.row_index >= {f.hi})")
     return conditions
 
 

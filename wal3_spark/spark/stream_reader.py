@@ -45,7 +45,7 @@ from wal3_spark.format.layout import KnownRefs
 from wal3_spark.format.manifest import Manifest
 from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.fragment_io import ReadRange
-from wal3_spark.log.reader import LogReader, SnapshotCache, iter_fragments
+from wal3_spark.log.reader import LogReader, SnapshotCache, iter_ranges
 from wal3_spark.spark.fair_share import Limits
 from wal3_spark.spark.options import Wal3Options
 from wal3_spark.spark.planning import Wal3Partition, partitions_of, resolve, value_filters
@@ -225,11 +225,8 @@ class Wal3StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             limits.max_records, limits.max_bytes, limits.max_fragments)
         if max_bytes is None and max_fragments is None:
             return at(tail if max_records is None else min(tail, begin + max_records), manifest)
-        def ranges() -> Iterator[ReadRange]:
-            for ref in iter_fragments(self.store, manifest, begin, tail, cache=self._snapshots):
-                yield ReadRange(ref, max(ref.start, begin), min(ref.limit, tail))
-
-        end = admit(ranges(), begin, tail, max_records=max_records, max_bytes=max_bytes,
+        ranges = iter_ranges(self.store, manifest, begin, tail, self._snapshots)
+        end = admit(ranges, begin, tail, max_records=max_records, max_bytes=max_bytes,
                     max_fragments=max_fragments)
         return at(end, manifest)
 

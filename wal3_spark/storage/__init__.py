@@ -40,6 +40,7 @@ __all__ = [
     "join_url",
     "StoreLike",
     "open_store",
+    "open_like",
     "resolve_store",
 ]
 
@@ -93,6 +94,25 @@ def open_store(url: str, options: Mapping[str, str] | None = None) -> ObjectStor
         "az://container/prefix, abfss://container@account.dfs.core.windows.net/prefix, "
         "file:///abs/path (or a plain path), or memory://name"
     )
+
+
+def open_like(store: ObjectStore, url: str) -> ObjectStore:
+    """The store rooted at `url`, opened with `store`'s settings (endpoint, credentials) when
+    both are the same kind of cloud store: how a log reaches another log it names (a branch its
+    parent) with the options it was itself opened with. `store` itself when `url` is its own."""
+    if url == store.url:
+        return store
+    inner = store
+    while not isinstance(inner, (S3Store, GCSStore, AzureStore)) and getattr(inner, "inner", None) is not None:
+        inner = inner.inner  # a wrapper (retries, hedging, a log set's prefix): its client's store
+    scheme, authority, path = split_url(url)
+    if isinstance(inner, S3Store) and scheme in _S3_SCHEMES:
+        return S3Store(authority, path, inner.settings)
+    if isinstance(inner, GCSStore) and scheme == "gs":
+        return GCSStore(authority, path, inner.settings)
+    if isinstance(inner, AzureStore) and scheme == "az":
+        return AzureStore(authority, path, inner.settings)
+    return open_store(url)
 
 
 def resolve_store(target: StoreLike, options: Mapping[str, str] | None = None) -> ObjectStore:

@@ -110,6 +110,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "reader process, with logs deleted and created again while it reads")
     p.add_argument("--recreate-every", type=_positive, default=LogSetStressConfig(url="").recreate_every_s,
                    help="with --logs: mean seconds between deletions and re-creations of a log")
+    p.add_argument("--branches", type=integer(1, 100, "a number of branches"),
+                   help="stress branches instead: up to N branches of a log under appends and "
+                        "garbage collection, written, checkpointed and deleted, with kill -9s "
+                        "(local directory only)")
     p.add_argument("--require-every-fault", action="store_true",
                    help="go on past --duration (at most 3 times as long again) until every fault "
                         "kind was injected at least once")
@@ -159,6 +163,11 @@ def main(args: argparse.Namespace, out: IO[str], options: dict[str, str]) -> int
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     if args.logs:
         return _log_set(args, scaled, run_dir, out)
+    if getattr(args, "branches", None):
+        from wal3_spark.stress.branches import run_branch_stress
+
+        return 0 if run_branch_stress(run_dir / "branches", branches=args.branches, duration_s=args.duration,
+                                      seed=args.seed, kill_every_s=args.kill_every or 0.0, out=out).ok else 1
     # Imported here, not at the top: every `wal3` command builds this command's parser, and the
     # supervisor brings boto3 and the whole stress machinery (~0.15 s of each start-up).
     from wal3_spark.stress.supervisor import run_stress

@@ -15,7 +15,9 @@ from wal3_spark.format.manifest import Manifest
 from wal3_spark.log.committer import Committer
 from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.lag import cursor_lags
+from wal3_spark.log.holds import list_pins
 from wal3_spark.log.reader import LogReader, iter_fragments
+from wal3_spark.log.tags import TagStore
 from wal3_spark.ops.gc import referenced
 from wal3_spark.storage.base import ObjectStore
 
@@ -77,6 +79,11 @@ def log_info(store: ObjectStore) -> dict[str, Any]:
         "pending_garbage": None if garbage.is_empty() else garbage.summary(),
         "txns": {app: t.version for app, t in manifest.txns.items()},
         "writer": manifest.writer,
+        "parent": manifest.parent.to_dict() if manifest.parent is not None else None,
+        "pins": [{"name": name, "branch": pin.branch, "start": pin.start, "offset": pin.offset}
+                 for name, (pin, _) in sorted(list_pins(store).items())],
+        "tags": {t.name: {"offset": t.tag.offset, "start": t.tag.start, "hold": t.tag.hold}
+                 for t in TagStore(store).list()},
     }
 
 

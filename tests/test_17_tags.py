@@ -1,0 +1,123 @@
+"""Tags: a named offset of a log whose reads return the same records every time, before and
+after later appends and garbage collection (held tags keep them; a tag without hold fails with
+DataLost rather than return fewer rows); listing, deleting, and clear errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from wal3_spark.errors import DataLost, InvalidOption, TagError
+from wal3_spark.log.cursors import CursorStore
+from wal3_spark.log.reader import LogReader
+from wal3_spark.log.tags import TagStore
+from wal3_spark.log.writer import LogWriter
+from wal3_spark.ops.gc import GarbageCollector
+from wal3_spark.storage import open_store
+from wal3_spark.storage.common import file_url
+
+
+def fill(url: str, appends: int, start: int = 0) -> None:
+    writer = LogWriter(url)
+    for i in range(appends):
+        writer.append([f"r{start + i * 5 + j:04d}".encode() for j in range(5)])
+
+
+def tagged(url: str, name: str) -> list[tuple[int, bytes]]:
+    start, limit = TagStore(url).range(name)
+    table = LogReader(url).read_table(start, limit)
+    return list(zip(table.column("_offset").to_pylist(), table.column("body").to_pylist()))
+
+
+def collect(url: str) -> None:
+    CursorStore(url).move("gc", LogReader(url).manifest().next_offset, allow_backwards=True)
+    GarbageCollector(url, grace_s=0, force=True).run()
+
+
+@pytest.fixture
+def url(tmp_path) -> str:
+    return file_url(str(tmp_path / "log"))
+
+
+def test_00_a_held_tag_reads_the_same_rows_before_and_after_appends_and_gc(url):
+    fill(url, 6)  # [1, 31)
+    TagStore(url).create("q3-close", at=23, hold=True)
+    before = tagged(url, "q3-close")
+    assert [o for o, _ in before] == list(range(1, 23))
+    fill(url, 6, start=30)
+    collect(url)  # the cursor at the tail: only the tag holds the log back
+    assert LogReader(url).manifest().oldest_offset == 1
+    assert tagged(url, "q3-close") == before
+    TagStore(url).delete("q3-close")
+    collect(url)
+    assert LogReader(url).manifest().oldest_offset > 23
+
+
+def test_01_a_tag_without_hold_fails_once_its_records_are_collected(url):
+    fill(url, 6)
+    TagStore(url).create("daily")  # at the tail: [1, 31)
+    fill(url, 2, start=30)
+    assert len(tagged(url, "daily")) == 30
+    collect(url)
+    with pytest.raises(DataLost, match=r"offsets \[1, \d+\)"):
+        tagged(url, "daily")
+
+
+def test_02_list_delete_and_errors(url, tmp_path):
+    with pytest.raises(TagError, match="no wal3 log"):
+        TagStore(url).create("x")
+    fill(url, 2)
+    tags = TagStore(url)
+    tags.create("b", at=3)
+    tags.create("a", hold=True)
+    assert [(t.name, t.tag.offset, t.tag.hold) for t in tags.list()] == [("a", 11, True), ("b", 3, False)]
+    with pytest.raises(TagError, match="already exists"):
+        tags.create("a")
+    with pytest.raises(TagError, match=r"give --at within \[1, 11\]"):
+        tags.create("c", at=12)
+    with pytest.raises(InvalidOption, match="invalid tag name"):
+        tags.create("../x")
+    with pytest.raises(TagError, match="no tag 'zz' in .*its tags: a, b"):
+        tags.get("zz")
+    tags.delete("b")
+    with pytest.raises(TagError, match="no tag 'b'"):
+        tags.delete("b")
+    # a tag of an earlier log under the same name is refused
+    store = open_store(url)
+    for meta in list(store.list()):
+        if not meta.key.startswith("tag/"):
+            store.delete(meta.key)
+    fill(url, 3)
+    with pytest.raises(TagError, match="earlier log"):
+        tags.range("a")
+
+
+def test_03_a_held_tag_made_while_a_collection_runs_keeps_its_records(url):
+    fill(url, 10)  # [1, 51)
+    CursorStore(url).create("gc", 41)
+    made = {}
+
+    def race(step: str) -> None:
+        if step == "compute" and not made:
+            made["tag"] = TagStore(url).create("race", at=45, hold=True).tag
+
+    GarbageCollector(url, grace_s=0, force=True, after_step=race).run()
+    tag = made["tag"]
+    assert LogReader(url).manifest().oldest_offset <= tag.start
+    assert [o for o, _ in tagged(url, "race")] == list(range(tag.start, 45))
+
+
+def test_04_cli(url, capsys):
+    from wal3_spark.cli.main import main
+
+    fill(url, 2)
+    assert main(["tag", url, "q3-close", "--at", "7", "--hold", "--json"]) == 0
+    made = json.loads(capsys.readouterr().out)
+    assert (made["name"], made["offset"], made["start"], made["hold"]) == ("q3-close", 7, 1, True)
+    assert main(["tag", url, "--list", "--json"]) == 0
+    assert [t["name"] for t in json.loads(capsys.readouterr().out)["tags"]] == ["q3-close"]
+    assert main(["tag", url, "q3-close", "--delete", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["deleted"] is True
+    assert main(["tag", url, "nope", "--delete"]) == 1
+    assert "no tag 'nope'" in capsys.readouterr().err
