@@ -367,6 +367,10 @@ def test_10_errors_are_explained(client, tmp_path: Path, prefix: str) -> None:  
         port = int(running.url.rsplit(":", 1)[1].strip("/"))
         with pytest.raises(InvalidOption, match=f"port {port} on 127.0.0.1 is in use"):
             ConsoleServer(create_app(Target.open(open_store(prefix))), "127.0.0.1", port)
+        taken = subprocess.run([sys.executable, "-m", "wal3_spark.cli", "console", prefix, "--port", str(port)],
+                               capture_output=True, text=True, timeout=60)
+        assert taken.returncode == 2 and f"port {port} on 127.0.0.1 is in use" in taken.stderr
+        assert "--port" in taken.stderr and "Traceback" not in taken.stderr
     done = subprocess.run([sys.executable, "-m", "wal3_spark.cli", "console", file_url(str(tmp_path / "nothing"))],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 1 and "neither a wal3 log" in done.stderr and "Traceback" not in done.stderr
