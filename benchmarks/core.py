@@ -11,13 +11,26 @@
 3. commits/s with 1 and 8 concurrent committer processes, local filesystem, SeaweedFS and the
    GCS and Azure emulators (`--commits-only`: these rows alone);
 4. manifest size and time to find the tail of a log with 100,000 fragments.
+
+`--stores` measures instead, per store (local filesystem, SeaweedFS, and the fake-gcs-server
+and Azurite emulators, each started once for the run), in one run whose rounds take the stores
+in turn (the order reversed every other round): commits per second with 1 and 8 committer
+processes (each for `--commit-seconds`), append latency p50/p99 at a fixed rate
+(`benchmarks/latency.py`'s open-loop generator, `--rate` appends/s for `--latency-seconds`),
+and reading a log of `--read-rows` rows (the 6 columns of jobs/benchmark.py, 4 fragments)
+through `spark.read.format("wal3")` into the `noop` sink (Spark `local[2]`, one warm-up read
+each). Medians of `--repeat` rounds with their spread:
+
+    ./dev python benchmarks/core.py --stores --repeat 3
 """
 
 from __future__ import annotations
 
 import argparse
 import io
+import math
 import multiprocessing
+import os
 import statistics
 import sys
 import tempfile
@@ -216,16 +229,35 @@ def bench_requests(base_url: str) -> None:
 
 
 def _commit_loop(args: tuple) -> tuple[int, int, float, float]:
-    """One committer process: `commits` appends of one small fragment each."""
-    url, options, writer, commits = args
+    """One committer process: `commits` appends of one small fragment each, or as many as fit
+    before `deadline` (a `time.time()`), whichever comes first."""
+    url, options, writer, commits, deadline = args
     store = open_store(url, options)
     committer = Committer(store, writer=f"bench-{writer}")
-    conflicts = 0
+    conflicts = done = 0
     started = time.time()
-    for c in range(commits):
-        batches, _ = to_batches([f"w{writer}-c{c}".encode() * 8])
+    while done < commits and time.time() < deadline:
+        batches, _ = to_batches([f"w{writer}-c{done}".encode() * 8])
         conflicts += committer.commit(write_fragments(store, batches, None, fragment_bytes=1 << 20)).conflicts
-    return commits, conflicts, started, time.time()
+        done += 1
+    return done, conflicts, started, time.time()
+
+
+_warm_barrier = None
+
+
+def _pool_init(barrier) -> None:
+    global _warm_barrier
+    _warm_barrier = barrier
+
+
+def _warm(logs: list[tuple[str, dict | None]]) -> int:
+    """One commit to each of `logs` (imports, clients, first-use costs paid before any timed
+    commit), then wait for the pool's other processes: so each process takes one of these."""
+    for url, options in logs:
+        _commit_loop((url, options, os.getpid(), 1, math.inf))
+    _warm_barrier.wait(timeout=600)
+    return os.getpid()
 
 
 def bench_commits(label: str, url_for, options, commits: int) -> None:
@@ -236,13 +268,126 @@ def bench_commits(label: str, url_for, options, commits: int) -> None:
         url = url_for(f"commits-{writers}")
         Committer(open_store(url, options)).create()
         with ctx.Pool(writers) as pool:
-            results = pool.map(_commit_loop, [(url, options, w, commits // writers) for w in range(writers)])
+            results = pool.map(_commit_loop, [(url, options, w, commits // writers, math.inf) for w in range(writers)])
         elapsed = max(r[3] for r in results) - min(r[2] for r in results)
         done, conflicts = sum(r[0] for r in results), sum(r[1] for r in results)
         records = LogReader(open_store(url, options)).bounds()[1] - 1
         assert records == done, f"{done} commits acknowledged, {records} records in the log"
         row(f"commits/s, {writers} committer process(es), {label}", f"{done / elapsed:,.0f}/s",
             f"{done} one-fragment commits, {conflicts} CAS conflicts, 0 failed, all present")
+
+
+def commit_rate(pool, url: str, options, writers: int, seconds: float) -> tuple[float, int, int]:
+    """(commits/s, commits, CAS conflicts) of `writers` processes of `pool` (started and
+    warm) committing to a new log at `url` for `seconds`; every acknowledged commit must be in
+    the log."""
+    Committer(open_store(url, options)).create()
+    deadline = time.time() + seconds
+    results = pool.map(_commit_loop, [(url, options, w, 10**9, deadline) for w in range(writers)], chunksize=1)
+    elapsed = max(r[3] for r in results) - min(r[2] for r in results)
+    done, conflicts = sum(r[0] for r in results), sum(r[1] for r in results)
+    records = LogReader(open_store(url, options)).bounds()[1] - 1
+    assert records == done, f"{done} commits acknowledged, {records} records in the log"
+    return done / elapsed, done, conflicts
+
+
+def append_latency(url: str, options, rate: float, seconds: float) -> tuple[float, float, int]:
+    """(p50, p99 in ms, appends) of `benchmarks/latency.py`'s open-loop run against the store
+    itself (no added latency): one 100-byte record per append, `LogWriter`'s defaults but 8
+    manifest writes allowed in flight (which GCS and Azure, without MD5 ETags, do not use)."""
+    import latency
+
+    settings = argparse.Namespace(latency_ms=0.0, tail_methods="", tail_factor=10.0, gc_freeze=False,
+                                  rate=rate, seconds=seconds, record_bytes=100, warmup_s=2.0)
+    run = latency.measure("store", settings, 0.0, {"batch_interval_s": 0.02, "max_manifest_writes": 8},
+                          open_store(url, options))
+    p50, p99 = np.percentile(run.latencies_ms, [50, 99])
+    return float(p50), float(p99), run.appends
+
+
+def bench_stores(args: argparse.Namespace) -> None:
+    """The per-store rows (see the module's docstring)."""
+    import uuid
+
+    from wal3_spark.jobs.common import session
+
+    load = [os.getloadavg()[0]]
+    with tempfile.TemporaryDirectory() as tmp, running_seaweed(Path(tmp) / "seaweed") as s3, \
+            running_fake_gcs(Path(tmp) / "gcs") as gcs, running_azurite(Path(tmp) / "azurite") as azure:  # fmt: skip
+        stores = [
+            ("local filesystem", lambda n: f"file://{tmp}/local/{n}-{uuid.uuid4().hex[:8]}", None),
+            ("SeaweedFS S3", s3.new_url, s3.options),
+            ("fake-gcs-server (emulator)", gcs.new_url, gcs.options),
+            ("Azurite (emulator)", azure.new_url, azure.options),
+        ]
+        measures = ("commits/s, 1", "commits/s, 8", f"p50 ms, {args.rate:g}/s", f"p99 ms, {args.rate:g}/s",
+                    f"read {args.read_rows / 1e6:g}M rows, s")
+        got: dict[str, dict[str, list[float]]] = {label: {m: [] for m in measures} for label, _, _ in stores}
+        conflicts: dict[str, int] = dict.fromkeys(got, 0)
+
+        def rounds():
+            for round_ in range(args.repeat):
+                yield round_, stores if round_ % 2 == 0 else stores[::-1]
+
+        ctx = multiprocessing.get_context("spawn")
+        scratch = [(url_for("warm-up"), options) for _, url_for, options in stores]
+        for url, options in scratch:
+            Committer(open_store(url, options)).create()
+        with ctx.Pool(8, initializer=_pool_init, initargs=(ctx.Barrier(8),)) as pool:
+            assert len(set(pool.map(_warm, [scratch] * 8, chunksize=1))) == 8
+            for round_, order in rounds():
+                for label, url_for, options in order:
+                    for writers, measure in ((1, measures[0]), (8, measures[1])):
+                        rate, _, lost_races = commit_rate(pool, url_for(f"commits-{writers}"), options, writers,
+                                                          args.commit_seconds)
+                        got[label][measure].append(rate)
+                        conflicts[label] += lost_races if writers == 8 else 0
+                    p50, p99, _ = append_latency(url_for("latency"), options, args.rate, args.latency_seconds)
+                    got[label][measures[2]].append(p50)
+                    got[label][measures[3]].append(p99)
+                    print(f"round {round_ + 1}, {label}: commits/s {got[label][measures[0]][-1]:.0f} / "
+                          f"{got[label][measures[1]][-1]:.0f}, append p50 {p50:.0f} ms p99 {p99:.0f} ms, "
+                          f"load {os.getloadavg()[0]:.1f}", flush=True)
+                load.append(os.getloadavg()[0])
+
+        table = structured_table(args.read_rows)
+        logs: dict[str, tuple[str, dict | None]] = {}
+        for label, url_for, options in stores:
+            url = url_for("read")
+            with LogWriter(url, options=options) as writer:
+                for piece in table.to_batches(max_chunksize=-(-args.read_rows // 4)):
+                    writer.append(pa.Table.from_batches([piece]))
+            assert LogReader(url, options=options).bounds() == (1, args.read_rows + 1)
+            logs[label] = (url, options)
+        del table
+        spark = session("wal3-store-benchmark", master="local[2]",
+                        conf={"spark.ui.showConsoleProgress": "false",
+                              "spark.sql.execution.arrow.maxRecordsPerBatch": "65536"})
+
+        def read(label: str) -> None:
+            url, options = logs[label]
+            spark.read.format("wal3").options(**(options or {})).load(url).write.format("noop").mode("overwrite").save()
+
+        for label, _, _ in stores:
+            read(label)  # warm-up
+        for round_, order in rounds():
+            for label, _, _ in order:
+                start = time.perf_counter()
+                read(label)
+                got[label][measures[4]].append(time.perf_counter() - start)
+            print(f"round {round_ + 1}, reads: " + ", ".join(f"{label} {got[label][measures[4]][-1]:.1f} s"
+                                                            for label, _, _ in stores), flush=True)
+            load.append(os.getloadavg()[0])
+        spark.stop()
+
+    print(f"\nper store: medians of {args.repeat} rounds (min-max); load average (1 min) "
+          f"{min(load):.1f}-{max(load):.1f} over the run; emulator rows are emulator figures")
+    print("commits/s: 1 committer, 8 committer processes; p50/p99: append latency at a fixed rate")
+    print(f"{'store':<28} " + " ".join(f"{m:>20}" for m in measures))
+    for label, values in got.items():
+        cells = [f"{statistics.median(v):,.0f} ({min(v):,.0f}-{max(v):,.0f})" if not m.startswith("read")
+                 else f"{statistics.median(v):.1f} ({min(v):.1f}-{max(v):.1f})" for m, v in values.items()]
+        print(f"{label:<28} " + " ".join(f"{c:>20}" for c in cells) + f"  ({conflicts[label]:,} CAS conflicts, 8 committers)")
 
 
 def bench_long_manifest(base_url: str, fragments: int) -> None:
@@ -276,7 +421,17 @@ def main() -> None:
     parser.add_argument("--append-only", action="store_true", help="only the append throughput rows")
     parser.add_argument("--commits-only", action="store_true",
                         help="only the commit-rate rows, on every store (local, SeaweedFS and the emulators)")
+    parser.add_argument("--stores", action="store_true",
+                        help="only the per-store rows: commits/s, append latency and a Spark read, on every store")
+    parser.add_argument("--commit-seconds", type=float, default=5.0, help="--stores: seconds per commit-rate measure")
+    parser.add_argument("--rate", type=float, default=100.0, help="--stores: appends per second of the latency measure")
+    parser.add_argument("--latency-seconds", type=float, default=12.0,
+                        help="--stores: seconds per latency measure (the first 2 not measured)")
+    parser.add_argument("--read-rows", type=int, default=3_000_000, help="--stores: rows of the log read through Spark")
     args = parser.parse_args()
+    if args.stores:
+        bench_stores(args)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         base = f"file://{tmp}"
         print(f"{'measure':<58} {'value':>16}  note")

@@ -358,31 +358,54 @@ def test_07_credentials_never_appear_in_errors_logs_or_reprs(
 # ------------------------------------------------------------------ between any two stores
 
 
-def test_08_copy_between_clouds_and_the_local_filesystem_keeps_every_record(
-    gcs: GcsEmulator, azure: AzureEmulator, tmp_path: Any, capsys: pytest.CaptureFixture[str]
+def test_08_copy_between_any_two_stores_keeps_every_record(
+    gcs: GcsEmulator, azure: AzureEmulator, seaweed: Any, tmp_path: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A log written on GCS is copied to Azure by the API and from there to the local
-    filesystem by the `wal3` command (which finds Azurite through the environment), each copy
-    verified and read back exactly."""
+    """A log copied around the stores one way (local -> S3 -> GCS -> Azure -> local) and back
+    the other (local -> Azure -> GCS -> S3 -> local): every kind of store is a source and a
+    destination, and both directions between neighbours are taken. The copies alternate between
+    `copy_log` and the `wal3 copy` command, which finds the servers through the environment
+    (AWS_*, STORAGE_EMULATOR_HOST, AZURE_STORAGE_CONNECTION_STRING). Each copy is verified and
+    read back exactly, with its cursor."""
     import wal3_spark.cli.main as cli
+    from wal3_spark.log.cursors import CursorStore
     from wal3_spark.log.reader import LogReader
     from wal3_spark.log.writer import LogWriter
     from wal3_spark.ops.copy import copy_log
     from wal3_spark.ops.verify import verify
 
-    source, middle, local = gcs.new_url("copy"), azure.new_url("copy"), str(tmp_path / "copy")
+    servers = {"s3": seaweed, "gcs": gcs, "azure": azure}
     bodies = [f"record {i}".encode() for i in range(30)]
-    with LogWriter(source, options=gcs.options) as writer:
+    first = str(tmp_path / "origin")
+    with LogWriter(first) as writer:
         for i in range(0, 30, 10):
             writer.append(bodies[i : i + 10])
-    copy_log(source, middle, options=gcs.options, destination_options=azure.options)
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("AZURE_STORAGE_CONNECTION_STRING", azure.connection_string)
-        assert cli.main(["copy", middle, local]) == 0
-    capsys.readouterr()
-    for url, options in ((middle, azure.options), (local, None)):
-        assert verify(url, options=options).ok
-        assert LogReader(url, options=options).read_table().column("body").to_pylist() == bodies
+    CursorStore(open_store(first)).create("reader", 11)
+    steps = 0
+    for way, order in (("there", ["s3", "gcs", "azure", "local"]), ("back", ["azure", "gcs", "s3", "local"])):
+        source: tuple[str, dict[str, str] | None] = (first, None)
+        for kind in order:
+            if kind == "local":
+                target: tuple[str, dict[str, str] | None] = (str(tmp_path / f"copy-{way}"), None)
+            else:
+                target = (servers[kind].new_url(f"copy-{way}"), servers[kind].options)
+            if steps % 2 == 0:
+                copy_log(source[0], target[0], options=source[1], destination_options=target[1])
+            else:
+                with pytest.MonkeyPatch.context() as env:
+                    for server in servers.values():
+                        for name, value in server.env.items():
+                            env.setenv(name, value)
+                    assert cli.main(["copy", source[0], target[0]]) == 0, (source[0], target[0])
+                capsys.readouterr()
+            steps += 1
+            url, options = target
+            assert verify(url, options=options).ok, (way, kind)
+            assert LogReader(url, options=options).read_table().column("body").to_pylist() == bodies, (way, kind)
+            cursor = CursorStore(open_store(url, options)).get("reader")
+            assert cursor is not None and cursor.cursor.offset == 11, (way, kind)
+            source = target
+    assert steps == 8
 
 
 # ------------------------------------------------------------------- emulator restarts
