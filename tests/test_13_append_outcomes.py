@@ -19,12 +19,14 @@ import pytest
 
 from tests.support.fakes import HookedStore
 from wal3_spark.errors import (
+    AccessDenied,
     CommitFailed,
     CommitOutcomeUnknown,
     CorruptLog,
     InvalidOption,
+    StorageError,
 )
-from wal3_spark.format.layout import MANIFEST_KEY, SNAPSHOT_PREFIX
+from wal3_spark.format.layout import FRAGMENT_PREFIX, MANIFEST_KEY, SNAPSHOT_PREFIX
 from wal3_spark.format.manifest import Manifest, SnapshotOptions
 from wal3_spark.log.committer import Committer
 from wal3_spark.log.cursors import CursorStore
@@ -35,6 +37,7 @@ from wal3_spark.ops.gc import GarbageCollector
 from wal3_spark.ops.verify import verify
 from wal3_spark.spark.commit import commit_files
 from wal3_spark.storage import open_store
+from wal3_spark.storage.forwarding import ForwardingStore
 
 _names = itertools.count()
 OPTIONS = SnapshotOptions(2, 2)
@@ -129,6 +132,72 @@ def test_00_gc_deleting_a_snapshot_under_a_commit_is_not_a_readers_error(path, n
     assert bodies(store)[-2:] == [b"new 1", b"new 2"]
     assert bodies(store).count(b"new 1") == 1
     assert verify(store).ok
+
+
+class Refusing(ForwardingStore):
+    """`inner`, where the `op` calls on keys `when(key)` holds for raise `error(key)`, from the
+    `after`-th such call on (0: the first)."""
+
+    def __init__(self, inner, op: str, when: Callable[[str], bool], error, after: int = 0) -> None:
+        super().__init__(inner)
+        self.op, self.when, self.error, self.after, self.calls = op, when, error, after, 0
+
+    def _check(self, op: str, key: str) -> None:
+        if op == self.op and self.when(key):
+            self.calls += 1
+            if self.calls > self.after:
+                raise self.error(key)
+
+    def get(self, key):
+        self._check("get", key)
+        return self.inner.get(key)
+
+    def put_if_absent(self, key, data):
+        self._check("put", key)
+        return self.inner.put_if_absent(key, data)
+
+    def put_if_match(self, key, data, etag):
+        self._check("put", key)
+        return self.inner.put_if_match(key, data, etag)
+
+
+def is_manifest(key: str) -> bool:
+    return key == MANIFEST_KEY
+
+
+def is_fragment(key: str) -> bool:
+    return key.startswith(FRAGMENT_PREFIX)
+
+
+#: what fails an append before any write that may land: the store refusing the manifest write
+#: or a fragment upload, a damaged or refused read of the manifest the commit decides on
+FAULTS = {
+    "manifest write refused": ("put", is_manifest, lambda k: AccessDenied(f"no write to {k}"), 0),
+    "manifest write failed otherwise": ("put", is_manifest, lambda k: StorageError(f"{k}: HTTP 400"), 0),
+    "manifest read refused": ("get", is_manifest, lambda k: AccessDenied(f"no read of {k}"), 1),
+    "manifest read damaged": ("get", is_manifest, lambda k: CorruptLog("a digit", k, "damaged"), 1),
+    "fragment upload refused": ("put", is_fragment, lambda k: AccessDenied(f"no write to {k}"), 0),
+}
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+@pytest.mark.parametrize("path,nth", PATHS, ids=[p.__name__ for p, _ in PATHS])
+def test_05_an_append_that_fails_before_any_write_may_land_is_commit_failed(path, nth, fault):
+    """Whatever failed it (the store's refusal, a reader's error about the manifest), the append
+    ends in CommitFailed (its cause in the message), never in the store's or a reader's error:
+    the caller learns from the type alone that nothing was written and a retry is safe."""
+    store = snapshotted(3)
+    op, when, error, after = FAULTS[fault]
+    refusing = Refusing(store, op, when, error, after=after if path in (writer_append, writer_submit) else 0)
+    before = bodies(store)
+    try:
+        path(refusing, store)
+    except CommitFailed as exc:
+        assert type(exc.__cause__).__name__ in exc.args[0]
+    else:  # these paths upload through the unrefusing store: the commit went through
+        assert when is is_fragment and path in (committer_commit, spark_sink_commit), fault
+        return
+    assert bodies(store) == before
 
 
 # -- values that reach the manifest ------------------------------------------------------

@@ -17,6 +17,7 @@ import pytest
 from wal3_spark.errors import (
     AccessDenied,
     AmbiguousWrite,
+    CommitFailed,
     CommitOutcomeUnknown,
     PreconditionFailed,
     SchemaMismatch,
@@ -211,8 +212,9 @@ def test_07_a_failed_fragment_upload_fails_exactly_the_appends_it_carried(store)
         b = submit_in_own_batch(writer, gates, 1, [b"b1", b"b2"])
         c = submit_in_own_batch(writer, gates, 2, b"c")
         gates.open_all()
-        with pytest.raises(AccessDenied, match="injected"):
+        with pytest.raises(CommitFailed, match="AccessDenied: injected") as refused:  # the refusal is the cause
             b.result(timeout=60)
+        assert isinstance(refused.value.__cause__, AccessDenied)
         assert (a.result(timeout=60).start, c.result(timeout=60).start) == (2, 3)
         assert writer.submit(b"d").result(timeout=60).start == 4  # the writer keeps serving
     assert bodies(store) == [b"r0", b"a", b"c", b"d"]
@@ -236,7 +238,7 @@ def test_08_a_failed_commit_fails_exactly_the_appends_it_carried(store):
     with LogWriter(FailManifestWrites(store, failing={1}), batch_bytes=1) as writer:
         assert writer.submit(b"a").result(timeout=60).start == 2
         b = writer.submit([b"b1", b"b2"])
-        with pytest.raises(AccessDenied, match="injected"):
+        with pytest.raises(CommitFailed, match="AccessDenied: injected") as refused:  # the refusal is the cause
             b.result(timeout=60)
         assert writer.submit(b"c").result(timeout=60).start == 3  # b took no offsets
     assert bodies(store) == [b"r0", b"a", b"c"]
@@ -535,7 +537,7 @@ def test_19_a_refused_write_in_the_chain_fails_exactly_the_appends_it_carried(st
     with writer:
         held.release_in_order(3)
         writer.flush()
-        with pytest.raises(AccessDenied, match="injected"):
+        with pytest.raises(CommitFailed, match="AccessDenied: injected") as refused:  # the refusal is the cause
             futures[1].result()
         assert (futures[0].result().start, futures[2].result().start) == (2, 3)
         assert writer.submit(b"d").result(timeout=60).start == 4  # the writer keeps serving
@@ -765,6 +767,6 @@ def test_26_threads_blocked_on_submit_futures_wake_with_their_outcome(store):
         for thread in threads:
             thread.join(timeout=60)
     assert got["result"].start == 1
-    assert isinstance(got["exception"], AccessDenied)
+    assert isinstance(got["exception"], CommitFailed) and isinstance(got["exception"].__cause__, AccessDenied)
     assert got["wait"] == set() and got["as_completed"] == {True, False}
     assert bodies(store) == [b"ok"]

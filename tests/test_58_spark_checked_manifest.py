@@ -13,6 +13,8 @@ from tests.test_12_checked_reads import (
     last_limit_below_start,
     last_limit_lowered,
     nine_rows,
+    non_utf8_name,
+    renamed_column,
 )
 from wal3_spark.errors import CorruptLog
 from wal3_spark.format.layout import MANIFEST_KEY
@@ -42,7 +44,8 @@ def native(spark, url, tmp_path):
     return Wal3Log.forPath(spark, url).toDF().collect()
 
 
-@pytest.mark.parametrize("damage", [last_limit_below_start, drop_last_fragment, damaged_schema],
+@pytest.mark.parametrize("damage", [last_limit_below_start, drop_last_fragment, damaged_schema, renamed_column,
+                                    non_utf8_name],
                          ids=lambda d: d.__name__)
 def test_00_every_spark_reader_refuses_a_damaged_manifest(spark, tmp_path, damage):
     url = (tmp_path / "log").as_uri()

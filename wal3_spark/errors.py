@@ -175,6 +175,17 @@ class LogRecreated(Wal3Error):
 class CommitFailed(Wal3Error):
     """A commit failed definitely: nothing it wrote is (or can later become) part of the log."""
 
+    @classmethod
+    def nothing_written(cls, url: str, exc: BaseException) -> CommitFailed:
+        """What an append that failed before any manifest write that may land says, whatever
+        failed it (a store's refusal, a damaged manifest read, retries exhausted): the caller
+        learns only the outcome's kind from the type, the cause from the message."""
+        failed = cls(f"the append to {url} was not committed ({type(exc).__name__}: {exc}). "
+                     "Nothing was written; retrying the append is safe (it fails again while the "
+                     "cause lasts)")
+        failed.__cause__ = exc
+        return failed
+
 
 class PartlyCommitted(Wal3Error, ValueError):
     """A commit's fragments are in the log only in part, so the list was never committed as one

@@ -93,10 +93,25 @@ def encode_schema(schema: pa.Schema) -> str:
 @functools.lru_cache(maxsize=64)
 def decode_schema(text: str) -> pa.Schema:
     try:
-        return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
+        schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
+        _field_names(schema)  # pyarrow decodes a name when it is asked for: bytes not UTF-8 raise
+        return schema
     except (ValueError, OSError, pa.ArrowException) as exc:  # pyarrow: OSError for bad flatbuffers
         problem = f"the schema is not base64 Arrow IPC ({exc})"
         raise CorruptLog("schema is base64 Arrow IPC", MANIFEST_KEY, problem) from None
+
+
+def _field_names(fields: Iterable[pa.Field]) -> None:
+    """Ask for every field name, nested ones included (UnicodeDecodeError, a ValueError, for a
+    name that is not UTF-8)."""
+    for f in fields:
+        _ = f.name
+        if pa.types.is_struct(f.type):
+            _field_names(f.type)
+        elif pa.types.is_list(f.type) or pa.types.is_large_list(f.type) or pa.types.is_fixed_size_list(f.type):
+            _field_names([f.type.value_field])
+        elif pa.types.is_map(f.type):
+            _field_names([f.type.key_field, f.type.item_field])
 
 
 def newest_written_us(refs: Iterable[FragmentRef]) -> int | None:

@@ -47,6 +47,7 @@ import pyarrow as pa
 
 from wal3_spark.errors import (
     AmbiguousWrite,
+    CommitFailed,
     CommitOutcomeUnknown,
     PartlyCommitted,
     PreconditionFailed,
@@ -310,8 +311,9 @@ class ManifestChain(Generic[P]):
         except Exception as exc:  # noqa: BLE001 (the refusal stands; say why it was not checked)
             log.warning("%s: could not check whether a refused manifest write landed: %s", self.store.url, exc)
             found = None
-        if found is None:
-            self._resolved.append(Resolved(item.payload, None, error))
+        if found is None:  # a refusal wrote nothing: the outcome is CommitFailed, its cause said
+            failed = CommitFailed.nothing_written(self.store.url, error) if isinstance(error, Exception) else error
+            self._resolved.append(Resolved(item.payload, None, failed))
         else:
             log.warning("%s: a manifest write answered %r had landed at %d", self.store.url, error, found)
             self._resolved.append(Resolved(item.payload, found))

@@ -41,6 +41,7 @@ from wal3_spark.errors import (
     ObjectNotFound,
     PartlyCommitted,
     PreconditionFailed,
+    StorageError,
     TransientError,
 )
 from wal3_spark.format.incarnation import UNRECORDED
@@ -335,12 +336,11 @@ class Committer:
         try:
             result = self._manifest.apply(decide, landed=landed, prepare=self._roll_snapshots,
                                           in_flight=in_flight)
-        except (TransientError, DataLost) as exc:
-            # raised, not an UNKNOWN outcome: no manifest write of this commit may land
-            raise CommitFailed(
-                f"the append to {self.url} was not committed: {exc}. Nothing was written; "
-                "retrying the append is safe"
-            ) from exc
+        except (StorageError, CorruptLog, DataLost) as exc:
+            # raised, not an UNKNOWN outcome: no manifest write of this commit may land. A
+            # reader's error or a store's refusal is not an append's outcome (docs/design.md
+            # section 3): CommitFailed, its cause in the message
+            raise CommitFailed.nothing_written(self.url, exc) from exc
         if result.outcome is Outcome.UNKNOWN:
             raise CommitOutcomeUnknown(_unknown_message(self.url, paths, app_id, version)) from result.cause
         assert result.current is not None

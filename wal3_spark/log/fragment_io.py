@@ -29,7 +29,7 @@ from wal3_spark.errors import (
     StorageError,
     TransientError,
 )
-from wal3_spark.format.layout import FragmentRef, fragment_path
+from wal3_spark.format.layout import MANIFEST_KEY, FragmentRef, fragment_path
 from wal3_spark.format.schema import (
     OFFSET_COLUMN,
     RAW_SCHEMA,
@@ -45,6 +45,8 @@ from wal3_spark.storage.base import ObjectStore
 from wal3_spark.storage.retry import backoff_delays
 
 if TYPE_CHECKING:
+    import pyarrow.parquet as pq
+
     from wal3_spark.format.fragment import DecodedFragment, EncodedFragment
 
 log = logging.getLogger(__name__)
@@ -251,15 +253,15 @@ def exact_path_timestamp_us(ref: FragmentRef, structured: bool) -> int | None:
     return uuid7_timestamp_us(ref.seq_no, exact=True)
 
 
-#: what `fragment_row_count` fetches first from a fragment's end: the footer of a fragment of
+#: what `fragment_footer` fetches first from a fragment's end: the footer of a fragment of
 #: a few columns fits (the native scan's checks read one or two fragments per query)
 _FOOTER_READ = 1 << 16
 
 
-def fragment_row_count(store: ObjectStore, ref: FragmentRef) -> int:
-    """A referenced fragment's record count from its Parquet footer, without its data: one range
-    GET (two for a footer larger than 64 KiB). A missing one raises `missing_error`'s verdict,
-    a file that is not Parquet CorruptLog."""
+def fragment_footer(store: ObjectStore, ref: FragmentRef) -> pq.FileMetaData:
+    """A referenced fragment's Parquet footer (its record count, its columns), without its data:
+    one range GET (two for a footer larger than 64 KiB). A missing one raises `missing_error`'s
+    verdict, a file that is not Parquet CorruptLog."""
     import pyarrow.parquet as pq  # see the module docstring
 
     try:
@@ -272,7 +274,7 @@ def fragment_row_count(store: ObjectStore, ref: FragmentRef) -> int:
     if len(tail) < 12 or tail[-4:] != b"PAR1" or len(tail) < size:
         raise CorruptLog("a fragment is a Parquet file", ref.path, "does not end in a Parquet footer")
     try:
-        return pq.read_metadata(pa.BufferReader(b"PAR1" + tail[-size:])).num_rows
+        return pq.read_metadata(pa.BufferReader(b"PAR1" + tail[-size:]))
     except (OSError, pa.ArrowException) as exc:
         raise CorruptLog("a fragment is a Parquet file", ref.path, f"its Parquet footer does not parse ({exc})") from None
 
@@ -363,6 +365,21 @@ def _check_path_time(decoded: DecodedFragment, ref: FragmentRef, raw: bool) -> N
         )
 
 
+def check_columns_known(path: str, columns: Iterable[str], payload: pa.Schema | None) -> None:
+    """A fragment's payload `columns` are all in the schema of the manifest that references it
+    (`CorruptLog` naming the manifest otherwise): a log's schema only gains columns, in the same
+    manifest write as the first fragment that has them. A column the read schema lacks means a
+    damaged schema, which would otherwise read that column as nulls under another name."""
+    names = set((RAW_SCHEMA if payload is None else payload).names)
+    unknown = [name for name in columns if name not in names]
+    if unknown:
+        raise CorruptLog(
+            "every fragment column is in the log's schema", MANIFEST_KEY,
+            f"{path} has column(s) {unknown} that the manifest's schema ({sorted(names)}) "
+            "lacks: the schema in the manifest is damaged (or the fragment is another log's)",
+        )
+
+
 def read_range(
     store: ObjectStore,
     part: ReadRange,
@@ -395,6 +412,7 @@ def read_range(
                     store.url, part.start, part.limit)
         return pa.RecordBatch.from_pylist([], schema=output_schema(payload))
     n = len(decoded.offsets)
+    check_columns_known(decoded.path, decoded.payload.schema.names, payload)
     table = conform(decoded.payload, RAW_SCHEMA if raw else payload)
     lo, hi = part.start - ref.start, part.limit - ref.start
     table = table.slice(lo, hi - lo)

@@ -21,7 +21,8 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures._base import PENDING
 from dataclasses import dataclass, field
@@ -32,9 +33,12 @@ from wal3_spark.clock import SYSTEM, Clock
 from wal3_spark.errors import (
     CommitFailed,
     CommitOutcomeUnknown,
+    CorruptLog,
+    DataLost,
     LogNotFound,
     LogSealed,
     SchemaMismatch,
+    StorageError,
 )
 from wal3_spark.format.incarnation import UNRECORDED
 from wal3_spark.format.layout import FRAGMENT_PREFIX, SNAPSHOT_PREFIX
@@ -319,13 +323,18 @@ class LogWriter:
     # -- synchronous --------------------------------------------------------------------
 
     def append(self, data: Appendable) -> CommitResult:
-        """Write `data` as fragments and commit them; returns the offsets it got."""
+        """Write `data` as fragments and commit them; returns the offsets it got. Ends in one of
+        the three outcomes (docs/design.md section 3): the offsets, `CommitFailed` (nothing
+        written; also when the log could not be read or a fragment not written) or
+        `CommitOutcomeUnknown`, besides the refusals that name their cause (`SchemaMismatch`,
+        `LogSealed`, ...)."""
         batches, schema = to_batches(data)
-        fmt = self._format(schema)
-        if fmt.schema is not None:
-            batches = [conform(b, fmt.schema) for b in batches]
-        return self._commit(fmt.write(self.store, batches, self.fragment_bytes, self.clock), fmt.schema,
-                            incarnation=fmt.incarnation)
+        with _before_commit(self.url):
+            fmt = self._format(schema)
+            if fmt.schema is not None:
+                batches = [conform(b, fmt.schema) for b in batches]
+            files = fmt.write(self.store, batches, self.fragment_bytes, self.clock)
+        return self._commit(files, fmt.schema, incarnation=fmt.incarnation)
 
     def _format(self, schema: pa.Schema | None) -> _FragmentFormat:
         """How appends of `schema` are written; creates the log on first use. Asked of the store
@@ -460,10 +469,11 @@ class LogWriter:
     def _upload(self, batch: _Batch) -> None:
         for run in batch.runs:
             try:
-                run.format = self._format(run.schema)
-                run.files = run.format.write(
-                    self.store, run.batches(run.format.schema), self.fragment_bytes, self.clock
-                )
+                with _before_commit(self.url):
+                    run.format = self._format(run.schema)
+                    run.files = run.format.write(
+                        self.store, run.batches(run.format.schema), self.fragment_bytes, self.clock
+                    )
             except BaseException as exc:  # fails exactly this run's appends
                 run.error = exc
         with self._progress:
@@ -537,6 +547,17 @@ class LogWriter:
             with self._progress:
                 self._finished_through = finished
                 self._progress.notify_all()
+
+
+@contextmanager
+def _before_commit(url: str) -> Iterator[None]:
+    """An append that fails before its commit (the log's manifest not read, a fragment not
+    written) wrote nothing the log references: `CommitFailed`, not the store's or a reader's
+    error (a fragment left behind is an orphan that garbage collection removes)."""
+    try:
+        yield
+    except (StorageError, CorruptLog, DataLost) as exc:
+        raise CommitFailed.nothing_written(url, exc) from exc
 
 
 def _to_append(data: Appendable) -> _Append:

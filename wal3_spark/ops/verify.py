@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 
+import pyarrow as pa
+
 from wal3_spark.errors import (
     BranchError,
     CorruptLog,
@@ -37,7 +39,7 @@ from wal3_spark.format.layout import (
 from wal3_spark.format.lineage import pin_key
 from wal3_spark.format.manifest import Manifest
 from wal3_spark.format.setsum import Setsum
-from wal3_spark.log.fragment_io import MISSING_FRAGMENT, MISSING_SNAPSHOT, load_fragment
+from wal3_spark.log.fragment_io import MISSING_FRAGMENT, MISSING_SNAPSHOT, check_columns_known, load_fragment
 from wal3_spark.log.parents import parent_store
 from wal3_spark.log.reader import iter_ranges, load_snapshot, parent_manifest
 from wal3_spark.storage import StoreLike, resolve_store
@@ -52,9 +54,10 @@ FAILING = frozenset({"invariant", "missing", "corrupt", "unreadable", "collected
 ATTEMPTS = 3
 
 #: checks fragments somewhere (threads here, Spark executors in `wal3_spark.spark.scrub`):
-#: (store, refs, raw, item_hash) -> one `check_fragment` result per ref, in any order
+#: (store, refs, payload schema (None: raw), item_hash) -> one `check_fragment` result per ref,
+#: in any order
 FragmentChecker = Callable[
-    [ObjectStore, list[FragmentRef], bool, str | None], Iterable["Problem | None"]
+    [ObjectStore, list[FragmentRef], pa.Schema | None, str | None], Iterable["Problem | None"]
 ]
 
 
@@ -147,7 +150,7 @@ def _verify_once(store: ObjectStore, check: FragmentChecker | None) -> VerifyRep
         _check_order(report, refs, manifest)
 
     if check is not None:
-        problems = check(store, refs, manifest.is_raw, manifest.item_hash)
+        problems = check(store, refs, manifest.arrow_schema(), manifest.item_hash)
         report.problems.extend(p for p in problems if p is not None)
     if whole_tree:
         _report_extras(store, report, {r.path for r in refs}, snapshot_paths)
@@ -198,16 +201,16 @@ def _check_parent(store: ObjectStore, manifest: Manifest, report: VerifyReport,
     for part in parts:
         by_root.setdefault(part.root or store.url, []).append(part.ref)
     for root, refs in by_root.items():
-        problems = check(parent_store(store, root), refs, manifest.is_raw, manifest.item_hash)
+        problems = check(parent_store(store, root), refs, manifest.arrow_schema(), manifest.item_hash)
         report.problems.extend(replace(p, obj=f"{root}/{p.obj}") for p in problems if p is not None)
 
 
 def _threads(parallelism: int, progress: Callable[[int, int], None] | None) -> FragmentChecker:
     def check(
-        store: ObjectStore, refs: list[FragmentRef], raw: bool, item_hash: str | None
+        store: ObjectStore, refs: list[FragmentRef], payload: pa.Schema | None, item_hash: str | None
     ) -> Iterator[Problem | None]:
         def one(ref: FragmentRef) -> Problem | None:
-            return check_fragment(store, ref, raw, item_hash)
+            return check_fragment(store, ref, payload, item_hash)
 
         with ThreadPoolExecutor(max_workers=max(1, parallelism)) as pool:
             for done, problem in enumerate(pool.map(one, refs), 1):
@@ -265,11 +268,13 @@ def _check_order(report: VerifyReport, refs: list[FragmentRef], manifest: Manife
 
 
 def check_fragment(
-    store: ObjectStore, ref: FragmentRef, raw: bool, item_hash: str | None = None
+    store: ObjectStore, ref: FragmentRef, payload: pa.Schema | None, item_hash: str | None = None
 ) -> Problem | None:
-    """Check one fragment as a verifying read does (`reader.load_fragment`), as a Problem."""
+    """Check one fragment as a verifying read does (`reader.load_fragment`, and its columns
+    against the manifest's schema `payload`, None for a raw log), as a Problem."""
     try:
-        load_fragment(store, ref, raw, item_hash=item_hash)
+        decoded = load_fragment(store, ref, payload is None, item_hash=item_hash)
+        check_columns_known(ref.path, decoded.payload.schema.names, payload)
     except (CorruptLog, DataLost, LogNotFound, StorageError) as exc:
         return _problem(ref.path, exc)
     return None

@@ -42,8 +42,13 @@ from pyspark.sql.types import DecimalType, StructField, StructType
 from wal3_spark.errors import CorruptLog, InvalidOption, ScanUnsupported
 from wal3_spark.format.layout import MANIFEST_KEY, RELATIVE_OFFSET, TIMESTAMP
 from wal3_spark.format.manifest import Manifest
-from wal3_spark.format.schema import OFFSET_COLUMN, TIMESTAMP_COLUMN
-from wal3_spark.log.fragment_io import ReadRange, exact_path_timestamp_us, fragment_row_count
+from wal3_spark.format.schema import OFFSET_COLUMN, RESERVED, TIMESTAMP_COLUMN
+from wal3_spark.log.fragment_io import (
+    ReadRange,
+    check_columns_known,
+    exact_path_timestamp_us,
+    fragment_footer,
+)
 from wal3_spark.log.reader import LogReader
 from wal3_spark.spark import options as opts
 from wal3_spark.spark.hadoop import driver_store, hadoop_options, hadoop_url
@@ -126,7 +131,11 @@ def _check_boundary_counts(store: ObjectStore, manifest: Manifest, ranges: Seque
         ends.add(manifest.fragments[0].path)
     for part in ranges:
         if part.ref.path in ends:
-            rows = fragment_row_count(store, part.ref)
+            footer = fragment_footer(store, part.ref)
+            # and their columns are the log's: a damaged schema would read a column as nulls
+            columns = [n for n in footer.schema.to_arrow_schema().names if n not in RESERVED]
+            check_columns_known(part.ref.path, columns, manifest.arrow_schema())
+            rows = footer.num_rows
             if rows != part.ref.records:
                 raise CorruptLog("a fragment holds limit - start records", part.ref.path,
                                  f"holds {rows} records, the manifest ({MANIFEST_KEY}) says "

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+import pyarrow as pa
+
 from wal3_spark.format.layout import FragmentRef
 from wal3_spark.ops.verify import Problem, VerifyReport, check_fragment, verify
 from wal3_spark.spark.options import location
@@ -22,7 +24,7 @@ def scrub(spark: Any, url: str, options: dict[str, str] | None = None,
     (default: four per core of the cluster, at most one per fragment)."""
     opts = location({"path": url, **(options or {})})
 
-    def on_executors(store: ObjectStore, refs: list[FragmentRef], raw: bool,
+    def on_executors(store: ObjectStore, refs: list[FragmentRef], payload: pa.Schema | None,
                      item_hash: str | None) -> list[Problem | None]:
         if not refs:
             return []
@@ -30,7 +32,7 @@ def scrub(spark: Any, url: str, options: dict[str, str] | None = None,
 
         def run(items: Iterable[FragmentRef]) -> list[Problem | None]:
             executor_store = opts.open_store()
-            return [check_fragment(executor_store, ref, raw, item_hash) for ref in items]
+            return [check_fragment(executor_store, ref, payload, item_hash) for ref in items]
 
         return spark.sparkContext.parallelize(refs, n).mapPartitions(run).collect()
 
