@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import json
@@ -449,3 +450,44 @@ def test_13_version_from_the_package_metadata_and_in_a_checkout():
     proc = subprocess.run([sys.executable, "-S", "-c", "import wal3_spark; print(wal3_spark.__version__)"],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.stdout == f"{version}\n", proc
+
+
+# Commands that print no report: records as JSON lines whatever the output (`tail`, `cat`), or a
+# server that runs until stopped (`console`, `exporter`).
+NOT_REPORTS = {"tail", "cat", "console", "exporter"}
+
+
+def test_14_every_command_that_reports_takes_json_and_fails_in_json():
+    """Every command but those of NOT_REPORTS takes --json (a new command must choose); with
+    --json a failure prints `{"error": {command, type, message}}` on stdout too."""
+    from wal3_spark.cli.main import build_parser
+    from wal3_spark.cli.output import ERROR_SHAPE
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for name, parser in sub.choices.items():
+        takes_json = any("--json" in action.option_strings for action in parser._actions)
+        assert takes_json == (name not in NOT_REPORTS), name
+    for argv, code, kind in ((("seal", "/nonexistent/log"), 1, "LogNotFound"),
+                             (("cursor", "get", "/nonexistent/log", "c"), 1, "CursorError"),
+                             (("ls", "s3://bucket/p", "--endpoint", "http://127.0.0.1:9", "--logs", "bad/name"), 2,
+                              "InvalidLogName")):
+        got, out, err = run_main(*argv, "--json")
+        assert got == code and f"wal3 {argv[0]}: error:" in err, (argv, got, err)
+        doc = json.loads(out)["error"]
+        assert tuple(doc) == ERROR_SHAPE.keys and doc["command"] == argv[0] and doc["type"] == kind, doc
+        assert doc["message"] in err
+        # without --json, stdout stays empty
+        assert run_main(*argv)[1] == ""
+
+
+def test_15_stress_prints_its_summary_as_json(tmp_path):
+    """A short log-set stress run: with --json, stdout is the summary alone (the tables went to
+    stderr)."""
+    from wal3_spark.cli.output import JSON_SHAPES
+
+    proc = wal3("stress", str(tmp_path / "logs"), "--logs", "2", "--writers", "1", "--duration", "1",
+                "--run-dir", str(tmp_path / "run"), "--json")
+    assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-2000:])
+    summary = json.loads(proc.stdout)
+    assert tuple(summary) == JSON_SHAPES["stress --logs"].keys
+    assert summary["ok"] is True and summary["acknowledged"] > 0 and summary["lost"] == 0

@@ -12,7 +12,7 @@
     wal3 copy SOURCE DESTINATION [--from OFFSET] [--no-cursors] [--json]
     wal3 console URL_OR_PREFIX [--host 127.0.0.1] [--port 8340]   (docs/console.md)
     wal3 exporter URL_OR_PREFIX [--host 127.0.0.1] [--port 9340] [--ttl SECONDS]   (Prometheus)
-    wal3 stress [URL] ...                      (docs/stress.md)
+    wal3 stress [URL] ... [--json]             (docs/stress.md)
     wal3 --version
 
 URLs: `s3://bucket/prefix`, `file:///path` or a plain path, `memory://name` (useless here). S3
@@ -78,6 +78,9 @@ class _Version(argparse.Action):
 
 
 def _stress(args: argparse.Namespace, output: Output) -> int:
+    if args.json:  # stdout holds the summary alone; the tables go to stderr as the run goes
+        return stress_command.main(args, sys.stderr, store_options(args),
+                                   report=lambda summary: output.report("stress", summary))
     return stress_command.main(args, output.out, store_options(args))
 
 
@@ -113,7 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     for group in (log, logset, ops, cursor, console, exporter, lineage):
         group.register(add)
-    stress_command.add_arguments(add("stress", _stress, "run the end-to-end verification stress test"))
+    stress_command.add_arguments(add("stress", _stress, "run the end-to-end verification stress test",
+                                     json=("stress", "stress --logs", "stress --branches")))
     return parser
 
 
@@ -127,9 +131,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.fn(args, output)
     except (InvalidOption, InvalidUrl, InvalidLogName) as exc:  # arguments only the store or the log can judge
         sys.stderr.write(f"wal3 {args.command}: error: {exc}\n")
+        output.failed(args.command, exc)
         return EXIT_USAGE
     except Wal3Error as exc:
         sys.stderr.write(f"wal3 {args.command}: error: {exc}\n")
+        output.failed(args.command, exc)
         return EXIT_FAIL
     except BrokenPipeError:  # `wal3 cat ... | head`
         try:

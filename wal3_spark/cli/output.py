@@ -83,11 +83,26 @@ JSON_SHAPES: dict[str, JsonShape] = {
     "copy": JsonShape("one object", (
         "source", "destination", "start", "limit", "fragments", "records", "bytes", "setsum",
         "source_sealed", "rewritten", "cursors", "verified")),
+    "stress": JsonShape("at the end of the run, one object (its tables go to stderr)", (
+        "url", "elapsed_s", "duration_s", "final", "appends", "records_acknowledged", "readers",
+        "faults", "kills", "crashes", "gc", "errors", "examples", "verify_problems", "audit",
+        "missing_fragments", "notes", "required", "violations", "verified", "ok")),
+    "stress --logs": JsonShape("at the end of the run, one object", (
+        "acknowledged", "acknowledged_pipelined", "unknown_outcome", "delivered",
+        "delivered_unknown", "gone_with_deleted_log", "lost", "duplicated", "unacknowledged",
+        "misplaced", "shortened", "recreations", "damaged_manifest_reads", "damage_refused",
+        "damage_harmless", "verify_ok", "verify_problems", "examples", "ok")),
+    "stress --branches": JsonShape("at the end of the run, one object", (
+        "checks", "records_checked", "branches_seen", "kills", "restarts", "failures", "transient",
+        "pins_at_end", "live_at_end", "verified_at_end", "operations", "ok")),
 }
+#: the JSON every command prints with `--json` when it fails (exit status 1 or 2), whatever it
+#: prints when it succeeds; the message is on stderr too
+ERROR_SHAPE = JsonShape("one object whose `error` holds", ("command", "type", "message"))
 
 
 def json_help(*commands: str) -> str:
-    """The `--help` epilog documenting these commands' `--json` output."""
+    """The `--help` epilog documenting these commands' `--json` output, failures included."""
     paragraphs = []
     for command in commands:
         shape = JSON_SHAPES[command]
@@ -95,6 +110,9 @@ def json_help(*commands: str) -> str:
             f"`wal3 {command} --json` prints {shape.what} with the keys: {', '.join(shape.keys)}.",
             width=92, break_on_hyphens=False,
         ))
+    paragraphs.append(textwrap.fill(
+        f"On a failure, `--json` prints {ERROR_SHAPE.what} the keys: {', '.join(ERROR_SHAPE.keys)} "
+        "(and the message goes to stderr, as without --json).", width=92, break_on_hyphens=False))
     return "\n\n".join(paragraphs)
 
 
@@ -158,6 +176,10 @@ class Output(ABC):
     def report(self, command: str, doc: Mapping[str, Any]) -> None:
         """A report of one of `JSON_SHAPES`' shape for `command`, printed as it is."""
 
+    @abstractmethod
+    def failed(self, command: str, error: Exception) -> None:
+        """The command failed with `error` (its message is on stderr already)."""
+
 
 class JsonOutput(Output):
     """Each report as one indented JSON document (shapes: `JSON_SHAPES`)."""
@@ -200,6 +222,11 @@ class JsonOutput(Output):
 
     def report(self, command: str, doc: Mapping[str, Any]) -> None:
         self.emit(dict(doc))
+
+    def failed(self, command: str, error: Exception) -> None:
+        """A failed command still prints JSON on stdout: `{"error": {...}}`, so a program
+        reading it needs no second parser for stderr (the exit status says it failed)."""
+        self.emit({"error": {"command": command, "type": type(error).__name__, "message": str(error)}})
 
 
 class TextOutput(Output):
@@ -362,6 +389,9 @@ class TextOutput(Output):
                        + (", held from garbage collection" if doc["hold"] else "") + "\n")
         else:
             self.write("".join(f"{key:<15}{value}\n" for key, value in doc.items()))
+
+    def failed(self, command: str, error: Exception) -> None:
+        pass  # the message is on stderr, the status says the rest
 
 
 def table(rows: Sequence[Sequence[str]]) -> str:

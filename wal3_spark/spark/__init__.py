@@ -18,13 +18,17 @@ from wal3_spark.spark.session import activate_session, ensure_worker_python, reg
 _LAZY = {
     "Wal3Log": "wal3_spark.spark.scan",
     "LagLogger": "wal3_spark.spark.lag",
+    "SourceBacklog": "wal3_spark.spark.lag",
     "SourceLag": "wal3_spark.spark.lag",
+    "install_lag_listener": "wal3_spark.spark.lag",
     "offsets_behind": "wal3_spark.spark.lag",
+    "source_backlogs": "wal3_spark.spark.lag",
     "source_lags": "wal3_spark.spark.lag",
 }
 
-__all__ = ["LagLogger", "SourceLag", "Wal3Log", "activate_session", "ensure_worker_python",
-           "offsets_behind", "register", "source_lags"]
+__all__ = ["LagLogger", "SourceBacklog", "SourceLag", "Wal3Log", "activate_session",
+           "ensure_worker_python", "install_lag_listener", "offsets_behind", "register",
+           "source_backlogs", "source_lags"]
 
 
 def __getattr__(name: str) -> Any:

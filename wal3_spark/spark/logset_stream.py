@@ -53,9 +53,11 @@ from wal3_spark.format.incarnation import UNRECORDED, same_log
 from wal3_spark.format.layout import FIRST_OFFSET
 from wal3_spark.format.manifest import Manifest
 from wal3_spark.log.cursors import CursorStore
+from wal3_spark.log.lag import bytes_from
 from wal3_spark.log.reader import LogReader, SnapshotCache, iter_ranges
 from wal3_spark.logset.dirty import DirtyPosition, changes_since
 from wal3_spark.spark.fair_share import Chunk, Rotation, admit
+from wal3_spark.spark.lag import BYTES_BEHIND
 from wal3_spark.spark.logset_reader import (
     LogSetPartition,
     partitions_for,
@@ -121,6 +123,8 @@ class LogSetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.warned: set[tuple[str, str]] = set()
         #: the logs the last look found changed, with the incarnation it saw (`UNSEEN`: none)
         self.changed: dict[str, object] = {}
+        #: where the micro-batch the last latestOffset planned ends, per log
+        self.ends: dict[str, int] = {}
 
     # -- driver: what changed -------------------------------------------------------------
 
@@ -202,7 +206,20 @@ class LogSetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def reportLatestOffset(self) -> dict:
         if self.position is None:
             self._look()
-        return encode(self.tails, {n: self._incarnation(n) for n in self.tails})
+        latest = encode(self.tails, {n: self._incarnation(n) for n in self.tails})
+        latest[BYTES_BEHIND] = self._bytes_behind()
+        return latest
+
+    def _bytes_behind(self) -> dict[str, int]:
+        """Per log the batch just planned leaves records behind in, the bytes of the fragments
+        still to read after it, from the manifests already read (a report only: progress shows
+        it, spark/lag.py publishes it; a log whose manifest was not read is left out)."""
+        found = {}
+        for name, end in self.ends.items():
+            manifest = self.manifests.get(name)
+            if manifest is not None and manifest.next_offset > end:
+                found[name] = bytes_from(self.log_set.log_store(name), manifest, end, self._snapshots)
+        return found
 
     def _suspects(self, begins: Mapping[str, int], recorded: Mapping[str, object]) -> list[str]:
         """The logs of the offset the last look found changed that may have been created again
@@ -213,6 +230,11 @@ class LogSetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             seen is UNSEEN or not same_log(recorded[n], seen, begins[n], self.tails.get(n, 0)))]
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        end = self._latest(start, limit)
+        self.ends = decode(end)
+        return end
+
+    def _latest(self, start: dict, limit: ReadLimit) -> dict:
         begins = decode(start)
         recorded = decode_incarnations(start)
         self._look(begins)

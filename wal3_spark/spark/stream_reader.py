@@ -45,8 +45,10 @@ from wal3_spark.format.layout import KnownRefs
 from wal3_spark.format.manifest import Manifest
 from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.fragment_io import ReadRange
+from wal3_spark.log.lag import bytes_from
 from wal3_spark.log.reader import LogReader, SnapshotCache, iter_ranges
 from wal3_spark.spark.fair_share import Limits
+from wal3_spark.spark.lag import BYTES_BEHIND
 from wal3_spark.spark.options import Wal3Options
 from wal3_spark.spark.planning import Wal3Partition, partitions_of, resolve, value_filters
 from wal3_spark.spark.read_tasks import read_partition
@@ -163,6 +165,8 @@ class Wal3StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._known_refs = KnownRefs()
         #: the manifest the last latestOffset read (see the module docstring)
         self._manifest: Manifest | None = None
+        #: where the micro-batch the last latestOffset planned ends
+        self._end: int | None = None
 
     @property
     def store(self) -> ObjectStore:
@@ -190,11 +194,20 @@ class Wal3StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return default_read_limit(self.options)
 
     def reportLatestOffset(self):
-        # Spark calls this right after latestOffset, in the same trigger
+        # Spark calls this right after latestOffset, in the same trigger. The bytes behind are
+        # a report only (progress shows it; nothing reads it back): spark/lag.py publishes them
         manifest = self._manifest or self._reader().manifest()
-        return at(manifest.next_offset, manifest)
+        latest = at(manifest.next_offset, manifest)
+        if self._end is not None:
+            latest[BYTES_BEHIND] = bytes_from(self.store, manifest, self._end, self._snapshots)
+        return latest
 
     def latestOffset(self, start: dict, limit) -> dict:
+        end = self._latest(start, limit)
+        self._end = int(end["offset"])
+        return end
+
+    def _latest(self, start: dict, limit) -> dict:
         reader = self._reader()
         manifest = self._manifest = reader.manifest()
         begin = int(start["offset"])

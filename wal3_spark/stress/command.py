@@ -22,9 +22,9 @@ import signal
 import sys
 import tempfile
 from collections.abc import Callable
-from dataclasses import fields, replace
+from dataclasses import asdict, fields, replace
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from wal3_spark.cli.arguments import integer
 from wal3_spark.errors import InvalidUrl
@@ -137,7 +137,10 @@ def config_from_args(args: argparse.Namespace, url: str) -> StressConfig:
     )  # fmt: skip
 
 
-def main(args: argparse.Namespace, out: IO[str], options: dict[str, str]) -> int:
+def main(args: argparse.Namespace, out: IO[str], options: dict[str, str],
+         report: Callable[[dict[str, Any]], None] | None = None) -> int:
+    """Run the stress test as `args` say, its tables to `out`, and hand the final summary (as
+    JSON-ready values) to `report` when given (`--json`)."""
     emulated = bool(getattr(args, "gcs", False) or getattr(args, "azure", False))
     if sum((bool(args.s3), emulated, bool(args.url))) > 1:
         sys.stderr.write(
@@ -162,22 +165,28 @@ def main(args: argparse.Namespace, out: IO[str], options: dict[str, str]) -> int
     # SIGTERM ends the run like Ctrl-C: its processes are killed and its server stopped
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     if args.logs:
-        return _log_set(args, scaled, run_dir, out)
+        return _log_set(args, scaled, run_dir, out, report)
     if getattr(args, "branches", None):
         from wal3_spark.stress.branches import run_branch_stress
 
-        return 0 if run_branch_stress(run_dir / "branches", branches=args.branches, duration_s=args.duration,
-                                      seed=args.seed, kill_every_s=args.kill_every or 0.0, out=out).ok else 1
+        stats = run_branch_stress(run_dir / "branches", branches=args.branches, duration_s=args.duration,
+                                  seed=args.seed, kill_every_s=args.kill_every or 0.0, out=out)
+        if report is not None:
+            report({**asdict(stats), "ok": stats.ok})
+        return 0 if stats.ok else 1
     # Imported here, not at the top: every `wal3` command builds this command's parser, and the
     # supervisor brings boto3 and the whole stress machinery (~0.15 s of each start-up).
     from wal3_spark.stress.supervisor import run_stress
 
     emulator = "gcs" if getattr(args, "gcs", False) else "azure" if getattr(args, "azure", False) else None
     summary = run_stress(config, run_dir, s3=args.s3, emulator=emulator, out=out)
+    if report is not None:
+        report(summary.to_json())
     return 0 if summary.ok else 1
 
 
-def _log_set(args: argparse.Namespace, scaled: StressConfig, run_dir: Path, out: IO[str]) -> int:
+def _log_set(args: argparse.Namespace, scaled: StressConfig, run_dir: Path, out: IO[str],
+             report: Callable[[dict[str, Any]], None] | None) -> int:
     """The log-set run: `run_logset_stress` on the URL (default: a directory in the run
     directory), with the reader's manifest damage as scaled (or turned off) like the others."""
     from wal3_spark.stress.logset import run_logset_stress
@@ -187,5 +196,8 @@ def _log_set(args: argparse.Namespace, scaled: StressConfig, run_dir: Path, out:
         duration_s=args.duration, seed=args.seed, recreate_every_s=args.recreate_every,
         damage_manifest=scaled.faults.damage_manifest,
     )
-    return 0 if run_logset_stress(config, run_dir / "run", out).ok else 1
+    tally = run_logset_stress(config, run_dir / "run", out)
+    if report is not None:
+        report({**asdict(tally), "ok": tally.ok})
+    return 0 if tally.ok else 1
 
