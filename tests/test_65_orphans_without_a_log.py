@@ -14,6 +14,7 @@ import pyarrow as pa
 import pytest
 
 from wal3_spark.errors import LogNotFound, PastOrphanHorizon
+from wal3_spark.format.incarnation import UNPINNED, UNRECORDED
 from wal3_spark.format.layout import MANIFEST_KEY
 from wal3_spark.log.committer import Committer
 from wal3_spark.log.fragment_io import write_fragments
@@ -51,8 +52,10 @@ def test_00_old_fragments_without_a_manifest_are_fenced_then_swept(tmp_path):
     manifest = LogReader(store).manifest()  # the fence: an empty log with the orphan horizon
     assert manifest.next_offset == 1 and manifest.orphan_horizon_us > 0
     # the job's first commit, still in flight, fails cleanly instead of publishing a deleted file
-    with pytest.raises(PastOrphanHorizon):
-        Committer(store).commit(files, schema=SCHEMA)
+    # (a routing sink's commit of a log that did not exist: UNPINNED, the reason named all the same)
+    for incarnation in (UNRECORDED, UNPINNED):
+        with pytest.raises(PastOrphanHorizon):
+            Committer(store).commit(files, schema=SCHEMA, incarnation=incarnation)
     assert LogReader(store).manifest().next_offset == 1
     # and the log takes ordinary appends
     LogWriter(store).append(pa.table({"id": pa.array([7], pa.int64())}))

@@ -301,8 +301,8 @@ class Committer:
                 if txn is not None and txn.version >= version:
                     return None
             check_not_collected(self.store, current, fragments)
-            check_still_there(self.store, None if absent else current, incarnation, fragments, self.url)
             new_schema = self._check_append(current, fragments, schema, merge_schema)
+            check_still_there(self.store, None if absent else current, incarnation, fragments, self.url)
             placed.setdefault("since", current.next_offset)
             placed["start"] = current.next_offset
             txn_entry = (app_id, Txn(version, micros(self.clock))) if app_id is not None else None

@@ -98,8 +98,9 @@ def check_still_there(
     every one of them is found still there (`CommitFailed` otherwise): a log created by another
     writer meanwhile took nothing, a log deleted since took them. One HEAD per fragment, on
     every manifest the commit decides on: the compare-and-swap is conditioned on that manifest,
-    so a deletion after the check fails it and the next decision checks again. Checked after
-    `check_not_collected`, which tells fragments collected after an earlier commit of them."""
+    so a deletion after the check fails it and the next decision checks again. Checked last:
+    `check_not_collected` tells fragments collected after an earlier commit of them, and
+    `check_orphan_horizon` fragments swept as orphans (prefix GC's fence of a name with no log)."""
     if incarnation is not UNPINNED:
         return
     gone = next((f.path for f in fragments if not store.exists(f.path)), None)
