@@ -1,6 +1,7 @@
 """Garbage-collect the wal3 logs under a prefix (a log set) and its dirty log.
 
     spark-submit jobs/gc.py --prefix s3://bucket/logs [--grace 3600] [--dry-run] [--force]
+    spark-submit jobs/gc.py --prefix gs://bucket/logs        # or az://container/logs
     python jobs/gc.py --prefix /data/logs --driver-only      # no Spark at all
 
 The logs are those directly under the prefix (`<prefix>/<name>/manifest/MANIFEST`). When the
@@ -79,13 +80,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description="Garbage-collect every wal3 log under a prefix."
     )
-    parser.add_argument("--prefix", required=True, help="s3://bucket/prefix or a local directory")
+    parser.add_argument("--prefix", required=True,
+                        help="s3://, gs:// or az:// bucket/prefix (abfss:// too), or a local directory")
     parser.add_argument("--grace", type=seconds_arg, default=3600.0, help="grace interval in seconds (default 3600)")
     parser.add_argument("--dry-run", action="store_true", help="report what would be collected")
     parser.add_argument("--force", action="store_true", help="allow collecting beyond --max-drop-share")
     parser.add_argument("--max-drop-share", type=share_arg, default=0.9,
                         help="refuse to drop more than this share of a log without --force (default 0.9)")
-    parser.add_argument("--endpoint", type=endpoint_arg, help="S3 endpoint URL (default: AWS_ENDPOINT_URL_S3)")
+    parser.add_argument("--endpoint", type=endpoint_arg,
+                        help="the store's endpoint URL (default: AWS_ENDPOINT_URL_S3 for S3, "
+                             "STORAGE_EMULATOR_HOST for GCS)")
+    parser.add_argument("--option", action="append", metavar="KEY=VALUE",
+                        help="store option, as the other jobs take them; repeatable")
     parser.add_argument("--full-scan", action="store_true",
                         help="collect every log, not only those the dirty log recorded since the last run")
     parser.add_argument("--recursive", action="store_true",
@@ -97,7 +103,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    options = {"endpoint": args.endpoint} if args.endpoint else {}
+    options = common.store_options(args.option)
+    if args.endpoint:
+        options["endpoint"] = args.endpoint
     settings = {
         "options": options,
         "dry_run": args.dry_run,
