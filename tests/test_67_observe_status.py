@@ -226,3 +226,19 @@ def test_10_a_failed_refresh_serves_the_last_figures_with_the_error(herd):
     store.down = False
     clock.advance(1)
     assert model.status().error is None
+
+
+def test_11_ages_grow_between_reads_of_a_log(herd):
+    """A log not re-read (nothing appended, its trailing cursor not due) keeps its figures, but
+    its cursors' ages are as of the refresh: the oldest unread record is older by the time
+    elapsed, and so is the cursor's last move; a cursor at the tail stays at 0."""
+    prefix, _ = herd
+    clock, model = watch(prefix, ttl_s=0, cursors_every_s=3600)
+    first = model.status()
+    clock.advance(5)
+    later = model.status()
+    assert later.incremental and later.measured_us - first.measured_us == 5_000_000
+    [b0], [b5] = first.log("b").cursors, later.log("b").cursors
+    assert b5.offset == b0.offset and b5.lag_s == pytest.approx(b0.lag_s + 5)
+    assert b5.moved_ago_s == pytest.approx(b0.moved_ago_s + 5)
+    assert later.log("a").cursors[0].lag_s == 0

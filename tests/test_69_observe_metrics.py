@@ -146,3 +146,51 @@ def test_05_bad_arguments_are_usage_errors(tmp_path) -> None:
 
     usage_error("exporter", str(tmp_path), "--port", "70000", match="port")
     usage_error("exporter", str(tmp_path), "--ttl", "-1", match="duration")
+
+
+def test_06_on_s3_a_warm_scrape_reads_the_dirty_log_and_the_logs_appended_to(seaweed) -> None:
+    """30 logs on SeaweedFS written through a dirty log: the first scrape reads every log, a
+    scrape after appends to two of them reads the dirty log and those two only (with their
+    cursors), an idle one the dirty log's manifest alone; the metrics follow the appends and
+    equal `wal3 cursor list --json`."""
+    from tests.support.fakes import CountingStore
+    from wal3_spark.logset.dirty import DirtyLog
+
+    prefix = open_store(seaweed.new_url("scrape"), seaweed.options)
+    logs = LogSet(prefix)
+    names = [f"t{i:02d}" for i in range(30)]
+    with DirtyLog(prefix) as dirty:
+        for name in names:
+            with LogWriter(logs.log_store(name), dirty_log=dirty) as writer:
+                writer.append([b"x"] * 5)
+        CursorStore(logs.log_store("t01")).advance("billing", 6)
+        counting = CountingStore(prefix)
+        with serving(exporter_app(metrics_registry(StatusModel(counting, ttl_s=0)))) as server:
+            url = server.url + "metrics"
+            scrape(url)
+            assert counting.logs_touched() >= set(names)
+            for name in ("t01", "t02"):
+                with LogWriter(logs.log_store(name), dirty_log=dirty) as writer:
+                    writer.append([b"y"] * 3)
+            dirty.flush()
+            counting.counts.clear()
+            samples = scrape(url)
+            assert counting.logs_touched() - {"_dirty"} == {"t01", "t02"}
+            # per log: its cursor listing, its cursors, its manifest; and the dirty log
+            assert counting.requests() <= 1 + 2 + 2 * 3, counting.counts
+            counting.counts.clear()
+            idle = scrape(url)
+            assert counting.requests() == 1
+            # the same figures; ages measured now: the unread record is older than it was
+            moving = {"wal3_status_timestamp_seconds", "wal3_cursor_lag_seconds"}
+            assert {k: v for k, v in idle.items() if k[0] not in moving} == {
+                k: v for k, v in samples.items() if k[0] not in moving}
+            lag = ("wal3_cursor_lag_seconds", (("cursor", "billing"), ("log", "t01")))
+            assert idle[lag] - samples[lag] == pytest.approx(
+                idle[("wal3_status_timestamp_seconds", ())] - samples[("wal3_status_timestamp_seconds", ())], abs=1e-3)
+    assert value(samples, "wal3_log_next_offset", log="t01") == 9
+    listed = json.loads(ok("cursor", "list", logs.log_url("t01"), "--json", env=seaweed.env))["cursors"]
+    assert [(c["offset"], c["records_behind"], c["bytes_behind"]) for c in listed] == [(
+        value(samples, "wal3_cursor_offset", log="t01", cursor="billing"),
+        value(samples, "wal3_cursor_records_behind", log="t01", cursor="billing"),
+        value(samples, "wal3_cursor_bytes_behind", log="t01", cursor="billing"))] == [(6, 3, listed[0]["bytes_behind"])]

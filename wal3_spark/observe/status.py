@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from wal3_spark.clock import SYSTEM, Clock, micros
@@ -125,7 +125,8 @@ class StatusModel:
         self._refreshed_at: float | None = None  # the clock's monotonic time
         self._position: DirtyPosition | None = None
         self._summaries: dict[str, LogSummary] = {}
-        self._cursors_read_us: dict[str, int] = {}
+        #: when each log was last read (its figures are as of then: see `_aged`)
+        self._read_us: dict[str, int] = {}
 
     @property
     def url(self) -> str:
@@ -164,14 +165,15 @@ class StatusModel:
             return Status(previous.url, previous.is_log_set, previous.logs, previous.measured_us,
                           previous.full_scan_us, previous.incremental, str(exc))
         full_scan_us = self._position.full_scan_us if self._position is not None else now_us
-        return Status(self.url, self.is_log_set, tuple(self._summaries[n] for n in sorted(self._summaries)),
-                      now_us, full_scan_us, incremental)
+        logs = tuple(_aged(self._summaries[n], now_us - self._read_us.get(n, now_us)) for n in sorted(self._summaries))
+        return Status(self.url, self.is_log_set, logs, now_us, full_scan_us, incremental)
 
     def _refresh_log(self, now_us: int) -> bool:
         name = log_name(self.url)
         summary = summarise_log(name, self.store, now_us, named=True, caches=self.caches)
         assert summary is not None  # a named log's absence is its error
         self._summaries = {name: summary}
+        self._read_us = {name: now_us}
         return False
 
     def _refresh_set(self, now_us: int) -> bool:
@@ -184,13 +186,13 @@ class StatusModel:
             if self.logs.selection.names is not None:
                 names |= set(self.logs.selection.names)  # a named log's absence is its error
             self._summaries = {}
-            self._cursors_read_us = {}
+            self._read_us = {}
             self._read(sorted(names), now_us, changes.manifests)
         else:
             todo = {name for name, tail in changes.tails.items() if self._changed(name, tail)}
             todo |= {name for name, summary in self._summaries.items()
                      if _cursors_may_move(summary)
-                     and now_us - self._cursors_read_us.get(name, 0) >= self.cursors_every_s * 1e6}
+                     and now_us - self._read_us.get(name, 0) >= self.cursors_every_s * 1e6}
             self._read(sorted(todo), now_us, {})
         return not changes.full_scan
 
@@ -210,10 +212,10 @@ class StatusModel:
         for name, summary in logs.map(one, list(names)):
             if summary is None:  # deleted since it was listed or recorded
                 self._summaries.pop(name, None)
-                self._cursors_read_us.pop(name, None)
+                self._read_us.pop(name, None)
             else:
                 self._summaries[name] = summary
-                self._cursors_read_us[name] = now_us
+                self._read_us[name] = now_us
 
 
 def _cursors_may_move(summary: LogSummary) -> bool:
@@ -222,3 +224,15 @@ def _cursors_may_move(summary: LogSummary) -> bool:
     log could not be read."""
     return summary.error is not None or bool(summary.broken_cursors) or any(
         c.records_behind > 0 for c in summary.cursors)
+
+
+def _aged(summary: LogSummary, elapsed_us: int) -> LogSummary:
+    """`summary`, read `elapsed_us` ago and unchanged since as far as the model knows, as of
+    now: its cursors' ages (the oldest unread record's, the last move's) grew by that much."""
+    if elapsed_us <= 0 or not summary.cursors:
+        return summary
+    elapsed_s = elapsed_us / 1e6
+    return replace(summary, cursors=tuple(
+        replace(c, moved_ago_s=c.moved_ago_s + elapsed_s,
+                lag_s=c.lag_s + elapsed_s if c.lag_s is not None and c.records_behind else c.lag_s)
+        for c in summary.cursors))
