@@ -95,20 +95,32 @@ def test_03_filters_stay_small():
 
 
 def test_04_entry_round_trip_and_damage():
+    """A damaged filter, or one moved to another fragment's entry, is refused when a reader
+    would use it (CorruptLog naming the fragment), never trusted to skip."""
     setsum = Setsum.from_hexdigest("11" * 32)
     f = StreamFilter.build("tenant", [key_bytes("acme")])
-    ref = FragmentRef("log/Uuid=0192a4f0-0000-7000-8000-000000000001.parquet",
-                      "0192a4f0-0000-7000-8000-000000000001", 1, 4, 100, setsum, f)
+    path = "log/Uuid=0192a4f0-0000-7000-8000-000000000001.parquet"
+    ref = FragmentRef(path, "0192a4f0-0000-7000-8000-000000000001", 1, 4, 100, setsum, f)
     doc = ref.to_dict()
-    assert FragmentRef.from_dict(doc, MANIFEST_KEY) == ref
+    parsed = FragmentRef.from_dict(doc, MANIFEST_KEY)
+    assert parsed == ref and parsed.to_dict() == doc
+    wanted = ValueFilter("tenant", ("globex",))
+    assert parsed.skipped_by(wanted) and not parsed.skipped_by(ValueFilter("tenant", ("acme",)))
+    assert not parsed.skipped_by(ValueFilter("region", ("globex",)))  # another column's filter
     damaged = json.loads(json.dumps(doc))
     damaged["filter"]["bits"] = "AAAAAAAAAAA="
-    with pytest.raises(CorruptLog, match="check digest"):
-        FragmentRef.from_dict(damaged, MANIFEST_KEY)
+    with pytest.raises(CorruptLog, match="check digest") as err:
+        FragmentRef.from_dict(damaged, MANIFEST_KEY).skipped_by(wanted)
+    assert err.value.obj == path
     moved = json.loads(json.dumps(doc))
     moved["setsum"] = "22" * 32  # the same filter in another fragment's entry
     with pytest.raises(CorruptLog, match="check digest"):
-        FragmentRef.from_dict(moved, MANIFEST_KEY)
+        FragmentRef.from_dict(moved, MANIFEST_KEY).skipped_by(wanted)
+    for field, value in (("hashes", 0), ("bits", ""), ("check", None), ("column", "")):
+        malformed = json.loads(json.dumps(doc))
+        malformed["filter"][field] = value
+        with pytest.raises(CorruptLog, match="stream filter"):
+            FragmentRef.from_dict(malformed, MANIFEST_KEY)
     newer = json.loads(json.dumps(doc))
     newer["filter"] = {"kind": "binary-fuse-8", "column": "tenant"}  # a newer writer's kind
     assert FragmentRef.from_dict(newer, MANIFEST_KEY).filter is None  # read as unfiltered
@@ -276,3 +288,42 @@ def test_14_errors_name_the_problem(store):
         reader.read_table(filter_column="tenant")
     with pytest.raises(FilterError, match="not a column"):
         reader.read_table(filter_column="nope", filter_values=["a"])
+
+
+def _rewrite_filters(store, change) -> None:
+    blob = store.get(MANIFEST_KEY)
+    doc = json.loads(blob.data)
+    for frag in doc["fragments"]:
+        change(frag["filter"])
+    store.put_if_match(MANIFEST_KEY, json.dumps(doc, separators=(",", ":")).encode(), blob.etag)
+
+
+def test_15_a_damaged_filter_fails_the_read_and_verify(store):
+    _multiplexed(store, fragments=4, keys=4, per_fragment=1)
+    assert verify(store).ok and verify(store, check_fragments=False).ok
+
+    def flip(f: dict) -> None:
+        f["bits"] = "AAAAAAAAAAA="  # says "no" to everything: would skip every fragment
+
+    _rewrite_filters(store, flip)
+    with pytest.raises(CorruptLog, match="check digest"):
+        LogReader(store).read_table(filter_column="tenant", filter_values=["t1"])
+    assert LogReader(store).read_table().num_rows == 12  # an unfiltered read does not use them
+    for report in (verify(store), verify(store, check_fragments=False)):
+        assert not report.ok
+        assert any("check digest" in str(p) for p in report.problems)
+
+
+def test_16_verify_finds_a_filter_that_misses_a_value(store):
+    """A filter whose check digest is right but which misses a value of its fragment (a buggy
+    writer): only reading the fragment can tell, and verify does."""
+    _multiplexed(store, fragments=2, keys=2, per_fragment=1)
+    setsums = [r.setsum.hexdigest() for r in LogReader(store).manifest().fragments]
+    wrong = StreamFilter.build("tenant", [key_bytes("somebody else")])
+    blob = store.get(MANIFEST_KEY)
+    doc = json.loads(blob.data)
+    doc["fragments"][0]["filter"] = wrong.to_dict(setsums[0])
+    store.put_if_match(MANIFEST_KEY, json.dumps(doc, separators=(",", ":")).encode(), blob.etag)
+    report = verify(store)
+    assert [p.obj for p in report.problems] == [doc["fragments"][0]["path"]]
+    assert "misses values" in str(report.problems[0])

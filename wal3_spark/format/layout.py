@@ -18,7 +18,7 @@ from typing import Any
 from wal3_spark.errors import CorruptLog, CursorError
 from wal3_spark.format.incarnation import parse_incarnation
 from wal3_spark.format.setsum import Setsum
-from wal3_spark.format.stream_filter import StreamFilter
+from wal3_spark.format.stream_filter import StreamFilter, ValueFilter
 
 MANIFEST_KEY = "manifest/MANIFEST"
 GARBAGE_KEY = "gc/GARBAGE"
@@ -213,6 +213,11 @@ class FragmentRef:
         """Serialised once per pointer: a manifest rewrites thousands of them per commit."""
         return json_text(self.to_dict())
 
+    def skipped_by(self, values: ValueFilter | None) -> bool:
+        """Whether a read of `values` may skip this fragment without fetching it (its stream
+        filter rules every value out); CorruptLog when that filter fails its check."""
+        return values is not None and values.skips(self.filter, self.setsum.hexdigest(), self.path)
+
     @classmethod
     def from_dict(cls, data: dict[str, Any], obj: str, known: KnownRefs | None = None) -> FragmentRef:
         """Parse one pointer; with `known`, reuse the identical one parsed before if there is
@@ -229,7 +234,7 @@ class FragmentRef:
             limit=parse_offset(data.get("limit"), obj, "limit"),
             num_bytes=require_field(data, "num_bytes", obj, int),
             setsum=setsum,
-            filter=None if stored is None else StreamFilter.from_dict(stored, obj, path, setsum.hexdigest()),
+            filter=None if stored is None else StreamFilter.from_dict(stored, obj, path),
         )
         ref.check_identity(obj)
         return ref

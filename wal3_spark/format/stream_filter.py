@@ -25,7 +25,7 @@ import functools
 import math
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import blake3
@@ -121,18 +121,26 @@ def distinct_keys(column: pa.Array | pa.ChunkedArray) -> set[bytes]:
 
 @dataclass(frozen=True)
 class StreamFilter:
-    """A Bloom filter of one column's values in one fragment, as its manifest entry holds it."""
+    """A Bloom filter of one column's values in one fragment, as its manifest entry holds it.
+
+    Parsing checks only the field's shape: the check digest (which binds the filter to its
+    fragment's setsum) and the bits are checked when a reader first uses the filter
+    (`checked`), so that a manifest of thousands of filtered entries parses about as fast as
+    one without (every reader and every commit parses one; few use the filters)."""
 
     column: str
     hashes: int
-    bits: bytes
+    #: the bits, base64 (as stored)
+    encoded: str
     kind: str = BLOOM
+    #: the check digest read from storage; None for a filter built here (computed when written)
+    stored_check: str | None = field(default=None, compare=False)
 
     @classmethod
     def build(cls, column: str, keys: Iterable[bytes], *,
               max_bytes: int = DEFAULT_MAX_FILTER_BYTES) -> StreamFilter:
         """A filter of `keys` (canonical bytes), sized for TARGET_FPR within `max_bytes`."""
-        keys = sorted(set(keys))
+        keys = list(set(keys))
         n = max(1, len(keys))
         wanted = math.ceil(-n * math.log(TARGET_FPR) / (math.log(2) ** 2) / 8)
         size = min(max(MIN_FILTER_BYTES, max_bytes), max(MIN_FILTER_BYTES, wanted))
@@ -142,7 +150,12 @@ class StreamFilter:
         if keys:
             h1, h2 = _hashes(keys)
             bitmap[_bit_indices(h1, h2, hashes, m).ravel()] = True
-        return cls(column, hashes, np.packbits(bitmap, bitorder="little").tobytes())
+        return cls(column, hashes, base64.b64encode(np.packbits(bitmap, bitorder="little")).decode())
+
+    @functools.cached_property
+    def bits(self) -> bytes:
+        """The decoded bits (ValueError when `encoded` is not base64: `checked` reports it)."""
+        return base64.b64decode(self.encoded, validate=True)
 
     def might_contain_any(self, keys: Iterable[bytes]) -> bool:
         """False only when no key is in the fragment (a Bloom filter has no false negatives)."""
@@ -154,6 +167,29 @@ class StreamFilter:
         h1, h2 = _hashes(keys)
         return bool(bitmap[_bit_indices(h1, h2, self.hashes, m)].all(axis=1).any())
 
+    def holds_all(self, keys: Iterable[bytes]) -> bool:
+        """Whether every key is in the filter (what a filter of a fragment's values must say of
+        each of them: `wal3 verify` checks it against the fragment's column)."""
+        keys = list(keys)
+        if not keys:
+            return True
+        m = len(self.bits) * 8
+        bitmap = np.unpackbits(np.frombuffer(self.bits, dtype=np.uint8), bitorder="little")
+        h1, h2 = _hashes(keys)
+        return bool(bitmap[_bit_indices(h1, h2, self.hashes, m)].all(axis=1).all())
+
+    def check_against(self, column: pa.ChunkedArray | None, setsum_hex: str, path: str) -> None:
+        """CorruptLog naming fragment `path` unless this filter passes its check and holds every
+        value of the fragment's column (a false negative would skip wanted rows)."""
+        self.checked(setsum_hex, path)
+        if column is None:
+            raise CorruptLog("a stream filter's column is in its fragment", path,
+                             f"has a stream filter of column {self.column!r}, which it lacks")
+        if not self.holds_all(distinct_keys(column)):
+            raise CorruptLog("a stream filter holds every value of its column", path,
+                             f"its stream filter of column {self.column!r} misses values the "
+                             "fragment holds: a reader filtering on them would skip it")
+
     def expected_fpr(self, distinct: int) -> float:
         """The false-positive rate for a filter of `distinct` keys (the textbook estimate)."""
         m = len(self.bits) * 8
@@ -163,23 +199,47 @@ class StreamFilter:
 
     def check_digest(self, setsum_hex: str) -> str:
         """16 hex digits binding the filter to its fragment (by the fragment's setsum): a filter
-        damaged, or moved to another fragment's entry, fails to parse instead of skipping a
+        damaged, or moved to another fragment's entry, is refused instead of skipping a
         fragment that holds wanted rows. The setsum does not cover the filter, so this does."""
         digest = blake3.blake3(b"\0".join([self.column.encode(), self.kind.encode(),
-                                           str(self.hashes).encode(), self.bits,
+                                           str(self.hashes).encode(), self.encoded.encode(),
                                            setsum_hex.encode()]))
         return digest.hexdigest(length=8)
 
+    def checked(self, setsum_hex: str, path: str) -> StreamFilter:
+        """This filter, once its check digest matches the fragment's setsum and its bits decode;
+        CorruptLog naming fragment `path` otherwise. Checked once per filter."""
+        if self.__dict__.get("_checked_for") == setsum_hex:
+            return self
+        expected = self.check_digest(setsum_hex)
+        problem = None
+        if self.stored_check is not None and self.stored_check != expected:
+            problem = "does not match its check digest (damaged, or not this fragment's)"
+        else:
+            try:
+                if not self.bits:
+                    problem = "has no bits"
+            except ValueError:
+                problem = "has bits that are not base64"
+        if problem is not None:
+            raise CorruptLog("a stream filter matches its check digest", path,
+                             f"the stream filter in its manifest entry {problem}; the entry is "
+                             "damaged: run `wal3 verify` on the log")
+        self.__dict__["_checked_for"] = setsum_hex  # frozen: a cache, not a field
+        return self
+
     def to_dict(self, setsum_hex: str) -> dict[str, Any]:
+        check = self.stored_check if self.stored_check is not None else self.check_digest(setsum_hex)
         return {"column": self.column, "kind": self.kind, "hashes": self.hashes,
-                "bits": base64.b64encode(self.bits).decode(), "check": self.check_digest(setsum_hex)}
+                "bits": self.encoded, "check": check}
 
     @classmethod
-    def from_dict(cls, data: Any, obj: str, path: str, setsum_hex: str) -> StreamFilter | None:
+    def from_dict(cls, data: Any, obj: str, path: str) -> StreamFilter | None:
         """The filter of fragment `path`'s entry in `obj`; None for a kind this wal3-spark does
         not know (a newer writer's): that fragment is read as if it had no filter, which is
-        always correct. A malformed filter of a known kind is CorruptLog: trusting it could
-        skip a fragment that holds wanted rows."""
+        always correct. A filter of a known kind that is malformed is CorruptLog (and one whose
+        check digest or bits are wrong, when `checked`): trusting it could skip a fragment that
+        holds wanted rows."""
         def broken(problem: str) -> CorruptLog:
             return CorruptLog("a stream filter is well formed", obj,
                               f"the stream filter of fragment {path} {problem}")
@@ -188,21 +248,17 @@ class StreamFilter:
             raise broken(f"is not an object: {data!r}")
         if data.get("kind") != BLOOM:
             return None
-        column, hashes, bits = data.get("column"), data.get("hashes"), data.get("bits")
+        column, hashes, bits, check = (data.get("column"), data.get("hashes"), data.get("bits"),
+                                       data.get("check"))
         if not isinstance(column, str) or not column:
             raise broken(f"has no column name: {column!r}")
         if isinstance(hashes, bool) or not isinstance(hashes, int) or not 1 <= hashes <= 64:
             raise broken(f"has a hash count that is not an integer in [1, 64]: {hashes!r}")
-        try:
-            raw = base64.b64decode(bits, validate=True) if isinstance(bits, str) else b""
-        except ValueError:
-            raw = b""
-        if not raw:
-            raise broken("has no bits (not non-empty base64)")
-        parsed = cls(column, hashes, raw)
-        if data.get("check") != parsed.check_digest(setsum_hex):
-            raise broken("does not match its check digest (damaged, or not this fragment's)")
-        return parsed
+        if not isinstance(bits, str) or not bits:
+            raise broken("has no bits")
+        if not isinstance(check, str):
+            raise broken(f"has no check digest: {check!r}")
+        return cls(column, hashes, bits, BLOOM, check)
 
 
 @dataclass(frozen=True)
@@ -226,12 +282,14 @@ class ValueFilter:
     def keys(self) -> frozenset[bytes]:
         return frozenset(key_bytes(v) for v in self.values)
 
-    def skips(self, stream_filter: StreamFilter | None) -> bool:
-        """Whether a fragment with this stream filter certainly holds no wanted row: only a
-        filter of this same column can say so (a fragment without one, or with a filter of
-        another column, is read)."""
-        return (stream_filter is not None and stream_filter.column == self.column
-                and not stream_filter.might_contain_any(self.keys))
+    def skips(self, stream_filter: StreamFilter | None, setsum_hex: str, path: str) -> bool:
+        """Whether the fragment at `path` (of setsum `setsum_hex`) with this stream filter
+        certainly holds no wanted row: only a filter of this same column can say so (a fragment
+        without one, or with a filter of another column, is read), and only once it passes its
+        check (CorruptLog otherwise)."""
+        if stream_filter is None or stream_filter.column != self.column:
+            return False
+        return not stream_filter.checked(setsum_hex, path).might_contain_any(self.keys)
 
     def rows(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         """The rows of `batch` (which holds `column`) whose value is wanted, exactly."""

@@ -310,7 +310,7 @@ class LogReader:
         if start >= limit:
             return
         for part in iter_ranges(self.store, manifest, start, limit, self.snapshots):
-            if values is None or not values.skips(part.ref.filter):
+            if not part.ref.skipped_by(values):
                 yield part
 
     def read(

@@ -148,6 +148,10 @@ def _verify_once(store: ObjectStore, check: FragmentChecker | None) -> VerifyRep
     whole_tree = len(report.problems) == before
     if whole_tree:
         _check_order(report, refs, manifest)
+    if check is None:  # without the data, each stream filter's check digest at least
+        for ref in refs:
+            if ref.filter is not None:
+                _check(report, "corrupt", lambda ref=ref: ref.filter.checked(ref.setsum.hexdigest(), ref.path))
 
     if check is not None:
         problems = check(store, refs, manifest.arrow_schema(), manifest.item_hash)
@@ -271,10 +275,15 @@ def check_fragment(
     store: ObjectStore, ref: FragmentRef, payload: pa.Schema | None, item_hash: str | None = None
 ) -> Problem | None:
     """Check one fragment as a verifying read does (`reader.load_fragment`, and its columns
-    against the manifest's schema `payload`, None for a raw log), as a Problem."""
+    against the manifest's schema `payload`, None for a raw log), and its stream filter against
+    its column (docs/format.md section 4, "Stream filters"), as a Problem."""
     try:
         decoded = load_fragment(store, ref, payload is None, item_hash=item_hash)
         check_columns_known(ref.path, decoded.payload.schema.names, payload)
+        if ref.filter is not None:
+            data = decoded.payload
+            column = data.column(ref.filter.column) if ref.filter.column in data.column_names else None
+            ref.filter.check_against(column, ref.setsum.hexdigest(), ref.path)
     except (CorruptLog, DataLost, LogNotFound, StorageError) as exc:
         return _problem(ref.path, exc)
     return None

@@ -183,7 +183,7 @@ def plan_range(store: ObjectStore, manifest: Manifest, starting: tuple[str, int]
     ranges = reader.plan(start, limit, manifest=manifest, fail_on_data_loss=fail_on_data_loss,
                          values=values)
     if skipping:
-        ranges = [r for r in ranges if not any(v.skips(r.ref.filter) for v in skipping)]
+        ranges = [r for r in ranges if not any(r.ref.skipped_by(v) for v in skipping)]
     if times.lo is None and times.hi is None:
         return ranges
     structured = manifest.schema is not None
