@@ -157,26 +157,24 @@ class StreamFilter:
         """The decoded bits (ValueError when `encoded` is not base64: `checked` reports it)."""
         return base64.b64decode(self.encoded, validate=True)
 
-    def might_contain_any(self, keys: Iterable[bytes]) -> bool:
-        """False only when no key is in the fragment (a Bloom filter has no false negatives)."""
+    def _present(self, keys: Iterable[bytes]) -> np.ndarray:
+        """For each key, whether all its bits are set (it may be in the fragment)."""
         keys = list(keys)
         if not keys:
-            return False
+            return np.zeros(0, dtype=bool)
         m = len(self.bits) * 8
         bitmap = np.unpackbits(np.frombuffer(self.bits, dtype=np.uint8), bitorder="little")
         h1, h2 = _hashes(keys)
-        return bool(bitmap[_bit_indices(h1, h2, self.hashes, m)].all(axis=1).any())
+        return bitmap[_bit_indices(h1, h2, self.hashes, m)].all(axis=1)
+
+    def might_contain_any(self, keys: Iterable[bytes]) -> bool:
+        """False only when no key is in the fragment (a Bloom filter has no false negatives)."""
+        return bool(self._present(keys).any())
 
     def holds_all(self, keys: Iterable[bytes]) -> bool:
         """Whether every key is in the filter (what a filter of a fragment's values must say of
         each of them: `wal3 verify` checks it against the fragment's column)."""
-        keys = list(keys)
-        if not keys:
-            return True
-        m = len(self.bits) * 8
-        bitmap = np.unpackbits(np.frombuffer(self.bits, dtype=np.uint8), bitorder="little")
-        h1, h2 = _hashes(keys)
-        return bool(bitmap[_bit_indices(h1, h2, self.hashes, m)].all(axis=1).all())
+        return bool(self._present(keys).all())
 
     def check_against(self, column: pa.ChunkedArray | None, setsum_hex: str, path: str) -> None:
         """CorruptLog naming fragment `path` unless this filter passes its check and holds every
