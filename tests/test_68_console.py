@@ -335,7 +335,7 @@ def test_07_verify_shows_its_result(server: ConsoleServer, browser) -> None:  # 
 
 def test_08_never_writes(client, watched: WriteFailingStore) -> None:  # noqa: ANN001
     """Every page, verify included, through a store that fails any write."""
-    for path in ["/", "/?pattern=ord*"] + [f"/log/{name}{page}" for name in ("orders", "events", "damaged")
+    for path in ["/", "/?pattern=ord*", "/metrics"] + [f"/log/{name}{page}" for name in ("orders", "events", "damaged")
                                           for page in ("", "/records", "/fragments", "/gc", "/verify")]:
         response = client.get(path)
         assert response.status_code == 200, (path, response.text)
@@ -452,3 +452,31 @@ def test_14_verify_shows_progress(prefix: str) -> None:
         gated.release.set()
     _until(lambda: 'data-state="ok"' in client.get("/log/orders/verify").text, "the result")
     assert "refresh" not in client.get("/log/orders/verify").text
+
+
+def test_15_metrics(server: ConsoleServer, browser, prefix: str) -> None:  # noqa: ANN001
+    """The console's /metrics: the status model's Prometheus metrics, agreeing with
+    `wal3 cursor list --json`, linked from every page."""
+    from prometheus_client.parser import text_string_to_metric_families
+    from selenium.webdriver.common.by import By
+
+    _open(browser, server.url)
+    _follow(browser, browser.find_element(By.ID, "nav-metrics"))
+    assert browser.current_url == server.url + "metrics"
+    _open(browser, browser.current_url)
+    import urllib.request
+
+    with urllib.request.urlopen(server.url + "metrics", timeout=60) as response:
+        assert response.headers["Content-Type"].startswith("text/plain")
+        text = response.read().decode()
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in text_string_to_metric_families(text) for s in family.samples}
+    assert samples[("wal3_log_next_offset", (("log", "orders"),))] == 12 * BATCH + 1
+    assert samples[("wal3_logs", ())] == 3
+    cursors = _wal3("cursor", "list", f"{prefix}/orders")
+    for cursor in cursors["cursors"]:
+        labels = (("cursor", cursor["name"]), ("log", "orders"))
+        assert samples[("wal3_cursor_offset", labels)] == cursor["offset"]
+        assert samples[("wal3_cursor_records_behind", labels)] == cursor["records_behind"]
+        assert samples[("wal3_cursor_bytes_behind", labels)] == cursor["bytes_behind"]
+    assert samples[("wal3_cursor_broken", (("cursor", "bad-name"), ("log", "events")))] == 1

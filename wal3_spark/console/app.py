@@ -1,4 +1,5 @@
-"""The console's Flask application: one route per page, server-rendered templates.
+"""The console's Flask application: one route per page, server-rendered templates, and the
+Prometheus metrics of `wal3_spark.observe.metrics` at `/metrics`.
 
 Every page is computed when it is asked for, from the log as it is then (the overview of a log
 set is kept `OVERVIEW_TTL_S` seconds: it costs a few requests per log). Errors become pages that
@@ -14,6 +15,7 @@ import threading
 from typing import Any
 
 from flask import Flask, abort, redirect, render_template, request, url_for
+from werkzeug.middleware.dispatcher import DispatcherMiddleware
 from werkzeug.wrappers import Response
 
 from wal3_spark.clock import SYSTEM, Clock, utc_text
@@ -24,6 +26,7 @@ from wal3_spark.errors import InvalidOption, LogNotFound, Wal3Error
 from wal3_spark.log.reader import SnapshotCache
 from wal3_spark.logset.info import LogSummary, set_info
 from wal3_spark.logset.logs import LogSet
+from wal3_spark.observe.metrics import metrics_app, metrics_registry
 from wal3_spark.observe.status import Status, StatusModel
 
 #: how long the overview of a log set is reused before it is refreshed (from the dirty log, or
@@ -154,6 +157,12 @@ def create_app(target: Target, *, overview_ttl_s: float = OVERVIEW_TTL_S, clock:
         return render_template("index.html", status=status, summaries=summaries, totals=totals,
                                pattern=pattern, order=order, ttl_s=overview_ttl_s)
 
+    @app.get("/favicon.ico")
+    def favicon() -> Response:
+        # the pages declare none; a browser asks anyway on /metrics (plain text), and a 404 is
+        # an error in its console
+        return Response(status=204)
+
     @app.get("/log/<name>")
     def log_page(name: str) -> str:
         page = figures.log_page(store_of(name), snapshots)
@@ -192,4 +201,6 @@ def create_app(target: Target, *, overview_ttl_s: float = OVERVIEW_TTL_S, clock:
         runs.start(name, store_of(name))
         return redirect(url_for("verify_page", name=name), code=303)
 
+    # /metrics: the Prometheus exposition of the same status model (what `wal3 exporter` serves)
+    app.wsgi_app = DispatcherMiddleware(app.wsgi_app, {"/metrics": metrics_app(metrics_registry(model))})  # type: ignore[method-assign]
     return app
