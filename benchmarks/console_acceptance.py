@@ -14,7 +14,9 @@ Prints a table (docs/console.md records its output) and, with --screenshots, sav
    log's page, three record pages in a row (contiguous offsets), the fragment timeline, the
    GC page and verify (to its result), and verify of an idle log whose fragment was damaged
    (it must fail, naming the fragment); the browser's console must show no error on any page;
-4. the load stops, and the overview (read again) must equal `wal3 info PREFIX --json`.
+4. the load stops; the overview (refreshed) must equal `wal3 info PREFIX --json`, and a scrape of
+   the console's /metrics must agree with `wal3 ls PREFIX --json` (every log's next offset and
+   records, the cursors of the logs without a consumer running).
 Any check that fails ends the run with status 1.
 """
 
@@ -30,6 +32,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -37,6 +40,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import pyarrow as pa  # noqa: E402
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from tests.support.fakes import CountingStore  # noqa: E402
 from tests.support.seaweed import running_seaweed  # noqa: E402
@@ -236,6 +240,35 @@ def main() -> None:
                 page("overview-after", "", totals)
                 row("overview equals wal3 info --json", "yes", f"logs, records, bytes: "
                     f"{expected['logs']}, {expected['records']}, {expected['bytes']}")
+                page("metrics", "metrics")  # in the browser: no console error
+                time.sleep(TTL_S)
+                counting.counts.clear()
+                began = time.perf_counter()
+                with urllib.request.urlopen(server.url + "metrics", timeout=300) as response:
+                    text = response.read().decode()
+                row("a /metrics scrape (a refresh due)", f"{time.perf_counter() - began:.2f} s",
+                    f"{counting.requests()} requests, {len(text)} bytes")
+                samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+                           for family in text_string_to_metric_families(text) for s in family.samples}
+                done = subprocess.run([sys.executable, "-m", "wal3_spark.cli", "ls", url, "--json"],
+                                      capture_output=True, text=True, env={**os.environ, **seaweed.env}, timeout=300)
+                check(done.returncode == 0, f"wal3 ls: {done.stderr}")
+                listed = json.loads(done.stdout)
+                compared = 0
+                for entry in listed:
+                    log_labels = (("log", entry["name"]),)
+                    check(samples[("wal3_log_next_offset", log_labels)] == entry["next_offset"],
+                          f"{entry['name']}: next offset in /metrics and wal3 ls")
+                    check(samples[("wal3_log_records", log_labels)] == entry["records"], f"{entry['name']}: records")
+                    if entry["name"] in active:
+                        continue  # its consumer's last moves are re-read within the model's cursor interval
+                    for cursor in entry["cursors"]:
+                        labels = (("cursor", cursor["name"]), ("log", entry["name"]))
+                        check(samples[("wal3_cursor_records_behind", labels)] == cursor["records_behind"],
+                              f"{entry['name']}/{cursor['name']}: records behind")
+                        compared += 1
+                row("/metrics equals wal3 ls --json", "yes", f"{len(listed)} logs' next offset and records, "
+                    f"{compared} idle logs' cursors")
         finally:
             stop.set()
             driver.quit()

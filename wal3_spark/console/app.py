@@ -1,8 +1,8 @@
 """The console's Flask application: one route per page, server-rendered templates, and the
 Prometheus metrics of `wal3_spark.observe.metrics` at `/metrics`.
 
-Every page is computed when it is asked for, from the log as it is then (the overview of a log
-set is kept `OVERVIEW_TTL_S` seconds: it costs a few requests per log). Errors become pages that
+Every page is computed when it is asked for, from the log as it is then, except a log set's
+overview, which is the console's `StatusModel` (refreshed at most every `OVERVIEW_TTL_S`). Errors become pages that
 say what went wrong and what to do, with the status a browser and a script understand: 404 for a
 log the console does not show, 400 for a bad parameter, 500 for a log that cannot be read.
 """
@@ -28,6 +28,7 @@ from wal3_spark.logset.info import LogSummary, set_info
 from wal3_spark.logset.logs import LogSet
 from wal3_spark.observe.metrics import metrics_app, metrics_registry
 from wal3_spark.observe.status import Status, StatusModel
+from wal3_spark.storage.base import ObjectStore
 
 #: how long the overview of a log set is reused before it is refreshed (from the dirty log, or
 #: by reading every log: `wal3_spark.observe.status`)
@@ -53,7 +54,7 @@ class _Overview:
             return status, summaries, self._totals[1]
 
 
-#: the overview's orders: by name, or the most lagging, largest or most recently grown first
+#: the overview's orders: by name, or the furthest behind, most records or most bytes first
 _ORDERS: dict[str, Any] = {
     "name": lambda s: s.name,
     "lag": lambda s: (-(s.most_behind.records_behind if s.most_behind else -1), s.name),
@@ -104,7 +105,6 @@ def create_app(target: Target, *, overview_ttl_s: float = OVERVIEW_TTL_S, clock:
     """The console for `target` (opened read-only by `Target.open`); a log set's overview is
     reused for `overview_ttl_s` seconds (by `clock`)."""
     app = Flask(__name__)
-    app.config["TARGET"] = target
     runs = VerifyRuns(clock)
     model = StatusModel(target.store, ttl_s=overview_ttl_s, clock=clock)
     overview = _Overview(model, target.logs) if target.logs is not None else None
@@ -120,7 +120,7 @@ def create_app(target: Target, *, overview_ttl_s: float = OVERVIEW_TTL_S, clock:
     def _common() -> dict[str, Any]:
         return {"target": target, "log_name": request.view_args.get("name") if request.view_args else None}
 
-    def store_of(name: str):  # noqa: ANN202 - an ObjectStore
+    def store_of(name: str) -> ObjectStore:
         try:
             return target.log_store(name)
         except LogNotFound as exc:
