@@ -16,6 +16,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -110,7 +111,8 @@ def client(watched: WriteFailingStore):  # noqa: ANN201 - a Flask test client
     return create_app(Target.open(watched)).test_client()
 
 
-def _wal3(*args: str) -> dict:
+def _wal3(*args: str) -> Any:
+    """What `wal3 ARGS --json` prints (it must succeed)."""
     done = subprocess.run([sys.executable, "-m", "wal3_spark.cli", *args, "--json"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -186,6 +188,13 @@ def test_01_overview_matches_wal3_info(server: ConsoleServer, browser, prefix: s
     assert int(shown["logs"]) == expected["logs"] == 3
     assert int(shown["records"]) == expected["records"]
     assert int(shown["bytes"]) == expected["bytes"]
+    listed = {entry["name"]: entry for entry in _wal3("ls", prefix)}
+    for row in browser.find_elements(By.CSS_SELECTOR, "#logs tbody tr"):
+        entry = listed[row.get_attribute("data-log")]
+        cells = {td.get_attribute("data-figure"): td.text for td in row.find_elements(By.CSS_SELECTOR, "td[data-figure]")}
+        for name in ("oldest_offset", "next_offset", "records", "bytes", "fragments"):
+            assert int(cells[name]) == entry[name], (entry["name"], name)
+
     def names() -> list[str]:
         return [row.get_attribute("data-log") for row in browser.find_elements(By.CSS_SELECTOR, "#logs tbody tr")]
 
@@ -382,6 +391,8 @@ def test_11_one_log(prefix: str) -> None:
     assert client.get("/").headers["Location"].endswith("/log/orders")
     assert client.get("/log/orders").status_code == 200
     assert client.get("/log/events").status_code == 404
+    metrics = client.get("/metrics").text
+    assert 'wal3_log_next_offset{log="orders"} 481.0' in metrics and "wal3_logs 1.0" in metrics
 
 
 def test_12_read_only_store_refuses_writes(prefix: str) -> None:
