@@ -85,7 +85,7 @@ def prefix(tmp_path_factory: pytest.TempPathFactory) -> str:
     cursors.create("billing", 1 + 3 * BATCH + 7)
     cursors.create("audit", 1 + 12 * BATCH)
     with LogWriter(f"{url}/events") as log:
-        log.append([b"alpha", b"beta", bytes([0xFF, 0x00])])
+        log.append([b"alpha", b"beta", bytes([0xFF, 0x00]), b"x" * 5000])
     (root / "events" / "cursor").mkdir()
     (root / "events" / "cursor" / "bad-name.json").write_text("{}")  # a broken cursor
     _append(f"{url}/damaged", 3)
@@ -203,7 +203,7 @@ def test_01_overview_matches_wal3_info(server: ConsoleServer, browser, prefix: s
 
     Select(browser.find_element(By.ID, "sort")).select_by_value("records")
     _follow(browser, browser.find_element(By.CSS_SELECTOR, "form.inline button"))
-    assert names() == ["orders", "damaged", "events"]  # 480, 120, 3 records
+    assert names() == ["orders", "damaged", "events"]  # 480, 120, 4 records
     browser.find_element(By.NAME, "pattern").send_keys("*s")
     _follow(browser, browser.find_element(By.CSS_SELECTOR, "form.inline button"))
     assert names() == ["orders", "events"]
@@ -287,7 +287,8 @@ def test_05_raw_records(server: ConsoleServer, browser) -> None:  # noqa: ANN001
 
     _open(browser, f"{server.url}log/events/records")
     rows = [tr.text for tr in browser.find_elements(By.CSS_SELECTOR, "#records tbody tr")]
-    assert len(rows) == 3 and "alpha" in rows[0] and "/wA=" in rows[2]  # not UTF-8: base64
+    assert len(rows) == 4 and "alpha" in rows[0] and "/wA=" in rows[2]  # not UTF-8: base64
+    assert "x… (5000 characters)" in rows[3] and len(rows[3]) < 1100  # a long value is cut
 
 
 def test_06_fragments_and_gc(server: ConsoleServer, browser, prefix: str) -> None:  # noqa: ANN001

@@ -12,6 +12,7 @@ that hold those offsets (`LogReader.scan`), whatever the log's size.
 from __future__ import annotations
 
 import datetime as dt
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +32,8 @@ RATE_BUCKET_S = 60
 #: rows a record page shows unless asked for another size, and the most it ever shows
 PAGE_SIZE = 50
 MAX_PAGE_SIZE = 1000
+#: characters of one value a record page shows (a page of large records stays a page)
+MAX_CELL = 1000
 
 
 @dataclass(frozen=True)
@@ -110,7 +113,8 @@ def records_page(store: ObjectStore, start: int | None, at: dt.datetime | None,
     if start < oldest:
         start = oldest  # collected: the page starts at what is left (the page says so)
     scan = reader.scan(start, max_records=size, manifest=manifest)
-    rows = [record_json(row, manifest.is_raw) for batch in scan.reader for row in batch.to_pylist()]
+    rows = [{key: _cell(value) for key, value in record_json(row, manifest.is_raw).items()}
+            for batch in scan.reader for row in batch.to_pylist()]
     # a raw log's body is `body` or, where not UTF-8, `body_base64`: every key any row has
     columns = list(dict.fromkeys(key for row in rows for key in row)) or [f.name for f in scan.schema]
     return {
@@ -120,6 +124,16 @@ def records_page(store: ObjectStore, start: int | None, at: dt.datetime | None,
         "next": scan.limit if scan.limit < tail else None,
         "last": max(oldest, tail - size),
     }
+
+
+def _cell(value: Any) -> Any:
+    """A record's value as a page shows it: nested values as JSON, long ones cut at MAX_CELL
+    characters (saying how long they are)."""
+    if isinstance(value, (list, dict)):
+        value = json.dumps(value, ensure_ascii=False)
+    if isinstance(value, str) and len(value) > MAX_CELL:
+        return f"{value[:MAX_CELL]}… ({len(value)} characters)"
+    return value
 
 
 def gc_state(store: ObjectStore) -> dict[str, Any]:
