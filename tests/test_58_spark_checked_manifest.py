@@ -64,6 +64,17 @@ def test_00_every_spark_reader_refuses_a_damaged_manifest(spark, tmp_path, damag
         assert "Invalid flatbuffers" not in text or "Arrow IPC" in text, text[:2000]
 
 
+def test_04_the_native_scan_of_a_range_checks_its_fragments_columns(spark, tmp_path):
+    """A scan short of the log's last fragment reads no footer of the log's ends: the first and
+    last fragment it does read still show a renamed column."""
+    url = (tmp_path / "log").as_uri()
+    store = nine_rows(url)
+    assert len(Wal3Log.forPath(spark, url).toDF(endingOffsets=5).collect()) == 4
+    edit(store, renamed_column)
+    with pytest.raises(CorruptLog, match="that the manifest's schema"):
+        Wal3Log.forPath(spark, url).toDF(endingOffsets=5).collect()
+
+
 def last_limit_raised(doc: dict) -> None:
     doc["fragments"][-1]["limit"]["offset"] += 1
 

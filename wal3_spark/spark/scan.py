@@ -125,18 +125,22 @@ def _check_boundary_counts(store: ObjectStore, manifest: Manifest, ranges: Seque
     fragment's `start`: nothing precedes it), and this scan takes offsets from the manifest
     and row positions without decoding, so a wrong count would read a shorter or shifted log
     silently. Every other fragment's range is pinned by its neighbours; `format("wal3")`
-    checks every fragment's count as it decodes it."""
+    checks every fragment's count as it decodes it.
+
+    The same footers, and those of the first and last fragment the scan reads (at most two more
+    GETs), show the fragments' columns are the log's (`check_columns_known`): a damaged schema
+    that renames a column would otherwise read it as nulls."""
     ends = {manifest.fragments[-1].path} if manifest.fragments else set()
     if manifest.fragments and not manifest.snapshots:
         ends.add(manifest.fragments[0].path)
+    outer = {ranges[0].ref.path, ranges[-1].ref.path} if ranges else set()
     for part in ranges:
-        if part.ref.path in ends:
+        if part.ref.path in ends | outer:
             footer = fragment_footer(store, part.ref)
-            # and their columns are the log's: a damaged schema would read a column as nulls
             columns = [n for n in footer.schema.to_arrow_schema().names if n not in RESERVED]
             check_columns_known(part.ref.path, columns, manifest.arrow_schema())
             rows = footer.num_rows
-            if rows != part.ref.records:
+            if part.ref.path in ends and rows != part.ref.records:
                 raise CorruptLog("a fragment holds limit - start records", part.ref.path,
                                  f"holds {rows} records, the manifest ({MANIFEST_KEY}) says "
                                  f"{part.ref.records}")
