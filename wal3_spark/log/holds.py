@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from wal3_spark.errors import LogNotFound, ObjectNotFound
+from wal3_spark.errors import LogNotFound, ObjectNotFound, Wal3Error
 from wal3_spark.format.garbage import Garbage
 from wal3_spark.format.layout import GARBAGE_KEY
 from wal3_spark.format.lineage import PIN_PREFIX, TAG_PREFIX, Pin, Tag, name_of, pin_key
@@ -51,11 +51,16 @@ def list_pins(store: ObjectStore) -> dict[str, tuple[Pin, str]]:
 
 
 def pin_is_live(store: ObjectStore, name: str, pin: Pin) -> bool:
-    """Whether the branch `pin` names exists and still reads through this pin."""
+    """Whether the branch `pin` names exists and still reads through this pin. A branch that
+    cannot be read (a damaged manifest, a store that fails) counts as live: dropping its pin
+    could lose what it reads, keeping it only delays a collection."""
     try:
         branch = read_manifest(parent_store(store, pin.branch))
     except LogNotFound:
         return False
+    except Wal3Error as exc:
+        log.warning("%s: keeping pin %s: its branch %s cannot be read (%s)", store.url, name, pin.branch, exc)
+        return True
     return branch.parent is not None and branch.parent.pin == name and branch.reads_parent
 
 
