@@ -12,8 +12,9 @@ Three worker processes, each killed with SIGKILL at random and started again:
   branches (journaling each acknowledged append), checkpoints and deletes them; at most N exist.
 
 The supervisor (this process, never killed) checks every branch every few seconds: its records
-below the branch point are exactly the ones it saw there the first time, and the parent's at
-those offsets; its own records are each written once by the operator, and every acknowledged
+below the branch point are exactly the parent's records there, as the operator read them from
+the parent right after creating the branch (or, when a kill cut that note, as the parent held
+them when the supervisor first saw the branch); its own records are each written once by the operator, and every acknowledged
 one is there. At the end: every branch verifies, and after a last collection the root holds
 exactly the pins of the branches that read it.
 """
@@ -133,7 +134,14 @@ def _operator(base: Path, rng: random.Random, limit: int) -> None:
                 parent = _url(base, ROOT) if not names or rng.random() < 0.7 else _url(base / "b", rng.choice(names))
                 m = read_manifest(open_store(parent))
                 at = min(rng.randint(m.oldest_offset, m.next_offset) + rng.randint(0, 50), m.next_offset)
-                branch(parent, _url(base / "b", name), at=at, pin_deadline_s=PIN_DEADLINE_S)
+                made = branch(parent, _url(base / "b", name), at=at, pin_deadline_s=PIN_DEADLINE_S)
+                # what the parent holds below the branch point, read from the parent itself while
+                # the pin holds it: the checker compares the branch with it for as long as the
+                # branch lives, checkpointed or not
+                below = LogReader(parent).read_table(made.start, made.offset).column("body").to_pylist()
+                note({"created": name, "start": made.start, "offset": made.offset,
+                      "digest": _digest(below),
+                      "incarnation": read_manifest(open_store(_url(base / "b", name))).incarnation})
             elif op == "append":
                 name = rng.choice(names)
                 size = rng.randint(1, 10)
@@ -212,9 +220,12 @@ class Checker:
         self.stats = stats
         self.seen: dict[str, _Seen] = {}
         self.suspect: dict[str, str] = {}
+        #: the operator's notes of the branches it made: what each must read below its point
+        self.created: dict[str, dict] = {}
 
     def check_all(self) -> None:
         acked = _acked(self.base)
+        self.created = {op["created"]: op for op in _ops(self.base) if "created" in op}
         for name in _branch_names(self.base):
             try:
                 problem = self.check(name, acked.get(name, set()))
@@ -248,9 +259,14 @@ class Checker:
         if offsets and offsets != list(range(offsets[0], offsets[0] + len(offsets))):
             return f"{name}: offsets are not consecutive"
         parent = manifest.parent
+        if seen is None and name in self.created:  # as the operator read the parent at creation
+            made = self.created[name]
+            seen = _Seen(made["incarnation"], made["offset"], made["start"], made["digest"])
+            self.seen[name] = seen
+            self.stats.branches_seen += 1
         if seen is None:
             if parent is None:
-                return None  # checkpointed before the checker saw it: nothing known of it
+                return None  # its creation note was cut by a kill, and it was checkpointed since
             upper = LogReader(open_store(parent.log)).read_table(parent.start, parent.offset)
             mine = [b for o, b in zip(offsets, bodies) if o < parent.offset]
             if upper.column("body").to_pylist() != mine or (offsets and offsets[0] != parent.start):
@@ -355,6 +371,7 @@ def _final(base: Path, checker: Checker, stats: BranchStats) -> None:
     """Every branch checked once more and verified; then a last collection of every log that
     has pins, after which each holds exactly the pins of branches that read through it."""
     acked = _acked(base)
+    checker.created = {op["created"]: op for op in _ops(base) if "created" in op}
     live: list[str] = []
     for name in _branch_names(base):
         store = open_store(_url(base / "b", name))
