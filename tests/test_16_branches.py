@@ -443,3 +443,20 @@ def test_15_a_branch_on_s3_reaches_its_parent_with_its_own_store_options(request
     assert LogReader(open_store(src, options)).manifest().oldest_offset == report.start
     assert verify(open_store(dst, options)).ok
     assert checkpoint(open_store(dst, options)).records_copied == 22
+
+
+def test_16_cursor_lag_on_a_branch_counts_the_parent_fragments_still_to_read(urls):
+    from wal3_spark.log.lag import cursor_lags
+
+    fill(urls["src"])  # fragments of 5 records
+    branch(urls["src"], urls["dst"], at=23)
+    LogWriter(urls["dst"]).append([b"own"])
+    cursors = CursorStore(urls["dst"])
+    cursors.create("reader", 11)  # below the branch point: the parent's [11, 26) and its own
+    manifest = LogReader(urls["dst"]).manifest()
+    parent = LogReader(urls["src"]).manifest()
+    lag = cursor_lags(open_store(urls["dst"]), manifest, cursors.list())[0]
+    assert lag.records_behind == 13
+    want = sum(f.num_bytes for f in parent.fragments if f.limit > 11 and f.start < 23)
+    assert lag.bytes_behind == want + manifest.fragments[0].num_bytes
+    assert lag.lag_s is not None  # the parent's fragment's write time

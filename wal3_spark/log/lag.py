@@ -23,7 +23,7 @@ from wal3_spark.clock import micros
 from wal3_spark.format.manifest import Manifest, Snapshot
 from wal3_spark.format.uuid7 import uuid7_timestamp_us
 from wal3_spark.log.cursors import CursorState
-from wal3_spark.log.reader import SnapshotCache, iter_fragments, load_snapshot
+from wal3_spark.log.reader import SnapshotCache, iter_ranges, load_snapshot
 from wal3_spark.storage.base import ObjectStore
 
 
@@ -69,9 +69,21 @@ def written_us_at(
     """When the fragment holding `offset` was written (µs, from its UUIDv7 name); None when
     no fragment holds it or its name carries no time. Reads only the snapshots that straddle
     `offset` (the ones `bytes_from` reads too: with a shared `cache`, nothing more)."""
-    for ref in iter_fragments(store, manifest, offset, offset + 1, cache):
-        return uuid7_timestamp_us(str(ref.seq_no))
+    for part in iter_ranges(store, manifest, offset, offset + 1, cache):  # a branch's: its parent's
+        return uuid7_timestamp_us(str(part.ref.seq_no))
     return None
+
+
+def parent_bytes_from(
+    store: ObjectStore, manifest: Manifest, offset: int, cache: SnapshotCache | None = None
+) -> int:
+    """A branch's share of `bytes_from`: the bytes of its parent's fragments holding offsets at
+    or after `offset` below the branch point (0 for a log that reads no parent)."""
+    parent = manifest.parent
+    if not manifest.reads_parent or parent is None or offset >= parent.offset:
+        return 0
+    start = max(offset, manifest.oldest_offset)
+    return sum(part.ref.num_bytes for part in iter_ranges(store, manifest, start, parent.offset, cache))
 
 
 def cursor_lag(
@@ -89,7 +101,7 @@ def cursor_lag(
         name=state.name,
         offset=offset,
         records_behind=behind,
-        bytes_behind=bytes_from(store, manifest, offset, cache),
+        bytes_behind=bytes_from(store, manifest, offset, cache) + parent_bytes_from(store, manifest, offset, cache),
         moved_epoch_us=state.cursor.epoch_us,
         moved_ago_s=max(0, at_us - state.cursor.epoch_us) / 1e6,
         lag_s=lag_s,
