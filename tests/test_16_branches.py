@@ -460,3 +460,32 @@ def test_16_cursor_lag_on_a_branch_counts_the_parent_fragments_still_to_read(url
     want = sum(f.num_bytes for f in parent.fragments if f.limit > 11 and f.start < 23)
     assert lag.bytes_behind == want + manifest.fragments[0].num_bytes
     assert lag.lag_s is not None  # the parent's fragment's write time
+
+
+def test_17_a_publish_that_may_still_land_keeps_its_pin(urls):
+    """The branch's manifest write times out (held back, to land later) and the pin deadline
+    passes before the next attempt: the creation fails, but the pin stays, since the held write
+    may still publish the branch; once it lands, the parent's GC keeps the pin (live)."""
+    from wal3_spark.errors import AmbiguousWrite, CommitOutcomeUnknown
+    from wal3_spark.storage.forwarding import ForwardingStore
+
+    fill(urls["src"], appends=2)
+    clock = ManualClock(now=SystemClock().now())
+    held: list[tuple[str, bytes]] = []
+
+    class Late(ForwardingStore):
+        def put_if_absent(self, key: str, data: bytes) -> str:
+            if key == MANIFEST_KEY and not held:
+                held.append((key, data))
+                clock.advance(10)
+                raise AmbiguousWrite(key, "timed out")
+            return self.inner.put_if_absent(key, data)
+
+    dst = Late(open_store(urls["dst"]))
+    with pytest.raises(CommitOutcomeUnknown, match="could not establish whether the branch's manifest"):
+        branch(urls["src"], dst, clock=clock, pin_deadline_s=5)
+    src = open_store(urls["src"])
+    assert len(list_pins(src)) == 1  # kept: the write may still land
+    open_store(urls["dst"]).put_if_absent(*held[0])  # ... and it does
+    collect(urls["src"], orphan_clock=ORPHANS_OLD)
+    assert len(list_pins(src)) == 1 and bodies(urls["dst"]) == parent_records(10)

@@ -150,7 +150,11 @@ def branch(
         fragments=(), initial_offset=offset, schema=current.schema, item_hash=current.item_hash,
         incarnation=new_incarnation(), parent=parent,
     )
+    decisions = 0
+
     def publish(now: Manifest | None) -> Manifest | None:
+        nonlocal decisions
+        decisions += 1
         if now is not None:
             return None
         if clock.now() * 1e6 - created_us > pin_deadline_s * 1e6:  # checked before each write
@@ -163,7 +167,10 @@ def branch(
     try:
         created = manifest_object(dst, clock=clock).apply(publish)
     except BranchError:
-        _release(src, key)
+        if decisions == 1:  # no write was sent: nothing can publish the branch any more
+            _release(src, key)
+        # else an earlier write may still land: the pin stays, and the parent's GC drops it
+        # as an orphan only if the branch never appeared (it is live otherwise)
         raise
     if created.outcome is Outcome.UNKNOWN:
         raise CommitOutcomeUnknown(
