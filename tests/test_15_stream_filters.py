@@ -327,3 +327,16 @@ def test_16_verify_finds_a_filter_that_misses_a_value(store):
     report = verify(store)
     assert [p.obj for p in report.problems] == [doc["fragments"][0]["path"]]
     assert "misses values" in str(report.problems[0])
+
+
+def test_17_wal3_cat_filter(tmp_path):
+    from tests.test_43_cli import run_main
+
+    url = (tmp_path / "log").as_uri()
+    _multiplexed(url, fragments=6, keys=6, per_fragment=1)
+    code, out, _ = run_main("cat", url, "--filter", "tenant=t2", "--filter", "tenant=t4")
+    assert code == 0
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert sorted(r["tenant"] for r in rows) == ["t2"] * 3 + ["t4"] * 3
+    code, _, err = run_main("cat", url, "--filter", "tenant")
+    assert code != 0 and "COLUMN=VALUE" in err

@@ -33,10 +33,11 @@ from wal3_spark.errors import LogNotFound, SchemaMismatch, Wal3Error
 from wal3_spark.format.layout import FragmentRef
 from wal3_spark.format.manifest import Manifest
 from wal3_spark.format.schema import OFFSET_COLUMN, conform, reconcile
+from wal3_spark.format.stream_filter import ValueFilter
 from wal3_spark.log.fragment_io import ReadRange, output_schema, read_range
 from wal3_spark.logset.logs import LogSet
 from wal3_spark.spark.options import Wal3Options
-from wal3_spark.spark.planning import Bounds, narrow, pack, plan_range
+from wal3_spark.spark.planning import Bounds, narrow, pack, plan_range, pushed_values, value_filters
 from wal3_spark.spark.read_tasks import READ_BATCH_ROWS, prefetched
 from wal3_spark.spark.schemas import arrow_to_spark, spark_to_arrow
 
@@ -146,10 +147,25 @@ class LogRange:
 
 @dataclass(frozen=True)
 class LogMeta:
-    """What reading one log's fragments needs from its manifest."""
+    """What reading one log's fragments needs from its manifest, and the rows wanted of them
+    (`filterColumn`/`filterValues`, as that log's column type reads them; None: all)."""
 
     payload: pa.Schema | None
     item_hash: str | None
+    values: ValueFilter | None = None
+
+
+def log_values(options: Wal3Options, manifest: Manifest, url: str) -> tuple[bool, ValueFilter | None]:
+    """Whether a log of the set may hold wanted rows at all, and its `ValueFilter` for the
+    read's filterColumn/filterValues: a log without the column holds none (its rows would read
+    it as null, which equals no value), one whose column cannot be filtered is a FilterError."""
+    column = options.filter_column
+    if column is None or options.filter_values is None:
+        return True, None
+    schema = manifest.arrow_schema()
+    if schema is not None and column not in schema.names:
+        return False, None
+    return True, value_filters(manifest, (column, options.filter_values), url=url)[0]
 
 
 class LogSetPartition(InputPartition):
@@ -171,7 +187,8 @@ def partitions_for(
     result = []
     for i, part in enumerate(parts):
         names = {r.log for r in part.ranges}
-        metas = {n: LogMeta(planned[n][0].arrow_schema(), planned[n][0].item_hash) for n in names}
+        metas = {n: LogMeta(planned[n][0].arrow_schema(), planned[n][0].item_hash,
+                            log_values(options, planned[n][0], options.url)[1]) for n in names}
         result.append(LogSetPartition(i, part.ranges, metas))
     return result
 
@@ -197,7 +214,8 @@ def read_log_ranges(
     def load(r: LogRange) -> pa.RecordBatch:
         meta = partition.logs[r.log]
         batch = read_range(log_set.log_store(r.log), r.range, meta.payload, verify=options.verify_on_read,
-                           item_hash=meta.item_hash, fail_on_data_loss=options.fail_on_data_loss)
+                           item_hash=meta.item_hash, fail_on_data_loss=options.fail_on_data_loss,
+                           values=meta.values)
         return conform_to(batch, target, r.log)
 
     return prefetched(partition.ranges, load, batch_rows)
@@ -251,6 +269,8 @@ class LogSetBatchReader(DataSourceReader):
         self.offsets = Bounds()
         self.times = Bounds()
         self.log_filters: tuple[tuple[str, str | frozenset[str]], ...] = ()
+        #: pushed-down equality filters on other columns, for stream filters to skip fragments
+        self.pushed: list[tuple[str, tuple]] = []
         self.starting_logs = dict(options.starting_logs)
         self.ending_logs = dict(options.ending_logs)
         self.log_set = options.log_set()
@@ -271,11 +291,16 @@ class LogSetBatchReader(DataSourceReader):
 
     def _plan(self, name: str, manifest: Manifest) -> list[ReadRange]:
         o = self.options
+        url = self.log_set.log_url(name)
+        wanted, values = log_values(o, manifest, url)
+        if not wanted:
+            return []
+        skipping = value_filters(manifest, (None, None), self.pushed, url)[1]
         return plan_range(
             self.log_set.log_store(name), manifest,
             log_position(o.starting, self.starting_logs, name, "earliest"),
             log_position(o.ending, self.ending_logs, name, "latest"),
-            self.offsets, self.times, o.fail_on_data_loss,
+            self.offsets, self.times, o.fail_on_data_loss, values, skipping,
         )
 
     def read(self, partition: LogSetPartition) -> Iterator[pa.RecordBatch]:
@@ -286,11 +311,13 @@ class LogSetBatchReader(DataSourceReader):
 
 class LogSetPushdownReader(LogSetBatchReader):
     """With filter pushdown: `_log` narrows the logs read, `_offset`/`_timestamp` each log's
-    range (Spark re-checks every filter; this only skips what cannot match)."""
+    range, `column = v` and `column IN (...)` each log's fragments by their stream filters
+    (Spark re-checks every filter; this only skips what cannot match)."""
 
     def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
         filters = list(filters)
         self.offsets, self.times = Bounds(), Bounds()
         narrow(filters, self.offsets, self.times)
         self.log_filters = log_filters(filters)
+        self.pushed = pushed_values(filters)
         return filters

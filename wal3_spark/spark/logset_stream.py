@@ -60,6 +60,7 @@ from wal3_spark.spark.fair_share import Chunk, Rotation, admit
 from wal3_spark.spark.lag import BYTES_BEHIND
 from wal3_spark.spark.logset_reader import (
     LogSetPartition,
+    log_values,
     partitions_for,
     read_log_ranges,
     read_manifests,
@@ -342,9 +343,12 @@ class LogSetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if stale_batch(self.options, self.log_set.log_url(name), finish, lasts[name],
                            manifests[name], self._log_reader(name).manifest):
                 continue
+            wanted_rows, values = log_values(self.options, manifests[name], self.log_set.log_url(name))
+            if not wanted_rows:
+                continue  # the log lacks the filter column: none of its rows is wanted
             ranges = self._log_reader(name).plan(
                 begin, finish, manifest=manifests[name],
-                fail_on_data_loss=self.options.fail_on_data_loss)
+                fail_on_data_loss=self.options.fail_on_data_loss, values=values)
             if ranges:
                 planned[name] = (manifests[name], ranges)
         return partitions_for(self.options, planned)

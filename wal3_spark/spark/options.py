@@ -546,10 +546,6 @@ def _check_combinations(values: dict[str, str], kw: dict, role: str) -> None:
         if name in values and "logs" not in values:
             raise _fail(name, values[name], "applies only to a log set; set logs too (e.g. "
                         "logs=*)", role)
-    if "filterValues" in values and "logs" in values:
-        raise _fail("filterValues", values["filterValues"], "a log set's reads do not take stream "
-                    "filters yet: read each log with filterColumn and filterValues, or filter the "
-                    "log set's rows with where()", role)
     if role in (READ, STREAM_READ) and ("filterColumn" in values) != ("filterValues" in values):
         given, missing = ("filterColumn", "filterValues") if "filterColumn" in values else (
             "filterValues", "filterColumn")

@@ -43,6 +43,7 @@ from wal3_spark.errors import CorruptLog, InvalidOption, ScanUnsupported
 from wal3_spark.format.layout import MANIFEST_KEY, RELATIVE_OFFSET, TIMESTAMP
 from wal3_spark.format.manifest import Manifest
 from wal3_spark.format.schema import OFFSET_COLUMN, RESERVED, TIMESTAMP_COLUMN
+from wal3_spark.format.stream_filter import ValueFilter
 from wal3_spark.log.fragment_io import (
     ReadRange,
     check_columns_known,
@@ -52,7 +53,7 @@ from wal3_spark.log.fragment_io import (
 from wal3_spark.log.reader import LogReader
 from wal3_spark.spark import options as opts
 from wal3_spark.spark.hadoop import driver_store, hadoop_options, hadoop_url
-from wal3_spark.spark.planning import positions, resolve
+from wal3_spark.spark.planning import positions, resolve, value_filters
 from wal3_spark.spark.schemas import (
     check_parquet_readable,
     native_conversions,
@@ -65,7 +66,7 @@ log = logging.getLogger(__name__)
 
 #: the read options `toDF` takes (store options go to `forPath`)
 RANGE_OPTIONS = ("startingOffsets", "endingOffsets", "startingTimestamp", "endingTimestamp",
-                 "failOnDataLoss", "tag")
+                 "failOnDataLoss", "tag", "filterColumn", "filterValues")
 #: up to this many fragments, each one's start and write time are literals in one CASE on its
 #: file name; beyond, a broadcast join with a table of them (a CASE with thousands of branches
 #: outgrows Spark's generated code). docs/benchmarks.md compares the two.
@@ -97,6 +98,8 @@ class ScanFile:
 class ScanPlan:
     payload: pa.Schema | None
     files: tuple[ScanFile, ...]
+    #: the rows wanted (filterColumn/filterValues); None: all
+    values: ValueFilter | None = None
 
     @property
     def timestamps_in_files(self) -> bool:
@@ -112,10 +115,12 @@ def plan_scan(store: ObjectStore, manifest: Manifest, root: str, options: opts.W
     starting, ending = positions(options, store, manifest)
     start = resolve(reader, manifest, starting, default=manifest.oldest_offset)
     limit = resolve(reader, manifest, ending, default=manifest.next_offset)
-    ranges = reader.plan(start, limit, manifest=manifest, fail_on_data_loss=options.fail_on_data_loss)
+    values, _ = value_filters(manifest, (options.filter_column, options.filter_values), url=store.url)
+    ranges = reader.plan(start, limit, manifest=manifest, fail_on_data_loss=options.fail_on_data_loss,
+                         values=values)
     _check_boundary_counts(store, manifest, ranges)
     payload = manifest.arrow_schema()
-    return ScanPlan(payload, tuple(_scan_file(root, r, payload is not None) for r in ranges))
+    return ScanPlan(payload, tuple(_scan_file(root, r, payload is not None) for r in ranges), values)
 
 
 def _check_boundary_counts(store: ObjectStore, manifest: Manifest, ranges: Sequence[ReadRange]) -> None:
@@ -324,7 +329,8 @@ class Wal3Log:
     def toDF(self, **options: Any) -> DataFrame:  # noqa: N802 - named after Delta's toDF
         """The log's records in the range the options name (`startingOffsets`, `endingOffsets`,
         `startingTimestamp`, `endingTimestamp`, `failOnDataLoss`: as for `format("wal3")`),
-        by default all of them. A fragment garbage collection deletes between this call and the
+        by default all of them; with `filterColumn` and `filterValues`, only the rows whose
+        column holds one of the values, from the fragments whose stream filters may hold them. A fragment garbage collection deletes between this call and the
         query's action fails the query with Spark's missing-file error naming it, or with
         `failOnDataLoss=false` is skipped (Spark's `ignoreMissingFiles`)."""
         unknown = sorted(set(options) - set(RANGE_OPTIONS))
@@ -344,7 +350,12 @@ class Wal3Log:
             # a fragment GC deletes after toDF is skipped (Spark logs it), as format("wal3")
             # skips it; otherwise the query fails with Spark's error naming the missing file
             reader_options["ignoreMissingFiles"] = "true"
-        return scan_dataframe(self.spark, plan, reader_options)
+        df = scan_dataframe(self.spark, plan, reader_options)
+        if plan.values is None:
+            return df
+        # exact (the stream filters' false positives), and Parquet's bloom filters skip row groups
+        wanted = [bytearray(v) if isinstance(v, bytes) else v for v in plan.values.values]
+        return df.where(F.col(plan.values.column).isin(wanted))
 
     def _reader(self) -> LogReader:
         return LogReader(driver_store(self.spark, self.url, self.store_options))

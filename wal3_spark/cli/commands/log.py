@@ -121,8 +121,25 @@ def cat(args: argparse.Namespace, output: Output) -> int:
             f"--from {args.from_} is past the log's tail: it holds offsets [{oldest}, {next_offset}); "
             f"give --from within [{oldest}, {next_offset}]"
         )
-    output.records(LogReader(store).scan(args.from_, args.to, manifest=manifest), manifest.is_raw)
+    column, values = _filter(args.filter)
+    scan = LogReader(store).scan(args.from_, args.to, manifest=manifest, filter_column=column,
+                                 filter_values=values)
+    output.records(scan, manifest.is_raw)
     return EXIT_OK
+
+
+def _filter(specs: list[str] | None) -> tuple[str | None, list[str] | None]:
+    """`--filter COLUMN=VALUE` (repeatable, one column): the records whose column holds one of
+    the values (stream filters skip the fragments without them)."""
+    if not specs:
+        return None, None
+    pairs = [spec.partition("=") for spec in specs]
+    columns = {column for column, _, _ in pairs}
+    if any(not sep or not column for column, sep, _ in pairs) or len(columns) != 1:
+        raise InvalidOption(f"--filter {' '.join(specs)}: give COLUMN=VALUE, repeated for more "
+                            "values of the same column (e.g. --filter tenant=acme --filter "
+                            "tenant=globex)")
+    return pairs[0][0], [value for _, _, value in pairs]
 
 
 def seal(args: argparse.Namespace, output: Output) -> int:
@@ -149,6 +166,9 @@ def register(add: AddCommand) -> None:
     p.add_argument("url", type=url_arg)
     p.add_argument("--from", dest="from_", type=offset_arg, help="first offset (default: the oldest)")
     p.add_argument("--to", type=offset_arg, help="offset to stop before (default: the tail)")
+    p.add_argument("--filter", action="append", metavar="COLUMN=VALUE",
+                   help="only records whose COLUMN holds VALUE; repeat for more values of the same "
+                        "column (fragments whose stream filter rules them out are not read)")
 
     p = add("seal", seal, "seal the log: later appends fail, reads keep working", json=("seal",))
     p.add_argument("url", type=url_arg)
