@@ -340,3 +340,21 @@ def test_17_wal3_cat_filter(tmp_path):
     assert sorted(r["tenant"] for r in rows) == ["t2"] * 3 + ["t4"] * 3
     code, _, err = run_main("cat", url, "--filter", "tenant")
     assert code != 0 and "COLUMN=VALUE" in err
+
+
+def test_18_a_branch_reads_its_parent_through_the_filters(tmp_path):
+    """A branch of a filtered log: a filtered read returns the parent's rows of the key below
+    the branch point (the fragment the point cuts read only up to it) and the branch's own."""
+    from wal3_spark.log.branches import branch
+
+    src, dst = (tmp_path / "src").as_uri(), (tmp_path / "dst").as_uri()
+    everything = _multiplexed(src, fragments=10, keys=5, per_fragment=1)  # 3 rows per fragment
+    at = 14  # inside the fifth fragment, [13, 16)
+    branch(src, dst, at=at)
+    with LogWriter(dst, filter_column="tenant") as w:
+        w.append(_batch(["t4", "t1", "t4"], 5000))
+    got = LogReader(dst).read_table(filter_column="tenant", filter_values=["t4"])
+    below = [n for t, n in zip(everything["tenant"].to_pylist()[: at - 1],
+                               everything["n"].to_pylist()[: at - 1]) if t == "t4"]
+    assert got["n"].to_pylist() == below + [5000, 5002]
+    assert got["_offset"].to_pylist()[-2:] == [at, at + 2]
