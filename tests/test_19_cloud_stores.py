@@ -439,3 +439,28 @@ def test_10_a_persistent_emulator_restarts_with_every_object_generation_and_etag
         assert store.get("m").data == b"three"
     finally:
         process.stop()
+
+
+def test_11_gcs_listings_follow_every_page_as_gcs_pages_them(gcs_store: GCSStore) -> None:
+    """GCS pages a listing by `maxResults`, prefixes of a delimited listing included; the
+    emulator pages objects but answers a delimited listing in one page. Paged object listings
+    run on the emulator; the delimited one, paged as GCS does it, on a fake of the service."""
+    for i in range(5):
+        gcs_store.put_if_absent(f"d{i}/k", b"x")
+    gcs_store.list_page_size = 2
+    tokens: list[str | None] = []
+    real = gcs_store._request
+
+    def counting(method: str, url: str, **kwargs: Any) -> Any:
+        tokens.append(kwargs.get("params", {}).get("pageToken"))
+        return real(method, url, **kwargs)
+
+    gcs_store._request = counting  # type: ignore[method-assign]
+    assert [meta.key for meta in gcs_store.list()] == [f"d{i}/k" for i in range(5)]
+    assert len(tokens) == 3 and tokens[0] is None and all(tokens[1:])  # 2 + 2 + 1
+    root = gcs_store._root
+    pages = {None: {"prefixes": [f"{root}d0/", f"{root}d1/"], "nextPageToken": "p2"},
+             "p2": {"prefixes": [f"{root}d2/", f"{root}d3/"], "nextPageToken": "p3"},
+             "p3": {"prefixes": [f"{root}d4/"]}}  # fmt: skip
+    gcs_store._request = lambda method, url, **kwargs: _Answer(200, pages[kwargs["params"].get("pageToken")])  # type: ignore[method-assign]
+    assert list(gcs_store.list_children()) == [f"d{i}" for i in range(5)]
