@@ -157,3 +157,17 @@ def test_08_native_scan(spark, log_url):
     rows = df.collect()
     assert sorted(r.id for r in rows) == expected_ids({"t4"}) and {r.tenant for r in rows} == {"t4"}
     assert len(Wal3Log.forPath(spark, log_url).toDF().inputFiles()) == TENANTS
+
+
+def test_09_streaming_sink_writes_filters(spark, log_url, tmp_path):
+    multiplexed(spark, log_url, filterColumn="tenant")
+    sink = (tmp_path / "copy").as_uri()
+    query = (spark.readStream.format("wal3").load(log_url).drop("_offset", "_timestamp")
+             .writeStream.format("wal3").option("checkpointLocation", str(tmp_path / "ckpt"))
+             .option("filterColumn", "tenant").trigger(availableNow=True).start(sink))
+    query.awaitTermination(240)
+    assert query.exception() is None
+    entries = json.loads(open_store(sink).get(MANIFEST_KEY).data)["fragments"]
+    assert entries and all(e["filter"]["column"] == "tenant" for e in entries)
+    back = read(spark, sink, filterColumn="tenant", filterValues="t9")
+    assert sorted(r.id for r in back.collect()) == expected_ids({"t9"})
