@@ -489,3 +489,20 @@ def test_17_a_publish_that_may_still_land_keeps_its_pin(urls):
     open_store(urls["dst"]).put_if_absent(*held[0])  # ... and it does
     collect(urls["src"], orphan_clock=ORPHANS_OLD)
     assert len(list_pins(src)) == 1 and bodies(urls["dst"]) == parent_records(10)
+
+
+def test_18_a_destination_that_reaches_another_server_is_refused(request, tmp_path):
+    """A branch opened with settings (an endpoint) other than its parent's would read its parent
+    on the wrong server, and the parent's collection would find no branch at its URL and drop the
+    pin after the orphan grace: creating it is refused before anything is written."""
+    from wal3_spark.stress.seaweed import running_seaweed
+
+    first = request.getfixturevalue("seaweed")
+    src = first.new_url("src")
+    fill(open_store(src, first.options), appends=2)
+    with running_seaweed(tmp_path / "second") as second:  # same bucket and credentials
+        dst = second.new_url("dst")
+        with pytest.raises(BranchError, match="not the same log"):
+            branch(src, dst, at=5, options=first.options, destination_options=second.options)
+        assert not open_store(dst, second.options).exists(MANIFEST_KEY)
+    assert list_pins(open_store(src, first.options)) == {}

@@ -30,6 +30,7 @@ from wal3_spark.errors import (
     CommitOutcomeUnknown,
     LogNotFound,
     ObjectNotFound,
+    Wal3Error,
 )
 from wal3_spark.format.incarnation import new_incarnation
 from wal3_spark.format.layout import MANIFEST_KEY
@@ -110,6 +111,7 @@ def branch(
             f"no wal3 log at {src.url} to branch from (manifest/MANIFEST is missing): check the "
             "path, or create the log first"
         ) from None
+    _check_reaches(src, dst, manifest)
     offset = manifest.next_offset if at is None else at
     oldest, tail = manifest.oldest_offset, manifest.next_offset
     if isinstance(offset, bool) or not isinstance(offset, int) or offset > tail:
@@ -184,6 +186,28 @@ def branch(
     _step(after_step, "publish")
     log.info("%s: branched from %s at %d (reads [%d, %d) from it)", dst.url, src.url, offset, start, offset)
     return BranchReport(dst.url, src.url, offset, start, name, setsum.hexdigest())
+
+
+def _check_reaches(src: ObjectStore, dst: ObjectStore, manifest: Manifest) -> None:
+    """Refuse a branch whose store cannot reach its parent as the parent itself is reached.
+    Readers of the branch open the parent's URL with the branch's settings (endpoint,
+    credentials), and the parent's garbage collection opens the branch's URL with its own: a
+    destination opened with settings that reach another server (another endpoint with the same
+    bucket) would read nothing of its parent, and the parent's collection, finding no branch at
+    that URL, would drop the pin as an orphan and the parent's records with it."""
+    try:
+        seen = read_manifest(parent_store(dst, src.url))
+    except Wal3Error as exc:
+        seen, problem = None, str(exc)
+    else:
+        problem = f"found another log there (incarnation {seen.incarnation}, not {manifest.incarnation})"
+    if seen is None or seen.incarnation != manifest.incarnation:
+        raise BranchError(
+            f"cannot branch {src.url} into {dst.url}: opened with the destination's store settings, "
+            f"{src.url} is not the same log ({problem}); a branch reads its parent, and the parent's "
+            "garbage collection finds the branch, with each other's settings: open both with the "
+            "same endpoint and credentials (nothing was written)"
+        )
 
 
 def release_pin(store: ObjectStore, parent: Parent) -> None:
