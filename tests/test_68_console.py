@@ -162,14 +162,34 @@ def _open(browser, url: str) -> None:  # noqa: ANN001
 
 
 def _follow(browser, element) -> None:  # noqa: ANN001
-    """Click `element` (a link or a submit button) and wait for the next page to replace this one."""
+    """Click `element` (a link or a submit button) and wait for the next page to replace this
+    one and finish loading."""
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.ui import WebDriverWait
 
     page = browser.find_element(By.TAG_NAME, "html")
     element.click()
-    WebDriverWait(browser, 60, poll_frequency=0.05).until(expected_conditions.staleness_of(page))
+    WebDriverWait(browser, 60, poll_frequency=0.05).until(lambda _: _replaced(page))
+    WebDriverWait(browser, 60, poll_frequency=0.05).until(
+        lambda driver: driver.execute_script("return document.readyState") == "complete")
+
+
+def _replaced(element) -> bool:  # noqa: ANN001
+    """Whether the document `element` belongs to has been replaced. Selenium's staleness_of is
+    not enough: during a navigation ChromeDriver may answer for an element of the old document
+    with "unknown error: Node with given id does not belong to the document" instead of a stale
+    element reference, and staleness_of lets that through as an error (the flake this fixes)."""
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
+
+    try:
+        element.is_enabled()
+    except StaleElementReferenceException:
+        return True
+    except WebDriverException as exc:
+        if "does not belong to the document" in (exc.msg or ""):
+            return True
+        raise
+    return False
 
 
 def _figures(browser, container: str) -> dict[str, str]:  # noqa: ANN001
@@ -312,29 +332,36 @@ def test_06_fragments_and_gc(server: ConsoleServer, browser, prefix: str) -> Non
 
 
 def test_07_verify_shows_its_result(server: ConsoleServer, browser) -> None:  # noqa: ANN001
-    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+    from selenium.common.exceptions import WebDriverException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    def until_finished() -> str:
-        # the page reloads itself every second while verify runs: an element may go stale
-        wait = WebDriverWait(browser, 60, poll_frequency=0.2,
-                             ignored_exceptions=(NoSuchElementException, StaleElementReferenceException))
+    def until_finished() -> tuple[str, str]:
+        """The result's state and text, once the page shows it. While verify runs the page
+        reloads itself every second, so a look may meet a document being replaced (a stale
+        element, or ChromeDriver's "node does not belong to the document": see `_replaced`):
+        the look is tried again. The page that shows the result does not reload (test_16)."""
+        wait = WebDriverWait(browser, 60, poll_frequency=0.2, ignored_exceptions=(WebDriverException,))
         return wait.until(finished)
 
-    def finished(driver) -> str | bool:  # noqa: ANN001
-        state = driver.find_element(By.ID, "verify-state").get_attribute("data-state") \
-            if driver.find_elements(By.ID, "verify-state") else None
-        return state if state in ("ok", "failed", "error") else False
+    def finished(driver) -> tuple[str, str] | bool:  # noqa: ANN001
+        found = driver.find_elements(By.ID, "verify-state")
+        state = found[0].get_attribute("data-state") if found else None
+        return (state, found[0].text) if state in ("ok", "failed", "error") else False
+
+    def no_refresh() -> bool:
+        return not browser.find_elements(By.CSS_SELECTOR, 'meta[http-equiv="refresh"]')
 
     _open(browser, f"{server.url}log/orders/verify")
     _follow(browser, browser.find_element(By.ID, "verify-start"))
-    assert until_finished() == "ok"
-    assert "12 fragments" in browser.find_element(By.ID, "verify-state").text
+    state, text = until_finished()
+    assert state == "ok" and "12 fragments" in text
+    assert no_refresh()
 
     _open(browser, f"{server.url}log/damaged/verify")
     _follow(browser, browser.find_element(By.ID, "verify-start"))
-    assert until_finished() == "failed"
+    assert until_finished()[0] == "failed"
+    assert no_refresh()
     problems = browser.find_element(By.ID, "verify-problems").text
     assert "corrupt" in problems and "log/Uuid=" in problems
     _open(browser, browser.current_url)
@@ -366,6 +393,9 @@ def test_09_a_page_reads_only_its_fragments(prefix: str) -> None:
 def test_10_errors_are_explained(client, tmp_path: Path, prefix: str) -> None:  # noqa: ANN001
     missing = client.get("/log/nosuch")
     assert missing.status_code == 404 and "no log &#39;nosuch&#39;" in missing.text
+    assert "no wal3 log at" not in missing.text  # one message, not wrapped in LogNotFound's default
+    invalid = client.get("/log/..")
+    assert invalid.status_code == 404 and "invalid log name" in invalid.text and "no wal3 log at" not in invalid.text
     assert client.get("/?sort=size").status_code == 400
     bad = client.get("/log/orders/records?start=abc")
     assert bad.status_code == 400 and "give a whole number" in bad.text
@@ -384,6 +414,7 @@ def test_10_errors_are_explained(client, tmp_path: Path, prefix: str) -> None:  
     done = subprocess.run([sys.executable, "-m", "wal3_spark.cli", "console", file_url(str(tmp_path / "nothing"))],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 1 and "neither a wal3 log" in done.stderr and "Traceback" not in done.stderr
+    assert "no wal3 log at" not in done.stderr
 
 
 def test_11_one_log(prefix: str) -> None:
@@ -432,7 +463,7 @@ class GatedStore(ForwardingStore):
         self._passed = False
 
     def get(self, key: str) -> Blob:
-        if "/log/Uuid=" in key:
+        if key.startswith("log/Uuid=") or "/log/Uuid=" in key:  # a log's store or its prefix's
             with self._first:
                 first, self._passed = not self._passed, True
             if not first:
@@ -492,3 +523,24 @@ def test_15_metrics(server: ConsoleServer, browser, prefix: str) -> None:  # noq
         assert samples[("wal3_cursor_records_behind", labels)] == cursor["records_behind"]
         assert samples[("wal3_cursor_bytes_behind", labels)] == cursor["bytes_behind"]
     assert samples[("wal3_cursor_broken", (("cursor", "bad-name"), ("log", "events")))] == 1
+
+
+def test_16_a_page_renders_a_copy_of_the_run(prefix: str) -> None:
+    """The verify page reads its run twice (whether to refresh itself, in the head, and what to
+    show): a run finishing between the two made a page that showed the result and still
+    reloaded itself a second later. A page gets a copy that does not change under it."""
+    from wal3_spark.console.verify_runs import VerifyRuns
+
+    gated = GatedStore(open_store(f"{prefix}/orders"))
+    runs = VerifyRuns()
+    try:
+        runs.start("orders", gated)
+        _until(lambda: getattr(runs.get("orders"), "done", 0) == 1, "the first fragment")
+        seen = runs.get("orders")
+        assert seen is not None and seen.running and seen.report is None
+    finally:
+        gated.release.set()
+    _until(lambda: not runs.get("orders").running, "the end of the run")  # type: ignore[union-attr]
+    assert seen.running and seen.report is None and seen.finished is None  # the copy did not change
+    done = runs.get("orders")
+    assert done is not None and done.report is not None and done.report.ok and done.done == done.total == 12

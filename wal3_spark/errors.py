@@ -91,12 +91,14 @@ class InvalidUrl(Wal3Error, ValueError):
 
 
 class LogNotFound(Wal3Error):
-    """The URL holds no wal3 log (no manifest)."""
+    """The URL holds no wal3 log (no manifest). `message` replaces the default text where the
+    caller knows better what was looked for (a log set's member, say)."""
 
-    def __init__(self, url: str, create: str = "`wal3 init URL`, or append to it, which creates it") -> None:
+    def __init__(self, url: str, create: str = "`wal3 init URL`, or append to it, which creates it",
+                 *, message: str | None = None) -> None:
         super().__init__(
-            f"no wal3 log at {url} (manifest/MANIFEST is missing): check the path, or create the "
-            f"log first ({create})"
+            message or f"no wal3 log at {url} (manifest/MANIFEST is missing): check the path, or "
+            f"create the log first ({create})"
         )
         self.url = url
 

@@ -37,10 +37,10 @@ class Target:
             return cls(store.url, readonly, None, name)
         logs = LogSet(readonly)
         if not logs.names():
-            raise LogNotFound(
+            raise LogNotFound(store.url, message=(
                 f"{store.url} is neither a wal3 log (no {MANIFEST_KEY}) nor a prefix with logs "
                 "under it: check the URL (and --endpoint for S3), or create a log with `wal3 init`"
-            )
+            ))
         return cls(store.url, readonly, logs, None)
 
     @property
@@ -58,13 +58,14 @@ class Target:
         """Log `name`'s read-only store; LogNotFound for a name the console does not show."""
         if self.logs is None:
             if name != self.single_name:
-                raise LogNotFound(f"the console shows the log {self.single_name!r} only, not {name!r}")
+                raise LogNotFound(name, message=f"the console shows the log {self.single_name!r} only, not {name!r}")
             return self.store
         try:
             check_log_name(name)
         except InvalidLogName as exc:
-            raise LogNotFound(f"no log {name!r} under {self.url}: {exc}") from None
+            raise LogNotFound(name, message=f"no log {name!r} under {self.url}: {exc}") from None
         store = self.logs.log_store(name)
         if not store.exists(MANIFEST_KEY):
-            raise LogNotFound(f"no log {name!r} under {self.url} (it has no {MANIFEST_KEY})")
+            raise LogNotFound(self.logs.log_url(name),
+                              message=f"no log {name!r} under {self.url} (it has no {MANIFEST_KEY})")
         return store

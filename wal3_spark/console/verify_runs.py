@@ -4,13 +4,18 @@
 starts it returns at once, and the verify page shows the run's progress (fragments checked of
 how many) until its report is there. Runs are kept in memory for the life of the server; one
 started again after it finished replaces its report.
+
+A page gets a copy of its run (`VerifyRuns.get`), taken under the lock the run's thread updates
+it under: a page rendered while the run finishes shows it running or finished, never both (a
+page that showed the result but still refreshed itself, as a running one does, would reload
+under its reader).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from wal3_spark.clock import SYSTEM, Clock
 from wal3_spark.errors import Wal3Error
@@ -46,31 +51,37 @@ class VerifyRuns:
         self._lock = threading.Lock()
 
     def get(self, name: str) -> VerifyRun | None:
+        """A copy of `name`'s run as it is now (it does not change while a page renders it)."""
         with self._lock:
-            return self._runs.get(name)
+            run = self._runs.get(name)
+            return None if run is None else replace(run)
 
-    def start(self, name: str, store: ObjectStore) -> VerifyRun:
-        """Start verifying `name` unless a run of it is under way (that one is returned)."""
+    def start(self, name: str, store: ObjectStore) -> None:
+        """Start verifying `name` unless a run of it is under way (a second start joins it)."""
         with self._lock:
             current = self._runs.get(name)
             if current is not None and current.running:
-                return current
+                return
             run = self._runs[name] = VerifyRun(name, self.clock.now())
         threading.Thread(target=self._run, args=(run, store), name=f"wal3-console-verify-{name}",
                          daemon=True).start()
-        return run
 
     def _run(self, run: VerifyRun, store: ObjectStore) -> None:
         def progress(done: int, total: int) -> None:
-            run.done, run.total = done, total
+            with self._lock:
+                run.done, run.total = done, total
 
+        report, error = None, None
         try:
-            run.report = verify(store, progress=progress)
-            run.done = run.total = run.report.fragments
+            report = verify(store, progress=progress)
         except Wal3Error as exc:
-            run.error = str(exc)
+            error = str(exc)
         except Exception as exc:  # a thread's failure must reach the page, not only stderr
             log.exception("verify of %s failed", store.url)
-            run.error = f"{type(exc).__name__}: {exc}"
+            error = f"{type(exc).__name__}: {exc}"
         finally:
-            run.finished = self.clock.now()
+            with self._lock:  # the outcome and the end together: see `get`
+                run.report, run.error = report, error
+                if report is not None:
+                    run.done = run.total = report.fragments
+                run.finished = self.clock.now()
