@@ -134,3 +134,20 @@ def test_01_a_log_set_reports_per_log_and_over_its_logs(spark, tmp_path):
     last = next(s for s in reversed(recorder.scrapes) if s)
     assert last[("wal3_spark_max_offsets_behind_latest", labels)] == 0
     assert last[("wal3_spark_estimated_total_bytes_behind_latest", labels)] == 0
+
+
+def test_02_kafka_metrics_are_kafkas_strings():
+    """No Spark: a progress's offsets as the sources report them give Kafka's figures, the
+    average unrounded as Kafka's source prints it (a Scala Double), over every log of a set,
+    those with nothing left to read included (as Kafka's over every partition)."""
+    from wal3_spark.spark.lag import source_backlogs
+
+    progress = {"sources": [{
+        "description": "wal3 set", "endOffset": json.dumps({"logs": {"a": 11, "b": 5, "c": 4}}),
+        "latestOffset": json.dumps({"logs": {"a": 11, "b": 6, "c": 4}, "bytes_behind": {"b": 900}}),
+    }]}
+    [backlog] = source_backlogs(progress)
+    assert backlog.kafka_metrics() == {
+        "minOffsetsBehindLatest": "0", "maxOffsetsBehindLatest": "1",
+        "avgOffsetsBehindLatest": "0.3333333333333333", "estimatedTotalBytesBehindLatest": "900",
+    }

@@ -108,7 +108,8 @@ class SourceBacklog:
         figures = {
             "minOffsetsBehindLatest": str(self.min_offsets_behind),
             "maxOffsetsBehindLatest": str(self.max_offsets_behind),
-            "avgOffsetsBehindLatest": f"{self.avg_offsets_behind:.1f}",
+            # as Kafka's source gives it (a Scala Double's toString: "700.0", "343.3333333333333")
+            "avgOffsetsBehindLatest": repr(float(self.avg_offsets_behind)),
         }
         total = self.estimated_total_bytes_behind
         if total is not None:
