@@ -544,3 +544,40 @@ def test_16_a_page_renders_a_copy_of_the_run(prefix: str) -> None:
     assert seen.running and seen.report is None and seen.finished is None  # the copy did not change
     done = runs.get("orders")
     assert done is not None and done.report is not None and done.report.ok and done.done == done.total == 12
+
+
+def test_17_another_sites_page_cannot_use_the_console(prefix: str) -> None:
+    """Bound to the loopback, the console is still reachable from any page the operator's
+    browser opens: a name of another site that resolves to 127.0.0.1 (DNS rebinding) must not
+    read the logs, and another site's form must not start a verify. Its own pages work, also
+    through a tunnel's other port."""
+    import http.client
+
+    with serving(create_app(Target.open(open_store(prefix)))) as running:
+        port = int(running.url.rsplit(":", 1)[1].strip("/"))
+
+        def request(method: str, path: str, headers: dict[str, str]) -> tuple[int, str]:
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+            try:
+                connection.request(method, path, headers=headers)
+                response = connection.getresponse()
+                return response.status, response.read().decode()
+            finally:
+                connection.close()
+
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}", "localhost:9999", f"[::1]:{port}"):
+            assert request("GET", "/log/orders/records", {"Host": host})[0] == 200, host
+        status, text = request("GET", "/log/orders/records", {"Host": f"rebound.example:{port}"})
+        assert status == 403 and "is not this machine" in text and "row 1" not in text
+        assert request("GET", "/metrics", {"Host": f"rebound.example:{port}"})[0] == 403
+        status, text = request("POST", "/log/orders/verify", {"Host": f"127.0.0.1:{port}", "Origin": "https://evil.example"})
+        assert status == 403 and "refused" in text
+        own = {"Host": f"127.0.0.1:{port}", "Origin": f"http://127.0.0.1:{port}"}
+        assert request("POST", "/log/orders/verify", own)[0] == 303
+    # bound to every address, any Host may ask (the command warns that anyone can read)
+    with serving(create_app(Target.open(open_store(prefix))), "0.0.0.0") as everywhere:
+        port = int(everywhere.url.rsplit(":", 1)[1].strip("/"))
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        connection.request("GET", "/", headers={"Host": "console.internal"})
+        assert connection.getresponse().status in (200, 302)
+        connection.close()

@@ -10,12 +10,15 @@ development server does).
 from __future__ import annotations
 
 import errno
+import ipaddress
 import logging
+import socket
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from socketserver import ThreadingMixIn
 from typing import Any
+from urllib.parse import urlsplit
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from wal3_spark.errors import InvalidOption
@@ -37,12 +40,48 @@ class _Handler(WSGIRequestHandler):
         log.info("%s %s", self.address_string(), format % args)
 
 
+#: the names a request to a server bound to this machine's loopback may give as its Host
+LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
+
+
+def _refuse(start_response: Callable[..., Any], message: str) -> list[bytes]:
+    start_response("403 Forbidden", [("Content-Type", "text/plain; charset=utf-8")])
+    return [message.encode() + b"\n"]
+
+
+def same_machine_only(app: Callable[..., Any], loopback: bool) -> Callable[..., Any]:
+    """`app`, refusing (403) what a web page on another site could make a local browser send.
+
+    A server bound to the loopback is still reachable from any page the operator's browser
+    opens: through DNS rebinding (a name of the attacker's that resolves to 127.0.0.1, so the
+    page reads the log's records), and by a form posted to it (starting a verify). So, when
+    `loopback`, a request whose Host is not a loopback name is refused (whatever its port: an
+    SSH tunnel's local port is fine), and, always, a POST whose Origin is another site's."""
+
+    def guarded(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        host = environ.get("HTTP_HOST", "")
+        if loopback and _host_name(host).lower() not in LOOPBACK_NAMES:
+            return _refuse(start_response, f"Host {host!r} is not this machine: this server listens on "
+                           "the loopback only (open it as http://127.0.0.1:PORT/, or listen with --host)")
+        origin = environ.get("HTTP_ORIGIN")
+        if environ.get("REQUEST_METHOD") == "POST" and origin and origin != "null":
+            if urlsplit(origin).netloc != host:
+                return _refuse(start_response, f"a POST from the page of {origin} is refused: "
+                               "only this server's own pages may start a verify")
+        return app(environ, start_response)
+
+    return guarded
+
+
 class ConsoleServer:
-    """`app` served at `host`:`port` (port 0: a free one); `url` is where."""
+    """`app` served at `host`:`port` (port 0: a free one); `url` is where. Requests another
+    site's page could make are refused (`same_machine_only`)."""
 
     def __init__(self, app: Callable[..., Any], host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> None:
+        loopback = _is_loopback(host)
         try:
-            self._server = make_server(host, port, app, server_class=_ThreadingServer, handler_class=_Handler)
+            self._server = make_server(host, port, same_machine_only(app, loopback),
+                                       server_class=_ThreadingServer, handler_class=_Handler)
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
                 raise InvalidOption(f"port {port} on {host} is in use (another console or program "
@@ -63,6 +102,25 @@ class ConsoleServer:
 
     def shutdown(self) -> None:
         self._server.shutdown()
+
+
+def _host_name(host: str) -> str:
+    """The name in a Host header, without its port ("[::1]:8340" gives "[::1]")."""
+    if host.startswith("["):
+        return host[: host.find("]") + 1]
+    return host.rsplit(":", 1)[0]
+
+
+def _is_loopback(host: str) -> bool:
+    """Whether `host` (an address or a name of this machine) is a loopback address."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    try:
+        return ipaddress.ip_address(socket.gethostbyname(host)).is_loopback
+    except (OSError, ValueError):
+        return False
 
 
 @contextmanager
