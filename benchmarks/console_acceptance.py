@@ -42,6 +42,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import pyarrow as pa  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
+from tests.support.browser import follow as browser_follow  # noqa: E402
+from tests.support.browser import verify_result  # noqa: E402
 from tests.support.fakes import CountingStore  # noqa: E402
 from tests.support.seaweed import running_seaweed  # noqa: E402
 from wal3_spark.console.app import create_app  # noqa: E402
@@ -93,10 +95,7 @@ def main() -> None:
     parser.add_argument("--active", type=int, default=20, help="logs with appenders and consumers")
     parser.add_argument("--screenshots", type=Path, help="save each page as console-<page>.png here")
     args = parser.parse_args()
-    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions
-    from selenium.webdriver.support.ui import WebDriverWait
 
     with tempfile.TemporaryDirectory() as tmp, running_seaweed(Path(tmp) / "seaweed") as seaweed:
         url = seaweed.new_url("console")
@@ -155,9 +154,7 @@ def main() -> None:
         driver = browser()
 
         def follow(element) -> None:  # noqa: ANN001 - a link or button: click, wait for the next page
-            html = driver.find_element(By.TAG_NAME, "html")
-            element.click()
-            WebDriverWait(driver, 60, 0.05).until(expected_conditions.staleness_of(html))
+            browser_follow(driver, element)
 
         try:
             with serving(create_app(Target.open(counting), overview_ttl_s=TTL_S)) as server:
@@ -201,19 +198,15 @@ def main() -> None:
 
                 def verified() -> None:
                     follow(driver.find_element(By.ID, "verify-start"))
-                    state = WebDriverWait(driver, 120, 0.5, ignored_exceptions=(
-                        NoSuchElementException, StaleElementReferenceException)).until(
-                        lambda d: d.find_element(By.ID, "verify-state").get_attribute("data-state")
-                        in ("ok", "failed", "error") and d.find_element(By.ID, "verify-state"))
-                    check(state.get_attribute("data-state") == "ok", f"verify: {state.text}")
+                    state, text = verify_result(driver, 120)
+                    check(state == "ok", f"verify: {text}")
 
                 page("verify", f"log/{name}/verify", verified)
 
                 def verify_fails() -> None:
                     follow(driver.find_element(By.ID, "verify-start"))
-                    WebDriverWait(driver, 120, 0.5, ignored_exceptions=(
-                        NoSuchElementException, StaleElementReferenceException)).until(
-                        lambda d: d.find_element(By.ID, "verify-state").get_attribute("data-state") == "failed")
+                    state, text = verify_result(driver, 120)
+                    check(state == "failed", f"verify of the damaged log: {text}")
                     problems = driver.find_element(By.ID, "verify-problems").text
                     check("corrupt" in problems and damaged_path in problems, f"the damage is named: {problems}")
 

@@ -21,6 +21,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from tests.support.browser import follow, verify_result
 from wal3_spark.console.app import create_app
 from wal3_spark.console.server import ConsoleServer, serving
 from wal3_spark.console.target import Target
@@ -162,34 +163,7 @@ def _open(browser, url: str) -> None:  # noqa: ANN001
 
 
 def _follow(browser, element) -> None:  # noqa: ANN001
-    """Click `element` (a link or a submit button) and wait for the next page to replace this
-    one and finish loading."""
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    page = browser.find_element(By.TAG_NAME, "html")
-    element.click()
-    WebDriverWait(browser, 60, poll_frequency=0.05).until(lambda _: _replaced(page))
-    WebDriverWait(browser, 60, poll_frequency=0.05).until(
-        lambda driver: driver.execute_script("return document.readyState") == "complete")
-
-
-def _replaced(element) -> bool:  # noqa: ANN001
-    """Whether the document `element` belongs to has been replaced. Selenium's staleness_of is
-    not enough: during a navigation ChromeDriver may answer for an element of the old document
-    with "unknown error: Node with given id does not belong to the document" instead of a stale
-    element reference, and staleness_of lets that through as an error (the flake this fixes)."""
-    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
-
-    try:
-        element.is_enabled()
-    except StaleElementReferenceException:
-        return True
-    except WebDriverException as exc:
-        if "does not belong to the document" in (exc.msg or ""):
-            return True
-        raise
-    return False
+    follow(browser, element)
 
 
 def _figures(browser, container: str) -> dict[str, str]:  # noqa: ANN001
@@ -332,35 +306,20 @@ def test_06_fragments_and_gc(server: ConsoleServer, browser, prefix: str) -> Non
 
 
 def test_07_verify_shows_its_result(server: ConsoleServer, browser) -> None:  # noqa: ANN001
-    from selenium.common.exceptions import WebDriverException
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    def until_finished() -> tuple[str, str]:
-        """The result's state and text, once the page shows it. While verify runs the page
-        reloads itself every second, so a look may meet a document being replaced (a stale
-        element, or ChromeDriver's "node does not belong to the document": see `_replaced`):
-        the look is tried again. The page that shows the result does not reload (test_16)."""
-        wait = WebDriverWait(browser, 60, poll_frequency=0.2, ignored_exceptions=(WebDriverException,))
-        return wait.until(finished)
-
-    def finished(driver) -> tuple[str, str] | bool:  # noqa: ANN001
-        found = driver.find_elements(By.ID, "verify-state")
-        state = found[0].get_attribute("data-state") if found else None
-        return (state, found[0].text) if state in ("ok", "failed", "error") else False
 
     def no_refresh() -> bool:
         return not browser.find_elements(By.CSS_SELECTOR, 'meta[http-equiv="refresh"]')
 
     _open(browser, f"{server.url}log/orders/verify")
     _follow(browser, browser.find_element(By.ID, "verify-start"))
-    state, text = until_finished()
+    state, text = verify_result(browser)  # the result, once the self-reloading page shows it
     assert state == "ok" and "12 fragments" in text
     assert no_refresh()
 
     _open(browser, f"{server.url}log/damaged/verify")
     _follow(browser, browser.find_element(By.ID, "verify-start"))
-    assert until_finished()[0] == "failed"
+    assert verify_result(browser)[0] == "failed"
     assert no_refresh()
     problems = browser.find_element(By.ID, "verify-problems").text
     assert "corrupt" in problems and "log/Uuid=" in problems
