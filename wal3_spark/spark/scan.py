@@ -50,6 +50,7 @@ from wal3_spark.log.fragment_io import (
     exact_path_timestamp_us,
     fragment_footer,
 )
+from wal3_spark.log.parents import parent_store
 from wal3_spark.log.reader import LogReader
 from wal3_spark.spark import options as opts
 from wal3_spark.spark.hadoop import driver_store, hadoop_options, hadoop_url
@@ -141,7 +142,9 @@ def _check_boundary_counts(store: ObjectStore, manifest: Manifest, ranges: Seque
     outer = {ranges[0].ref.path, ranges[-1].ref.path} if ranges else set()
     for part in ranges:
         if part.ref.path in ends | outer:
-            footer = fragment_footer(store, part.ref)
+            # a branch's parent's fragment lives in the parent's store (`ReadRange.root`)
+            holder = store if part.root is None else parent_store(store, part.root)
+            footer = fragment_footer(holder, part.ref)
             columns = [n for n in footer.schema.to_arrow_schema().names if n not in RESERVED]
             check_columns_known(part.ref.path, columns, manifest.arrow_schema())
             rows = footer.num_rows
