@@ -121,3 +121,22 @@ def test_04_cli(url, capsys):
     assert json.loads(capsys.readouterr().out)["deleted"] is True
     assert main(["tag", url, "nope", "--delete"]) == 1
     assert "no tag 'nope'" in capsys.readouterr().err
+
+
+def test_05_a_tag_read_is_never_partial_and_its_errors_give_the_right_fix(url):
+    """failOnDataLoss=false would let a tag read skip a fragment garbage collection deletes
+    between planning and reading, returning fewer rows: the combination is refused. The errors
+    name the fixes that exist (`--delete`, `--hold`), not the ones of a cursor's reader."""
+    from wal3_spark.spark.options import READ, parse
+
+    with pytest.raises(InvalidOption, match="failOnDataLoss.*fewer rows"):
+        parse({"path": url, "tag": "daily", "failOnDataLoss": "false"}, READ)
+    assert parse({"path": url, "tag": "daily", "failOnDataLoss": "true"}, READ).tag == "daily"
+    fill(url, 6)
+    TagStore(url).create("daily")
+    with pytest.raises(TagError, match=r"`wal3 tag \S+ daily --delete`"):
+        TagStore(url).create("daily")
+    collect(url)
+    with pytest.raises(DataLost, match=r"Tag 'daily' names \[1, 31\).*--hold") as info:
+        TagStore(url).range("daily")
+    assert "failOnDataLoss" not in str(info.value)

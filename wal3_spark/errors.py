@@ -149,11 +149,12 @@ class CorruptLog(Wal3Error):
 class DataLost(Wal3Error):
     """A read asked for offsets that garbage collection already removed."""
 
-    def __init__(self, url: str, start: int, oldest: int) -> None:
+    def __init__(self, url: str, start: int, oldest: int, fix: str | None = None) -> None:
         super().__init__(
             f"offsets [{start}, {oldest}) of {url} were garbage-collected; the oldest offset still "
-            f"in the log is {oldest}. Start from {oldest} (or set failOnDataLoss=false to skip "
-            "ahead with a warning), and keep a cursor on logs you consume so GC keeps your data"
+            f"in the log is {oldest}. " + (fix or (
+                f"Start from {oldest} (or set failOnDataLoss=false to skip ahead with a warning), "
+                "and keep a cursor on logs you consume so GC keeps your data"))
         )
         self.url = url
         self.start = start

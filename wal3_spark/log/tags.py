@@ -75,7 +75,7 @@ class TagStore:
             etag = self.store.put_if_absent(key, tag.to_bytes())
         except PreconditionFailed:
             raise TagError(f"tag {name!r} of {self.url} already exists (tags never move): "
-                           f"`wal3 tag delete {self.url} {name}` first, or choose another name") from None
+                           f"`wal3 tag {self.url} {name} --delete` first, or choose another name") from None
         if hold:
             start = settle(self.store, oldest)
             if start > offset:
@@ -129,5 +129,7 @@ class TagStore:
                 f"since: incarnation then {tag.incarnation}, now {manifest.incarnation}); delete it"
             )
         if tag.start < manifest.oldest_offset:
-            raise DataLost(self.url, tag.start, manifest.oldest_offset)
+            raise DataLost(self.url, tag.start, manifest.oldest_offset, fix=(
+                f"Tag {name!r} names [{tag.start}, {tag.offset}) and is not read in part; a tag "
+                "made with hold (`wal3 tag LOG NAME --hold`) keeps its records from garbage collection"))
         return tag.start, tag.offset

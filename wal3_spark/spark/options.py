@@ -542,6 +542,11 @@ def _check_combinations(values: dict[str, str], kw: dict, role: str) -> None:
             if name in values:
                 raise _fail(name, values[name], f"a tag names its records itself (tag="
                             f"{values['tag']}): drop {name}, or drop tag", role)
+        if kw.get("fail_on_data_loss") is False:
+            raise _fail("failOnDataLoss", values["failOnDataLoss"], f"a tag reads exactly its "
+                        f"records (tag={values['tag']}), all of them or none: a read that skipped "
+                        "what garbage collection removed would return fewer rows; drop "
+                        "failOnDataLoss (tag with --hold to keep the records)", role)
     for name in ("newLogOffsets", "fullScanInterval"):
         if name in values and "logs" not in values:
             raise _fail(name, values[name], "applies only to a log set; set logs too (e.g. "
