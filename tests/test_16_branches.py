@@ -17,7 +17,7 @@ import pytest
 
 from tests.test_41_gc import Crash, crash_after
 from wal3_spark.clock import ManualClock, SystemClock
-from wal3_spark.errors import BranchError, LogNotFound
+from wal3_spark.errors import BranchError, DataLost, LogNotFound
 from wal3_spark.format.layout import MANIFEST_KEY
 from wal3_spark.format.lineage import PIN_PREFIX
 from wal3_spark.format.manifest import SnapshotOptions
@@ -506,3 +506,21 @@ def test_18_a_destination_that_reaches_another_server_is_refused(request, tmp_pa
             branch(src, dst, at=5, options=first.options, destination_options=second.options)
         assert not open_store(dst, second.options).exists(MANIFEST_KEY)
     assert list_pins(open_store(src, first.options)) == {}
+
+
+def test_19_a_branch_whose_parent_lost_its_range_names_the_branchs_offsets(urls):
+    """A pin removed by hand lets the parent collect what the branch reads: the read fails with
+    DataLost in the branch's own terms (its offsets, from where it can still be read), never
+    with the parent's oldest offset, which may lie past the branch's own records."""
+    fill(urls["src"])
+    branch(urls["src"], urls["dst"], at=30)
+    LogWriter(urls["dst"]).append([b"own"])
+    src = open_store(urls["src"])
+    for key in list_pins(src):
+        src.delete(f"{PIN_PREFIX}{key}.json")
+    collect(urls["src"])
+    assert LogReader(urls["src"]).manifest().oldest_offset == 51
+    with pytest.raises(DataLost, match=r"offsets \[1, 30\) of \S+/dst .*from 30 on") as info:
+        bodies(urls["dst"])
+    assert "failOnDataLoss" not in str(info.value)
+    assert bodies(urls["dst"], 30) == [(30, b"own")]

@@ -178,8 +178,12 @@ def iter_ranges(
     if parent is not None and start < min(limit, parent.offset):
         up = parent_store(store, parent.log)
         upper = parent_manifest(store, manifest)
-        if start < upper.oldest_offset:
-            raise DataLost(up.url, start, upper.oldest_offset)
+        if start < upper.oldest_offset:  # its pin was removed by hand or forced away
+            lost = min(upper.oldest_offset, parent.offset)
+            raise DataLost(store.url, start, lost, fix=(
+                f"They were its parent {up.url}'s (it is a branch of it at {parent.offset}), whose "
+                f"garbage collection removed them: the branch's pin there is gone. Read the "
+                f"branch from {lost} on; a checkpoint of a branch keeps them"))
         yield from iter_ranges(up, upper, start, min(limit, parent.offset), cache, root=up.url)
     start = max(start, parent.offset) if parent is not None else start
     if start >= limit:
