@@ -524,3 +524,21 @@ def test_19_a_branch_whose_parent_lost_its_range_names_the_branchs_offsets(urls)
         bodies(urls["dst"])
     assert "failOnDataLoss" not in str(info.value)
     assert bodies(urls["dst"], 30) == [(30, b"own")]
+
+
+def test_20_a_creator_whose_clock_is_behind_keeps_its_pin_while_it_publishes(urls):
+    """A pin is old enough to drop as an orphan only when the store's clock says so too: a
+    creator an hour behind writes a pin that its own clock dates an hour back, and a collection
+    running before the branch is published must keep it."""
+    fill(urls["src"])
+    seen = []
+
+    def collect_meanwhile(step: str) -> None:
+        if step == "pin":
+            seen.append(collect(urls["src"]).pins_dropped)
+
+    branch(urls["src"], urls["dst"], at=20, clock=SystemClock(skew_s=-3600), after_step=collect_meanwhile)
+    assert seen == [[]] and len(list_pins(open_store(urls["src"]))) == 1
+    fill(urls["src"], appends=2, start=50)
+    collect(urls["src"])
+    assert bodies(urls["dst"]) == parent_records(19)

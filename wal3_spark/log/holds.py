@@ -70,8 +70,13 @@ def holds(store: ObjectStore, *, orphan_before_us: int | None = None) -> list[Ho
     within the pin deadline of its pin, far less than the orphan grace). An unreadable pin or
     tag raises CorruptLog: it may be holding data."""
     found: list[Hold] = []
+    # A pin's age is the later of its creator's clock (`created_us`) and the store's (when it
+    # was written): a creator whose clock is behind must not make a pin look old while its
+    # branch is still being published
+    written_us = {m.key: int(m.last_modified * 1e6) for m in store.list(PIN_PREFIX)}
     for name, (pin, _) in list_pins(store).items():
-        orphan = (orphan_before_us is not None and pin.created_us < orphan_before_us
+        orphan = (orphan_before_us is not None
+                  and max(pin.created_us, written_us.get(pin_key(name), pin.created_us)) < orphan_before_us
                   and not pin_is_live(store, name, pin))
         found.append(Hold(pin_key(name), pin.start, orphan))
     for meta in store.list(TAG_PREFIX):
