@@ -180,9 +180,11 @@ CORE_SCRIPT = textwrap.dedent(
     LogWriter(store).append([b"a", b"b"])
     LogWriter(store).append([b"c"])
     batches = list(LogReader(store).read())
-    # every module but the Spark layer and the jobs that use it imports without PySpark
+    # every module but the Spark layer, the jobs that use it and the modules of the optional
+    # console and metrics extras (Flask, prometheus-client) imports without PySpark
     # (`__main__` modules run their command when imported)
-    skipped = ("wal3_spark.spark", "wal3_spark.jobs.")
+    skipped = ("wal3_spark.spark", "wal3_spark.jobs.", "wal3_spark.console.app",
+               "wal3_spark.observe.metrics")
     modules = [m.name for m in pkgutil.walk_packages(wal3_spark.__path__, "wal3_spark.")
                if not m.name.startswith(skipped) and not m.name.endswith(".__main__")]
     for name in modules:
@@ -218,6 +220,12 @@ def test_04_the_wheel_installs_and_runs_the_core_without_pyspark(installed, tmp_
     assert "usage: wal3" in help_text and "verify" in help_text
     info = run([str(installed.venv / "bin" / "wal3"), "info", str(tmp_path / "log")], cwd=tmp_path)
     assert "[1, 4)  (3 records)" in info.stdout
+    # without the optional extras, the console and the exporter say which extra to install
+    for command, extra in (("console", "console"), ("exporter", "metrics")):
+        done = subprocess.run([str(installed.venv / "bin" / "wal3"), command, str(tmp_path / "log")],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert done.returncode != 0 and f"pip install 'wal3-spark[{extra}]'" in done.stderr, done
+        assert "Traceback" not in done.stderr
 
 
 @pytest.mark.slow

@@ -28,12 +28,11 @@ import random
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO
 
-from wal3_spark.clock import SystemClock
+from wal3_spark.clock import SYSTEM, SystemClock
 from wal3_spark.errors import LogNotFound, Wal3Error
 from wal3_spark.format.layout import MANIFEST_KEY
 from wal3_spark.log.branches import branch, delete_branch
@@ -107,14 +106,14 @@ def _collector(base: Path, rng: random.Random) -> None:
         cursors.move("stress", target, allow_backwards=True)
         GarbageCollector(root, grace_s=0, force=True, orphan_clock=ahead,
                          writer="stress collector").run()
-        time.sleep(rng.uniform(0.1, 1.0))
+        SYSTEM.sleep(rng.uniform(0.1, 1.0))
 
 
 def _operator(base: Path, rng: random.Random, limit: int) -> None:
     journal = (base / "acks.jsonl").open("a")
     ops = (base / "ops.jsonl").open("a")
     created = sum(1 for op in _ops(base) if op.get("intent") == "create")
-    seq = int(time.time() * 1000) * 1000
+    seq = int(SYSTEM.now() * 1000) * 1000
 
     def note(doc: dict) -> None:
         ops.write(json.dumps(doc) + "\n")
@@ -316,29 +315,29 @@ def run_branch_stress(base: Path, *, branches: int, duration_s: float, seed: int
     CursorStore(_url(base, ROOT)).create("stress", 1)
     procs = {role: _spawn(role, base, rng.randrange(1 << 30), branches, logs) for role in ROLES}
     checker = Checker(base, stats)
-    end = time.monotonic() + duration_s
-    next_kill = time.monotonic() + rng.expovariate(1 / kill_every_s) if kill_every_s else float("inf")
-    next_summary = time.monotonic() + 60
+    end = SYSTEM.monotonic() + duration_s
+    next_kill = SYSTEM.monotonic() + rng.expovariate(1 / kill_every_s) if kill_every_s else float("inf")
+    next_summary = SYSTEM.monotonic() + 60
     try:
-        while time.monotonic() < end:
+        while SYSTEM.monotonic() < end:
             for role, proc in procs.items():
                 if proc.poll() is not None:  # died by itself: show why, start it again
                     stats.failures.append(f"{role} exited with {proc.returncode} (see {logs}/{role}.log)")
                     procs[role] = _spawn(role, base, rng.randrange(1 << 30), branches, logs)
-            if time.monotonic() >= next_kill:
+            if SYSTEM.monotonic() >= next_kill:
                 role = rng.choice(ROLES)
                 os.killpg(procs[role].pid, signal.SIGKILL)
                 procs[role].wait()
                 stats.kills += 1
                 procs[role] = _spawn(role, base, rng.randrange(1 << 30), branches, logs)
                 stats.restarts += 1
-                next_kill = time.monotonic() + rng.expovariate(1 / kill_every_s)
+                next_kill = SYSTEM.monotonic() + rng.expovariate(1 / kill_every_s)
             checker.check_all()
-            if time.monotonic() >= next_summary:
+            if SYSTEM.monotonic() >= next_summary:
                 out.write(f"  {_summary(stats, base)}\n")
                 out.flush()
                 next_summary += 60
-            time.sleep(1.0)
+            SYSTEM.sleep(1.0)
     finally:
         for proc in procs.values():
             if proc.poll() is None:
