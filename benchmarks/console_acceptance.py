@@ -25,16 +25,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
-import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -42,6 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import pyarrow as pa  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
+from benchmarks.logset_load import Load, populate, spread  # noqa: E402
+from tests.support.browser import chromium  # noqa: E402
 from tests.support.browser import follow as browser_follow  # noqa: E402
 from tests.support.browser import verify_result  # noqa: E402
 from tests.support.fakes import CountingStore  # noqa: E402
@@ -49,10 +47,7 @@ from tests.support.seaweed import running_seaweed  # noqa: E402
 from wal3_spark.console.app import create_app  # noqa: E402
 from wal3_spark.console.server import serving  # noqa: E402
 from wal3_spark.console.target import Target  # noqa: E402
-from wal3_spark.log.cursors import CursorStore  # noqa: E402
 from wal3_spark.log.reader import LogReader  # noqa: E402
-from wal3_spark.log.writer import LogWriter  # noqa: E402
-from wal3_spark.logset.dirty import DirtyLog  # noqa: E402
 from wal3_spark.logset.logs import LogSet  # noqa: E402
 from wal3_spark.storage import open_store  # noqa: E402
 
@@ -77,18 +72,6 @@ def check(ok: bool, what: str) -> None:
         raise SystemExit(f"FAILED: {what}")
 
 
-def browser():  # noqa: ANN201 - a selenium WebDriver
-    from selenium import webdriver
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = shutil.which("chromium")  # type: ignore[assignment]
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1280,900", "--hide-scrollbars"):
-        options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    return webdriver.Chrome(options=options, service=webdriver.ChromeService(shutil.which("chromedriver")))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--logs", type=int, default=1000)
@@ -103,46 +86,12 @@ def main() -> None:
         names = [f"tenant-{i:04d}" for i in range(args.logs)]
         logs = LogSet(prefix)
 
-        def populate(name: str) -> None:
-            with LogWriter(logs.log_store(name), batch_interval_s=0) as writer:
-                limit = writer.append(rows(name, 0, 20)).limit
-            if names.index(name) % 4 == 0:
-                CursorStore(logs.log_store(name)).create("billing", limit)
+        began = populate(logs, names, rows)
+        row("set-up", f"{began:.1f} s", f"{args.logs} logs of 20 records")
 
-        began = time.perf_counter()
-        with ThreadPoolExecutor(32) as pool:
-            list(pool.map(populate, names))
-        row("set-up", f"{time.perf_counter() - began:.1f} s", f"{args.logs} logs of 20 records")
-
-        active = names[1: 1 + args.active * 7: 7][: args.active]
-        stop = threading.Event()
-        appended = {"records": 0}
-        counted = threading.Lock()
-        dirty = DirtyLog(prefix)
-        writers = {name: LogWriter(logs.log_store(name), dirty_log=dirty) for name in active}
-
-        def appender(mine: list[str]) -> None:
-            rng = random.Random(mine[0])
-            while not stop.is_set():
-                name = rng.choice(mine)
-                n = rng.randint(5, 50)
-                writers[name].append(rows(name, 0, n))
-                with counted:
-                    appended["records"] += n
-
-        def consumer(mine: list[str]) -> None:
-            rng = random.Random(mine[-1])
-            while not stop.is_set():
-                name = rng.choice(mine)
-                store = logs.log_store(name)
-                oldest, tail = LogReader(store).bounds()
-                CursorStore(store).advance("billing", max(oldest, tail - rng.randint(0, 200)))
-                stop.wait(0.2)
-
-        threads = [threading.Thread(target=appender, args=(active[i::4],)) for i in range(4)]
-        threads += [threading.Thread(target=consumer, args=(active[i::2],)) for i in range(2)]
-        for thread in threads:
-            thread.start()
+        active = spread(names, args.active)
+        load = Load(prefix, active, rows)
+        stop = load.stopping
 
         # one idle log gets a damaged fragment (its bytes replaced): verify must name it
         damaged = names[2]
@@ -151,7 +100,7 @@ def main() -> None:
         damaged_store.put_if_match(damaged_path, b"not a parquet file", damaged_store.head(damaged_path).etag)
 
         counting = CountingStore(prefix)
-        driver = browser()
+        driver = chromium("1280,900", "--hide-scrollbars")
 
         def follow(element) -> None:  # noqa: ANN001 - a link or button: click, wait for the next page
             browser_follow(driver, element)
@@ -211,13 +160,8 @@ def main() -> None:
                     check("corrupt" in problems and damaged_path in problems, f"the damage is named: {problems}")
 
                 page("verify-failed", f"log/{damaged}/verify", verify_fails)
-                stop.set()
-                for thread in threads:
-                    thread.join()
-                for writer in writers.values():
-                    writer.close()
-                dirty.close()
-                row("records appended during the run", str(appended["records"]))
+                load.stop()
+                row("records appended during the run", str(load.records))
                 done = subprocess.run([sys.executable, "-m", "wal3_spark.cli", "info", url, "--json"],
                                       capture_output=True, text=True, env={**os.environ, **seaweed.env}, timeout=300)
                 check(done.returncode == 0, f"wal3 info: {done.stderr}")

@@ -24,16 +24,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,13 +38,10 @@ sys.path.insert(0, str(ROOT))
 
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
+from benchmarks.logset_load import CONSUMERS, Load, populate, spread  # noqa: E402
 from tests.support.fakes import CountingStore  # noqa: E402
 from tests.support.seaweed import running_seaweed  # noqa: E402
 from wal3_spark.console.server import serving  # noqa: E402
-from wal3_spark.log.cursors import CursorStore  # noqa: E402
-from wal3_spark.log.reader import LogReader  # noqa: E402
-from wal3_spark.log.writer import LogWriter  # noqa: E402
-from wal3_spark.logset.dirty import DirtyLog  # noqa: E402
 from wal3_spark.logset.info import summarise  # noqa: E402
 from wal3_spark.logset.logs import LogSet  # noqa: E402
 from wal3_spark.observe.metrics import exporter_app, metrics_registry  # noqa: E402
@@ -82,46 +76,12 @@ def main() -> None:
         logs = LogSet(prefix)
         names = [f"tenant-{i:04d}" for i in range(args.logs)]
 
-        def populate(name: str) -> None:
-            with LogWriter(logs.log_store(name), batch_interval_s=0) as writer:
-                limit = writer.append([b"r%d" % i for i in range(20)]).limit
-            if names.index(name) % 4 == 0:
-                CursorStore(logs.log_store(name)).create("billing", limit)
+        began = populate(logs, names, lambda name, start, n: [b"r%d" % i for i in range(start, start + n)])
+        row("set-up", f"{began:.1f} s", f"{args.logs} logs of 20 records")
 
-        began = time.perf_counter()
-        with ThreadPoolExecutor(32) as pool:
-            list(pool.map(populate, names))
-        row("set-up", f"{time.perf_counter() - began:.1f} s", f"{args.logs} logs of 20 records")
-
-        active = names[1: 1 + args.active * 7: 7][: args.active]
-        stop = threading.Event()
-        dirty = DirtyLog(prefix)
-        writers = {name: LogWriter(logs.log_store(name), dirty_log=dirty) for name in active}
-        appends = Counter[str]()
-        counted = threading.Lock()
-
-        def appender(mine: list[str]) -> None:
-            rng = random.Random(mine[0])
-            while not stop.is_set():
-                name = rng.choice(mine)
-                writers[name].append([b"x" * 100] * rng.randint(5, 50))
-                with counted:
-                    appends["commits"] += 1
-                stop.wait(0.05)
-
-        def consumer(mine: list[str]) -> None:
-            rng = random.Random(mine[-1])
-            while not stop.is_set():
-                name = rng.choice(mine)
-                store = logs.log_store(name)
-                oldest, tail = LogReader(store).bounds()
-                CursorStore(store).advance("billing", max(oldest, tail - rng.randint(0, 200)))
-                stop.wait(0.2)
-
-        threads = [threading.Thread(target=appender, args=(active[i::4],)) for i in range(4)]
-        threads += [threading.Thread(target=consumer, args=(active[i::2],)) for i in range(2)]
-        for thread in threads:
-            thread.start()
+        active = spread(names, args.active)
+        load = Load(prefix, active, lambda name, start, n: [b"x" * 100] * n, pause_s=0.05)
+        stop = load.stopping
 
         counting = CountingStore(prefix)
         model = StatusModel(counting, ttl_s=0)
@@ -153,14 +113,9 @@ def main() -> None:
                           "a warm scrape reads the dirty log, not every log")
                     check(len(seen["touched"]) <= args.active, f"scrape {i + 1} read only active logs")
                     warm.append(n)
-                stop.set()
-                for thread in threads:
-                    thread.join()
-                for writer in writers.values():
-                    writer.close()
-                dirty.close()
-                row("commits during the load", str(appends["commits"]),
-                    f"on {args.active} logs, with {len(threads) - 4} consumers")
+                load.stop()
+                row("commits during the load", str(load.commits),
+                    f"on {args.active} logs, with {CONSUMERS} consumers")
                 # The load stopped: the next scrape reads what changed since; the one after it
                 # only the dirty log's manifest (and cursors that trail an idle tail, once per
                 # cursors_every_s).

@@ -21,7 +21,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from tests.support.browser import follow, verify_result
+from tests.support.browser import chromium, follow, verify_result
 from wal3_spark.console.app import create_app
 from wal3_spark.console.server import ConsoleServer, serving
 from wal3_spark.console.target import Target
@@ -140,16 +140,7 @@ def browser():  # noqa: ANN201 - a selenium WebDriver
     reason = _missing_browser()
     if reason is not None:
         pytest.skip(reason)
-    from selenium import webdriver
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = shutil.which("chromium")  # type: ignore[assignment]
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1280,1000"):
-        options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(shutil.which("chromedriver")))
-    driver.set_page_load_timeout(60)
+    driver = chromium()
     try:
         yield driver
     finally:

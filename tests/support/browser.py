@@ -3,7 +3,24 @@ benchmarks/console_acceptance.py share (imported only where Selenium is installe
 
 from __future__ import annotations
 
+import shutil
 from typing import Any
+
+
+def chromium(window: str = "1280,1000", *arguments: str) -> Any:
+    """Debian's headless Chromium through its chromedriver, keeping the browser's console log
+    (every check reads it for errors), pages given 60 s to load; the caller quits it."""
+    from selenium import webdriver
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium")  # type: ignore[assignment]
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                f"--window-size={window}", *arguments):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(shutil.which("chromedriver")))
+    driver.set_page_load_timeout(60)
+    return driver
 
 
 def follow(driver: Any, element: Any) -> None:
