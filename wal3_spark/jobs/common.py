@@ -10,6 +10,7 @@ nodes have their own paths, and the environment the executors run is the deploym
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import site
@@ -133,6 +134,16 @@ def store_options(pairs: list[str] | None) -> dict[str, str]:
             raise SystemExit(f"--option expects key=value, got {pair!r}")
         out[key] = value
     return out
+
+
+def add_log_or_set(parser: argparse.ArgumentParser, prefix_help: str) -> None:
+    """`--log URL` or `--prefix URL` (one of them), and the `--logs`/`--pattern` selection of a
+    log set's logs that `log_selection` reads: the jobs that take one log or a log set alike."""
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--log", help="log URL")
+    which.add_argument("--prefix", help=prefix_help)
+    parser.add_argument("--logs", help="with --prefix: only these logs (comma-separated names)")
+    parser.add_argument("--pattern", help="with --prefix: only the logs whose names match this glob")
 
 
 def log_selection(names: str | None, pattern: str | None) -> str:

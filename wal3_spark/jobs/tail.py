@@ -24,11 +24,7 @@ from wal3_spark.jobs import common
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument("--log", help="log URL")
-    which.add_argument("--prefix", help="stream every log of the log set under this prefix")
-    p.add_argument("--logs", help="with --prefix: only these logs (comma-separated names)")
-    p.add_argument("--pattern", help="with --prefix: only the logs whose names match this glob")
+    common.add_log_or_set(p, "stream every log of the log set under this prefix")
     p.add_argument("--new-logs", choices=("earliest", "latest"),
                    help="with --prefix: where logs created while the stream runs start (default earliest)")
     p.add_argument("--output", help="Parquet directory (default: print to the console)")

@@ -63,11 +63,7 @@ def verify_set(args: argparse.Namespace, options: dict[str, str]) -> int:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument("--log", help="log URL")
-    which.add_argument("--prefix", help="verify every log of the log set under this prefix")
-    p.add_argument("--logs", help="with --prefix: only these logs (comma-separated names)")
-    p.add_argument("--pattern", help="with --prefix: only the logs whose names match this glob")
+    common.add_log_or_set(p, "verify every log of the log set under this prefix")
     p.add_argument("--driver-only", action="store_true", help="with --prefix: threads in this process, no Spark")
     p.add_argument("--partitions", type=partitions_arg, help="with --log: scrub tasks (default: 4 x cores)")
     p.add_argument("--option", action="append", metavar="KEY=VALUE", help="store option; repeatable")
