@@ -33,20 +33,22 @@ from wal3_spark.storage.common import redact
 from wal3_spark.testing.emulators import AzureEmulator, GcsEmulator
 
 
-@pytest.fixture
-def gcs_store(gcs: GcsEmulator, request: pytest.FixtureRequest) -> GCSStore:
-    store = open_store(gcs.new_url(request.node.name), gcs.options)
-    assert isinstance(store, GCSStore)
+def _fast_store(emulator: GcsEmulator | AzureEmulator, request: pytest.FixtureRequest) -> GCSStore | AzureStore:
+    """A store of its own on `emulator` for this test, retrying without waiting."""
+    store = open_store(emulator.new_url(request.node.name), emulator.options)
+    assert isinstance(store, GCSStore if isinstance(emulator, GcsEmulator) else AzureStore)
     store.retry_base_s = store.retry_cap_s = 0.001
     return store
+
+
+@pytest.fixture
+def gcs_store(gcs: GcsEmulator, request: pytest.FixtureRequest) -> GCSStore:
+    return _fast_store(gcs, request)
 
 
 @pytest.fixture
 def azure_store(azure: AzureEmulator, request: pytest.FixtureRequest) -> AzureStore:
-    store = open_store(azure.new_url(request.node.name), azure.options)
-    assert isinstance(store, AzureStore)
-    store.retry_base_s = store.retry_cap_s = 0.001
-    return store
+    return _fast_store(azure, request)
 
 
 # ------------------------------------------------------------------- GCS request forms

@@ -147,8 +147,7 @@ class AzureStore(ClientStore):
         settings: AzureSettings | None = None,
         url: str | None = None,
     ) -> None:
-        prefix = prefix.strip("/")
-        super().__init__(url or (f"az://{container}" + (f"/{prefix}" if prefix else "")), prefix)
+        super().__init__("az", container, prefix, url)
         self.container = container
         self.settings = settings or AzureSettings()
 

@@ -25,9 +25,10 @@ class ClientStore(ObjectStore):
     retry_cap_s = 4.0
     list_page_size = 1000
 
-    def __init__(self, url: str, prefix: str) -> None:
+    def __init__(self, scheme: str, bucket: str, prefix: str, url: str | None = None) -> None:
+        """`url`: how users name the store when not `scheme://bucket/prefix` (Azure's abfs form)."""
         self.prefix = prefix.strip("/")
-        self.url = url
+        self.url = url or f"{scheme}://{bucket}" + (f"/{self.prefix}" if self.prefix else "")
         self._root = f"{self.prefix}/" if self.prefix else ""
         self._client: Any = None
         self._client_lock = threading.Lock()

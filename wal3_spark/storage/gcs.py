@@ -112,8 +112,7 @@ class GCSStore(ClientStore):
     """Objects under `gs://bucket/prefix`; keys are relative to the prefix."""
 
     def __init__(self, bucket: str, prefix: str = "", settings: GCSSettings | None = None) -> None:
-        prefix = prefix.strip("/")
-        super().__init__(f"gs://{bucket}" + (f"/{prefix}" if prefix else ""), prefix)
+        super().__init__("gs", bucket, prefix)
         self.bucket = bucket
         self.settings = settings or GCSSettings()
 

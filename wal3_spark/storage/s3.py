@@ -212,8 +212,7 @@ class S3Store(ClientStore):
     md5_etags = True
 
     def __init__(self, bucket: str, prefix: str = "", settings: S3Settings | None = None) -> None:
-        prefix = prefix.strip("/")
-        super().__init__(f"s3://{bucket}" + (f"/{prefix}" if prefix else ""), prefix)
+        super().__init__("s3", bucket, prefix)
         self.bucket = bucket
         self.settings = settings or S3Settings()
 
