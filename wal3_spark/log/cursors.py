@@ -46,7 +46,7 @@ from wal3_spark.format.layout import (
 )
 from wal3_spark.format.manifest import Manifest
 from wal3_spark.log.cas import CasObject, Outcome, Versioned
-from wal3_spark.log.head import read_manifest
+from wal3_spark.log.head import incarnations_agree, read_manifest
 from wal3_spark.log.reader import LogReader
 from wal3_spark.log.scan import LogScan
 from wal3_spark.storage import StoreLike, resolve_store
@@ -272,16 +272,7 @@ class CursorStore:
         return reader.scan(begin, max_records=max_records, verify=verify, manifest=manifest)
 
     def _confirm_incarnation(self, manifest: Manifest) -> None:
-        """A log is taken for created again only when a second read of its manifest agrees:
-        the setsum does not cover the incarnation, so one damaged read must neither restart a
-        consumer at the oldest offset (its records delivered twice) nor keep its cursor from
-        moving. Two reads that disagree are a CorruptLog (read again)."""
-        again = read_manifest(self.store).incarnation
-        if again != manifest.incarnation:
-            raise CorruptLog(
-                "a log's incarnation never changes", MANIFEST_KEY,
-                f"two reads of it gave incarnations {describe(manifest.incarnation)} and "
-                f"{describe(again)}: a read was damaged; read again")
+        incarnations_agree(manifest.incarnation, read_manifest(self.store).incarnation, "read again")
 
     def incarnation(self) -> str | None:
         """The log's incarnation now (what `advance` records by default); one manifest GET."""

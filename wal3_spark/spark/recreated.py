@@ -13,10 +13,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 
-from wal3_spark.errors import CorruptLog, LogRecreated
+from wal3_spark.errors import LogRecreated
 from wal3_spark.format.incarnation import UNRECORDED, describe, same_log
-from wal3_spark.format.layout import MANIFEST_KEY
 from wal3_spark.format.manifest import Manifest
+from wal3_spark.log.head import incarnations_agree
 from wal3_spark.spark.options import Wal3Options
 
 log = logging.getLogger(__name__)
@@ -37,19 +37,10 @@ def recorded(doc: Mapping, key: str = INCARNATION) -> object:
 
 
 def _confirm(manifest: Manifest, reread: Callable[[], Manifest] | None) -> None:
-    """A log is taken for created again only when a second read of its manifest agrees: the
-    setsum does not cover the incarnation, so one damaged read must neither restart a stream
-    (its records delivered twice) nor fail it as if the log were gone. Two reads that disagree
-    are a CorruptLog (the micro-batch fails and is retried)."""
-    if reread is None:
-        return
-    again = reread().incarnation
-    if again != manifest.incarnation:
-        raise CorruptLog(
-            "a log's incarnation never changes", MANIFEST_KEY,
-            f"two reads of it gave incarnations {describe(manifest.incarnation)} and "
-            f"{describe(again)}: a read was damaged; the micro-batch is retried",
-        )
+    """With `reread`, a second read of the manifest must agree (`incarnations_agree`); a
+    disagreement fails the micro-batch, which is retried."""
+    if reread is not None:
+        incarnations_agree(manifest.incarnation, reread().incarnation, "the micro-batch is retried")
 
 
 def _fail_unless_restart(options: Wal3Options, url: str, offset: int, incarnation: object,
