@@ -570,6 +570,17 @@ def test_22_open_store_dispatches_on_the_scheme() -> None:
             open_store(bad)
 
 
+@pytest.mark.parametrize("char", ["\n", "\r", "\t", "\x00", "\x1b", "\u2028"])
+def test_22b_a_url_or_path_with_a_control_character_is_refused(char: str, tmp_path: Any) -> None:
+    """urlsplit drops a trailing newline silently (`s3://b/x\\n` opened `s3://b/x`, a branch or a
+    log somewhere else than typed) and a path kept it in a directory's name."""
+    for url in (f"s3://bucket/x{char}", f"gs://bucket/{char}x", f"az://c/x{char}", f"memory://m/x{char}",
+                f"file://{tmp_path}/x{char}", f"{tmp_path}/x{char}", f"file://{tmp_path}/x%0A"):
+        with pytest.raises(InvalidUrl, match="control character"):
+            open_store(url)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_23_join_url() -> None:
     assert join_url("s3://b/logs", "a") == "s3://b/logs/a"
     assert join_url("s3://b/logs/", "/a/b/") == "s3://b/logs/a/b"

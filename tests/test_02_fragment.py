@@ -744,7 +744,8 @@ def test_42_fragment_paths():
     assert parse_fragment_path(path) == u
     assert fragment_path(str(u)) == path
     assert parse_fragment_path("log/Bucket=0000000000000000/FragmentSeqNo=00000000000000ff.parquet") == 255
-    for bad in ["log/Uuid=nope.parquet", "manifest/MANIFEST", f"x/Uuid={u}.parquet"]:
+    for bad in ["log/Uuid=nope.parquet", "manifest/MANIFEST", f"x/Uuid={u}.parquet", path + "\n",
+                "log/Bucket=0000000000000000/FragmentSeqNo=00000000000000ff.parquet\n"]:
         with pytest.raises(ValueError):
             parse_fragment_path(bad)
 

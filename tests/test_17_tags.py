@@ -140,3 +140,32 @@ def test_05_a_tag_read_is_never_partial_and_its_errors_give_the_right_fix(url):
     with pytest.raises(DataLost, match=r"Tag 'daily' names \[1, 31\).*--hold") as info:
         TagStore(url).range("daily")
     assert "failOnDataLoss" not in str(info.value)
+
+
+#: characters no name may hold: line ends (a trailing newline passed `re.match` with `$`), other
+#: control characters, and Unicode's line and paragraph separators
+CONTROL = ["\n", "\r", "\r\n", "\t", "\x00", "\x1b", "\x7f", "\x85", "\u2028"]
+
+
+@pytest.mark.parametrize("char", CONTROL)
+def test_06_a_tag_or_pin_name_with_a_newline_or_control_character_is_refused(url, char, capsys):
+    """`wal3 tag src $'tag\\n'` created `tag/tag\\n.json`: a name is refused unless all of it
+    follows the rule, wherever the character is."""
+    from wal3_spark.cli.main import main
+    from wal3_spark.errors import CorruptLog
+    from wal3_spark.format.lineage import pin_key, tag_key
+    from wal3_spark.spark.options import READ, parse
+
+    fill(url, 1)
+    for name in (f"tag{char}", f"{char}tag", f"t{char}ag"):
+        with pytest.raises(InvalidOption, match="invalid tag name"):
+            tag_key(name)
+        with pytest.raises(InvalidOption, match="invalid tag name"):
+            TagStore(url).create(name)
+        with pytest.raises(InvalidOption, match="invalid tag name"):
+            parse({"path": url, "tag": name}, READ)
+        with pytest.raises(CorruptLog, match="not a pin name"):
+            pin_key("0" * 32 + char if name.startswith("tag") else char + "0" * 32)
+    assert main(["tag", url, f"tag{char}"]) == 2
+    assert "invalid tag name" in capsys.readouterr().err
+    assert [meta.key for meta in open_store(url).list("tag/")] == []

@@ -99,3 +99,33 @@ def test_06_idempotent_write_options_go_together(options, match):
     assert largest.writer_version == (1 << 63) - 1
     with pytest.raises(InvalidOption, match="does not apply to streaming writes"):
         opts.parse({"path": "/x", "writerId": "w", "writerVersion": "1"}, opts.STREAM_WRITE)
+
+
+@pytest.mark.parametrize("options, match", [
+    ({"fragmentBytes": "8m\x00"}, "expected a size"),
+    ({"fragmentBytes": "\uff18m"}, "expected a size"),  # a fullwidth 8: int() takes it, no other reader would
+    ({"fragmentBytes": "\u0663"}, "expected a size"),  # an Arabic-Indic 3
+    ({"writerId": "w", "writerVersion": "\u0663"}, "expected an integer"),
+])
+def test_07_sizes_and_numbers_are_ascii_digits_only(options, match):
+    with pytest.raises(InvalidOption, match=match):
+        opts.parse({"path": "/tmp/x", **options}, opts.WRITE)
+    assert opts.parse({"path": "/tmp/x", "fragmentBytes": " 8m\n"}, opts.WRITE).fragment_bytes == 8 << 20
+
+
+@pytest.mark.parametrize("text", ["\u0663s", "3s\x00", "1\u0663"])
+def test_08_durations_and_timestamps_are_ascii_digits_only(text):
+    with pytest.raises(ValueError):
+        opts.parse_duration_ms(text)
+    with pytest.raises(ValueError):
+        opts.parse_timestamp_us(text.replace("s", ""))
+    assert opts.parse_duration_ms("3s\n") == 3000
+
+
+@pytest.mark.parametrize("char", ["\n", "\r", "\t", "\x00", "\x1b", "\u2028"])
+def test_09_cursor_and_tag_options_refuse_control_characters(char):
+    for name in (f"billing{char}", f"{char}billing"):
+        with pytest.raises(InvalidOption, match="letters, digits and underscores"):
+            opts.parse({"path": "/tmp/x", "cursor": name}, opts.STREAM_READ)
+        with pytest.raises(InvalidOption, match="invalid tag name"):
+            opts.parse({"path": "/tmp/x", "tag": name}, opts.READ)

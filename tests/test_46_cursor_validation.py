@@ -147,3 +147,19 @@ def test_07_the_largest_u64_offset_and_time_are_read():
 
     doc = {"position": {"offset": 2**64 - 1}, "epoch_us": 2**64 - 1, "writer": "x"}
     assert Cursor.from_dict(doc, "cursor/c.json") == Cursor(2**64 - 1, 2**64 - 1, "x")
+
+
+@pytest.mark.parametrize("char", ["\n", "\r", "\t", "\x00", "\x1b", "\x7f", "\u2028"])
+def test_08_a_cursor_name_with_a_newline_or_control_character_is_refused(url, char):
+    """`re.match` with `$` let `billing\\n` through (a `cursor/billing\\n.json`): the whole name
+    must follow the rule, through the API and the command alike."""
+    from wal3_spark.format.layout import cursor_key
+
+    for name in (f"billing{char}", f"{char}billing", f"bil{char}ling"):
+        with pytest.raises(CursorError, match="invalid cursor name"):
+            cursor_key(name)
+        with pytest.raises(CursorError, match="invalid cursor name"):
+            CursorStore(open_store(url)).create(name, 2)
+    if char != "\x00":  # no command line can hold a NUL
+        fails("cursor", "set", url, f"billing{char}", "2", match="invalid cursor name")
+    assert [meta.key for meta in open_store(url).list("cursor/")] == []

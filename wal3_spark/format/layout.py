@@ -43,10 +43,10 @@ BLAKE3 = "blake3"
 #: every `item_hash` a structured log may have; None: chunk items are inserted as they are
 ITEM_HASHES = (None, BLAKE3)
 
-_CURSOR_NAME = re.compile(r"^[A-Za-z0-9_]+$")
-_OUR_PATH = re.compile(r"^log/Uuid=([0-9a-fA-F-]{36})\.parquet$")
+_CURSOR_NAME = re.compile(r"[A-Za-z0-9_]+")
+_OUR_PATH = re.compile(r"log/Uuid=([0-9a-fA-F-]{36})\.parquet")
 _CHROMA_S3_PATH = re.compile(
-    r"^log/Bucket=[0-9a-fA-F]{16}/FragmentSeqNo=([0-9a-fA-F]{16})\.parquet$"
+    r"log/Bucket=[0-9a-fA-F]{16}/FragmentSeqNo=([0-9a-fA-F]{16})\.parquet"
 )
 
 
@@ -55,7 +55,7 @@ def snapshot_key(setsum: Setsum) -> str:
 
 
 def cursor_key(name: str) -> str:
-    if not _CURSOR_NAME.match(name or ""):
+    if not _CURSOR_NAME.fullmatch(name or ""):
         raise CursorError(
             f"invalid cursor name {name!r}: use letters, digits and underscores only"
         )
@@ -75,9 +75,9 @@ def seq_no_fragment_path(seq_no: int) -> str:
 
 def parse_fragment_path(path: str) -> uuid.UUID | int:
     """The UUID of one of our fragment paths, or the sequence number of a Chroma S3 one."""
-    if match := _OUR_PATH.match(path):
+    if match := _OUR_PATH.fullmatch(path):
         return uuid.UUID(match.group(1))
-    if match := _CHROMA_S3_PATH.match(path):
+    if match := _CHROMA_S3_PATH.fullmatch(path):
         return int(match.group(1), 16)
     raise ValueError(f"{path!r} is not a wal3 fragment path")
 

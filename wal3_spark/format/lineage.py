@@ -29,19 +29,19 @@ from wal3_spark.format.setsum import Setsum
 PIN_PREFIX = "pin/"
 TAG_PREFIX = "tag/"
 
-_PIN_NAME = re.compile(r"^[0-9a-f]{32}$")
-_TAG_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,199}$")
+_PIN_NAME = re.compile(r"[0-9a-f]{32}")
+_TAG_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,199}")
 
 
 def pin_key(name: str) -> str:
-    if not _PIN_NAME.match(name or ""):
+    if not _PIN_NAME.fullmatch(name or ""):
         raise CorruptLog("a pin name is 32 lowercase hex digits", PIN_PREFIX + str(name),
                          f"{name!r} is not a pin name")
     return f"{PIN_PREFIX}{name}.json"
 
 
 def tag_key(name: str) -> str:
-    if not isinstance(name, str) or not _TAG_NAME.match(name) or name.endswith(".json"):
+    if not isinstance(name, str) or not _TAG_NAME.fullmatch(name) or name.endswith(".json"):
         raise InvalidOption(
             f"invalid tag name {name!r}: use 1-200 letters, digits, '.', '_' and '-', not starting "
             "with '.' or '-' (for example q3-close)"

@@ -268,13 +268,13 @@ def _fail(name: str, value: str | None, why: str, role: str) -> InvalidOption:
     )
 
 
-_SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(i?b)?\s*$", re.I)
+_SIZE = re.compile(r"\s*([0-9]+)\s*([kmgt]?)(i?b)?\s*", re.I)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
 def parse_size(text: str) -> int:
     """`67108864`, `64m`, `64MB`, `64MiB`, `1g` -> bytes (binary units)."""
-    m = _SIZE.match(text)
+    m = _SIZE.fullmatch(text)
     if not m:
         raise ValueError("expected a size such as 67108864, 64m or 1g")
     return int(m.group(1)) * _UNITS[m.group(2).lower()]
@@ -323,14 +323,14 @@ def _integer_at_least(text: str, low: int, expected: str) -> int:
     return value
 
 
-_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|min|h|d)?\s*$", re.I)
+_DURATION = re.compile(r"\s*([0-9]+)\s*(ms|s|m|min|h|d)?\s*", re.I)
 _DURATION_MS = {"ms": 1, "": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000,
                 "d": 86_400_000}
 
 
 def parse_duration_ms(text: str) -> int:
     """`15m`, `30s`, `500ms`, `1h`, or plain milliseconds (Kafka's maxTriggerDelay forms)."""
-    m = _DURATION.match(text)
+    m = _DURATION.fullmatch(text)
     if not m:
         raise ValueError("expected a duration such as 15m, 30s, 500ms or 1h")
     return int(m.group(1)) * _DURATION_MS[(m.group(2) or "").lower()]
@@ -339,7 +339,7 @@ def parse_duration_ms(text: str) -> int:
 def parse_timestamp_us(text: str) -> int:
     """Milliseconds since the epoch, or ISO-8601 (naive means UTC) -> microseconds."""
     t = text.strip()
-    if re.fullmatch(r"-?\d+", t):
+    if re.fullmatch(r"-?[0-9]+", t):
         return int(t) * 1000
     try:
         ts = _dt.datetime.fromisoformat(t.replace("Z", "+00:00"))

@@ -11,6 +11,7 @@ import hashlib
 import logging
 import os
 import re
+import unicodedata
 from urllib.parse import quote, unquote, urlsplit
 
 from wal3_spark.errors import InvalidUrl
@@ -49,6 +50,11 @@ def join_url(url: str, child: str) -> str:
     return f"{base}/{child}" if child else base
 
 
+#: the Unicode categories no URL or path wal3 opens may hold: controls (line ends, tabs, NUL,
+#: escapes) and line or paragraph separators
+_CONTROL = frozenset({"Cc", "Zl", "Zp"})
+
+
 def split_url(url: str) -> tuple[str, str, str]:
     """`(scheme, authority, path)` of a store URL; a plain path has scheme `"file"`.
 
@@ -56,6 +62,7 @@ def split_url(url: str) -> tuple[str, str, str]:
     """
     if not isinstance(url, str) or not url.strip():
         raise InvalidUrl(f"a store URL must be a non-empty string, got {url!r}")
+    _check_no_control(url, url)
     if "://" not in url and not url.startswith("file:"):
         return "file", "", os.path.abspath(os.path.expanduser(url))
     parts = urlsplit(url)
@@ -65,8 +72,20 @@ def split_url(url: str) -> tuple[str, str, str]:
     if scheme == "file":
         if parts.netloc not in ("", "localhost"):
             raise InvalidUrl(f"file URL {url!r} names host {parts.netloc!r}; use file:///abs/path")
-        return "file", "", os.path.abspath(unquote(parts.path) or "/")
+        path = unquote(parts.path)
+        _check_no_control(url, path)  # `%0A` decodes to a line end too
+        return "file", "", os.path.abspath(path or "/")
     return scheme, parts.netloc, parts.path.strip("/")
+
+
+def _check_no_control(url: str, text: str) -> None:
+    """Refuse `url` if `text` (it, or its decoded path) holds a control character: urlsplit
+    drops tabs and line ends silently (`s3://b/x\\n` would open `s3://b/x`), and a local path
+    would keep them in a directory's name; neither is what was meant."""
+    control = sorted({c for c in text if unicodedata.category(c) in _CONTROL})
+    if control:
+        raise InvalidUrl(f"store URL {url!r} contains the control character(s) "
+                         f"{', '.join(repr(c) for c in control)}: remove them (a line end pasted with it?)")
 
 
 def file_url(path: str) -> str:
