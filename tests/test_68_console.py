@@ -526,8 +526,14 @@ def test_17_another_sites_page_cannot_use_the_console(prefix: str) -> None:
         status, text = request("GET", "/log/orders/records", {"Host": f"rebound.example:{port}"})
         assert status == 403 and "is not this machine" in text and "row 1" not in text
         assert request("GET", "/metrics", {"Host": f"rebound.example:{port}"})[0] == 403
-        status, text = request("POST", "/log/orders/verify", {"Host": f"127.0.0.1:{port}", "Origin": "https://evil.example"})
-        assert status == 403 and "refused" in text
+        for foreign in ({"Origin": "https://evil.example"}, {"Origin": "null"}, {"Origin": f"file://127.0.0.1:{port}"},
+                        {"Origin": f"http://127.0.0.1:{port}", "Sec-Fetch-Site": "cross-site"},
+                        {"Sec-Fetch-Site": "same-site"}):
+            status, text = request("POST", "/log/orders/verify", {"Host": f"127.0.0.1:{port}", **foreign})
+            assert status == 403 and "refused" in text, foreign
+        for own in ({"Origin": f"http://127.0.0.1:{port}", "Sec-Fetch-Site": "same-origin"},
+                    {"Origin": f"http://LOCALHOST:{port}", "Host": f"localhost:{port}"}, {}):
+            assert request("POST", "/log/orders/verify", {"Host": f"127.0.0.1:{port}", **own})[0] == 303, own
         own = {"Host": f"127.0.0.1:{port}", "Origin": f"http://127.0.0.1:{port}"}
         assert request("POST", "/log/orders/verify", own)[0] == 303
     # bound to every address, any Host may ask (the command warns that anyone can read)
@@ -537,3 +543,82 @@ def test_17_another_sites_page_cannot_use_the_console(prefix: str) -> None:
         connection.request("GET", "/", headers={"Host": "console.internal"})
         assert connection.getresponse().status in (200, 302)
         connection.close()
+
+
+def test_18_a_sandboxed_frame_of_another_site_cannot_start_a_verify(prefix: str, browser) -> None:  # noqa: ANN001
+    """A sandboxed frame's POST carries `Origin: null`, which the console let through: a page of
+    another site (here another port) made the operator's browser start a verify. Such frames,
+    and the other site's plain form, are refused; the console's own verify form still works."""
+    import http.server
+
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    with serving(create_app(Target.open(open_store(prefix)))) as console:
+        form = (f"<form method='post' action='{console.url}log/orders/verify'></form>"
+                "<script>document.forms[0].submit()</script>")
+        page = (f'<iframe id="sandboxed" sandbox="allow-forms allow-scripts" srcdoc="{form}"></iframe>'
+                f'<iframe id="plain" srcdoc="{form}"></iframe>').encode()
+
+        class Attacker(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - the base class's name
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.end_headers()
+                self.wfile.write(page)
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+                pass
+
+        attacker = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Attacker)
+        thread = threading.Thread(target=attacker.serve_forever, daemon=True)
+        thread.start()
+        try:
+            browser.get(f"http://127.0.0.1:{attacker.server_address[1]}/")
+            for frame in ("sandboxed", "plain"):
+                browser.switch_to.default_content()
+                browser.switch_to.frame(frame)
+                WebDriverWait(browser, 60, poll_frequency=0.05).until(lambda d: d.execute_script(
+                    "return document.readyState == 'complete' && location.href.startsWith(arguments[0])",
+                    console.url))
+                assert "refused" in browser.find_element(By.TAG_NAME, "body").text, frame
+        finally:
+            browser.switch_to.default_content()
+            attacker.shutdown()
+            attacker.server_close()
+            thread.join(timeout=30)
+        browser.get(f"{console.url}log/orders/verify")
+        assert not browser.find_elements(By.ID, "verify-state"), "another site's page started a verify"
+        follow(browser, browser.find_element(By.ID, "verify-start"))  # the console's own form
+        assert verify_result(browser)[0] == "ok"
+
+
+def test_19_every_store_the_console_opens_refuses_writes(tmp_path: Path) -> None:
+    """The console reaches a branch's parent through `open_like`, which unwrapped its read-only
+    store to reuse the client and so handed back a writable one (also from the cache a writable
+    branch store had filled in the same process). Every page of a branch works, and a write
+    through any store the console holds, the parent's included, is refused."""
+    from wal3_spark.log.branches import branch
+    from wal3_spark.log.parents import parent_store
+
+    root = file_url(str(tmp_path / "set"))
+    _append(f"{root}/parent", 3)
+    branch(f"{root}/parent", f"{root}/child", at=1 + 2 * BATCH)  # fills the parent-store cache, writable
+    _append(f"{root}/child", 1)
+    before = sorted((m.key, m.etag) for m in open_store(root).list())
+    for target in (Target.open(open_store(root)), Target.open(open_store(f"{root}/child"))):
+        client = create_app(target).test_client()
+        for page in ("", "/records?start=1&size=200", "/fragments", "/gc", "/verify"):
+            response = client.get(f"/log/child{page}")
+            assert response.status_code == 200, (page, response.text)
+        assert 'data-figure="records">120<' in client.get("/log/child").text
+        assert client.post("/log/child/verify").status_code == 303
+        _until(lambda client=client: 'data-state="running"' not in client.get("/log/child/verify").text, "verify")
+        assert 'data-state="ok"' in client.get("/log/child/verify").text
+        child = target.log_store("child")
+        for store in (child, parent_store(child, f"{root}/parent")):
+            for write in (lambda: store.put_if_absent("x", b""), lambda: store.put_if_match("manifest/MANIFEST", b"", "e"),
+                          lambda: store.delete("manifest/MANIFEST")):
+                with pytest.raises(AccessDenied, match="the wal3 console is read-only"):
+                    write()
+    assert sorted((m.key, m.etag) for m in open_store(root).list()) == before

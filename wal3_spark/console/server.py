@@ -56,21 +56,45 @@ def same_machine_only(app: Callable[..., Any], loopback: bool) -> Callable[..., 
     opens: through DNS rebinding (a name of the attacker's that resolves to 127.0.0.1, so the
     page reads the log's records), and by a form posted to it (starting a verify). So, when
     `loopback`, a request whose Host is not a loopback name is refused (whatever its port: an
-    SSH tunnel's local port is fine), and, always, a POST whose Origin is another site's."""
+    SSH tunnel's local port is fine), and, always, a POST from another site's page
+    (`_foreign_page`)."""
 
     def guarded(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         host = environ.get("HTTP_HOST", "")
         if loopback and _host_name(host).lower() not in LOOPBACK_NAMES:
             return _refuse(start_response, f"Host {host!r} is not this machine: this server listens on "
                            "the loopback only (open it as http://127.0.0.1:PORT/, or listen with --host)")
-        origin = environ.get("HTTP_ORIGIN")
-        if environ.get("REQUEST_METHOD") == "POST" and origin and origin != "null":
-            if urlsplit(origin).netloc != host:
-                return _refuse(start_response, f"a POST from the page of {origin} is refused: "
+        if environ.get("REQUEST_METHOD") == "POST":
+            foreign = _foreign_page(environ, host)
+            if foreign is not None:
+                return _refuse(start_response, f"a POST from {foreign} is refused: "
                                "only this server's own pages may start a verify")
         return app(environ, start_response)
 
     return guarded
+
+
+#: what a browser's Sec-Fetch-Site says of a request a page of this server made ("same-origin"),
+#: or the operator did by hand (typed, bookmarked: "none")
+_OWN_FETCH_SITES = frozenset({"same-origin", "none"})
+
+
+def _foreign_page(environ: dict[str, Any], host: str) -> str | None:
+    """Which other page a browser says a POST comes from, or None for this server's own pages
+    and for clients that are no browser (curl, scripts: they send neither header).
+
+    The Origin must be this server's own: `null` is what a sandboxed frame, a `data:` page or a
+    redirect across sites sends, so another site's page can send it on purpose, and is refused
+    like any other site's. A browser's Sec-Fetch-Site, where sent, must agree."""
+    origin = environ.get("HTTP_ORIGIN")
+    if origin is not None:
+        parts = urlsplit(origin)
+        if origin == "null" or parts.scheme not in ("http", "https") or parts.netloc.lower() != host.lower():
+            return f"the page of {origin}"
+    site = environ.get("HTTP_SEC_FETCH_SITE")
+    if site is not None and site.lower() not in _OWN_FETCH_SITES:
+        return f"a {site} page (Sec-Fetch-Site)"
+    return None
 
 
 class ConsoleServer:

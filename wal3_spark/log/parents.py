@@ -11,9 +11,10 @@ import threading
 
 from wal3_spark.storage import open_like
 from wal3_spark.storage.base import ObjectStore
+from wal3_spark.storage.readonly import read_only_of
 
 _LIMIT = 256
-_stores: dict[tuple[str, str], ObjectStore] = {}
+_stores: dict[tuple[str, str, bool], ObjectStore] = {}
 _lock = threading.Lock()
 
 
@@ -21,7 +22,7 @@ def parent_store(store: ObjectStore, url: str) -> ObjectStore:
     """The store of the log at `url`, opened like `store` (itself when `url` is its URL)."""
     if url == store.url:
         return store
-    key = (store.url, url)
+    key = (store.url, url, read_only_of(store) is not None)  # a read-only store's parent is read-only too
     with _lock:
         cached = _stores.get(key)
     if cached is not None:

@@ -20,6 +20,7 @@ from wal3_spark.storage.base import Blob, ObjectMeta, ObjectStore
 from wal3_spark.storage.common import join_url, split_url
 from wal3_spark.storage.local import LocalStore
 from wal3_spark.storage.memory import MemoryStore
+from wal3_spark.storage.readonly import ReadOnlyStore, read_only_of
 from wal3_spark.storage.azure import AZURE_OPTIONS, AzureSettings, AzureStore, parse_abfs_authority
 from wal3_spark.storage.gcs import GCS_OPTIONS, GCSSettings, GCSStore
 from wal3_spark.storage.s3 import S3_OPTIONS, S3Settings, S3Store
@@ -99,9 +100,18 @@ def open_store(url: str, options: Mapping[str, str] | None = None) -> ObjectStor
 def open_like(store: ObjectStore, url: str) -> ObjectStore:
     """The store rooted at `url`, opened with `store`'s settings (endpoint, credentials) when
     both are the same kind of cloud store: how a log reaches another log it names (a branch its
-    parent) with the options it was itself opened with. `store` itself when `url` is its own."""
+    parent) with the options it was itself opened with. `store` itself when `url` is its own.
+
+    A read-only `store` (the console's) gives a read-only store: unwrapping it to reach its
+    client must not make the other log writable."""
     if url == store.url:
         return store
+    opened = _open_with_settings(store, url)
+    readonly = read_only_of(store)
+    return opened if readonly is None else ReadOnlyStore(opened, readonly.who)
+
+
+def _open_with_settings(store: ObjectStore, url: str) -> ObjectStore:
     inner = store
     while not isinstance(inner, (S3Store, GCSStore, AzureStore)) and getattr(inner, "inner", None) is not None:
         inner = inner.inner  # a wrapper (retries, hedging, a log set's prefix): its client's store

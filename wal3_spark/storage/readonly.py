@@ -32,3 +32,15 @@ class ReadOnlyStore(ForwardingStore):
     def _refused(self, what: str, key: str) -> AccessDenied:
         return AccessDenied(f"{self.url}: {self.who} is read-only and refused to {what} {key!r}; "
                             "use the `wal3` commands that change a log (gc, seal, cursor set) instead")
+
+
+def read_only_of(store: ObjectStore) -> ReadOnlyStore | None:
+    """The read-only wrapper `store` is or wraps (through other wrappers, a log set's prefix
+    included), or None when it may write. A store opened from it for another URL (a branch's
+    parent) must be read-only too: see `wal3_spark.storage.open_like`."""
+    inner: ObjectStore | None = store
+    while inner is not None:
+        if isinstance(inner, ReadOnlyStore):
+            return inner
+        inner = getattr(inner, "inner", None)
+    return None
