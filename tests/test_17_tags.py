@@ -169,3 +169,16 @@ def test_06_a_tag_or_pin_name_with_a_newline_or_control_character_is_refused(url
     assert main(["tag", url, f"tag{char}"]) == 2
     assert "invalid tag name" in capsys.readouterr().err
     assert [meta.key for meta in open_store(url).list("tag/")] == []
+
+
+def test_07_a_tag_naming_no_records_reads_zero_rows_after_gc(url, spark):
+    """A tag made at the oldest offset names an empty range, which garbage collection cannot take
+    anything from: it failed with DataLost once the oldest offset moved past it."""
+    fill(url, 2)  # [1, 11)
+    TagStore(url).create("empty", at=1)
+    fill(url, 2, start=10)
+    collect(url)
+    assert LogReader(url).manifest().oldest_offset > 1
+    assert TagStore(url).range("empty") == (1, 1)
+    assert tagged(url, "empty") == []
+    assert spark.read.format("wal3").option("tag", "empty").load(url).count() == 0

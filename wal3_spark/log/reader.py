@@ -280,10 +280,13 @@ class LogReader:
         self, manifest: Manifest, start: int | None, limit: int | None, fail_on_data_loss: bool
     ) -> tuple[int, int]:
         """[start, limit) within the log: the oldest offset and the tail by default, the limit
-        cut at the tail, and a start below the oldest offset refused (or skipped ahead)."""
+        cut at the tail, and a start below the oldest offset refused (or skipped ahead). An empty
+        range below the oldest offset (a tag of no records) lost nothing: it reads nothing."""
         oldest, tail = manifest.oldest_offset, manifest.next_offset
         start = oldest if start is None else start
         limit = tail if limit is None else min(limit, tail)
+        if start < oldest and limit <= start:
+            return oldest, oldest
         if start < oldest:
             self.confirm_oldest(manifest)
             if fail_on_data_loss:

@@ -128,7 +128,7 @@ class TagStore:
                 f"tag {name!r} was made in an earlier log at {self.url} (deleted and created again "
                 f"since: incarnation then {tag.incarnation}, now {manifest.incarnation}); delete it"
             )
-        if tag.start < manifest.oldest_offset:
+        if tag.start < min(tag.offset, manifest.oldest_offset):  # an empty range loses nothing
             raise DataLost(self.url, tag.start, manifest.oldest_offset, fix=(
                 f"Tag {name!r} names [{tag.start}, {tag.offset}) and is not read in part; a tag "
                 "made with hold (`wal3 tag LOG NAME --hold`) keeps its records from garbage collection"))
