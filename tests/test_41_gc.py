@@ -408,3 +408,56 @@ def test_14_an_apply_never_publishes_a_rebuilt_snapshot_a_concurrent_sweep_delet
     assert "apply" in report.steps and Committer_manifest(store).oldest_offset <= 50
     assert offsets_and_bodies(store, 50) == [(o, body(o - 1)) for o in range(50, 161)]
     assert verify(store).ok
+
+
+def test_15_a_hold_made_between_listing_holds_and_writing_the_garbage_is_reported_as_kept(tmp_path):
+    """A held tag written after the run listed the holds and before it wrote its garbage makes
+    the run compute again and collect nothing; its report said 50 records and 10 fragments
+    dropped from the first computation. A report says what the run did."""
+    from wal3_spark.log.tags import TagStore
+    from wal3_spark.storage.forwarding import ForwardingStore
+
+    class TagBeforeGarbage(ForwardingStore):
+        """Creates a held tag (on `inner`) just before the first write of gc/GARBAGE."""
+
+        fired = False
+
+        def _tag_first(self, key: str) -> None:
+            if key == GARBAGE_KEY and not self.fired:
+                self.fired = True
+                TagStore(self.inner).create("audit", hold=True)
+
+        def put_if_absent(self, key: str, data: bytes) -> str:
+            self._tag_first(key)
+            return super().put_if_absent(key, data)
+
+        def put_if_match(self, key: str, data: bytes, etag: str) -> str:
+            self._tag_first(key)
+            return super().put_if_match(key, data, etag)
+
+    store = open_store(str(tmp_path / "log"))
+    fill(store)  # [1, 51), 10 fragments
+    CursorStore(store).create("c", 51)
+    hooked = TagBeforeGarbage(store)
+    report = GarbageCollector(hooked, grace_s=0, force=True).run()
+    assert hooked.fired
+    assert LogReader(store).manifest().oldest_offset == 1 and report.oldest_offset == 1
+    assert (report.first_to_keep, report.records_dropped, report.fragments_dropped, report.snapshots_dropped) == (None, 0, 0, 0)
+    assert report.holds == {"tag/audit.json": 1} and report.cutoff == 1
+    assert "apply" not in report.steps and report.deleted == []
+    assert any("a hold at 1 appeared" in note for note in report.notes), report.notes
+    # the next run, with the tag gone, collects and says so
+    TagStore(store).delete("audit")
+    again = GarbageCollector(store, grace_s=0, force=True).run()
+    assert (again.first_to_keep, again.records_dropped, again.fragments_dropped) == (51, 50, 10)
+
+
+def test_16_a_run_that_finishes_a_crashed_runs_garbage_reports_what_it_drops(tmp_path):
+    store = open_store(str(tmp_path / "log"))
+    fill(store)  # [1, 51), 10 fragments
+    CursorStore(store).create("c", 26)
+    with pytest.raises(Crash):
+        GarbageCollector(store, grace_s=0, after_step=crash_after("compute")).run()
+    report = GarbageCollector(store, grace_s=0).run()
+    assert report.steps == ["apply", "mark", "delete", "reset"]
+    assert (report.first_to_keep, report.records_dropped, report.fragments_dropped) == (26, 25, 5)

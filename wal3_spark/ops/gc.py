@@ -113,6 +113,13 @@ class GCReport:
         return asdict(self)
 
 
+def _forget(report: GCReport) -> None:
+    """Clear what `report` says the run drops: the garbage it described was discarded (a hold
+    appeared, it went stale, another run's won), and a report says what happened."""
+    report.first_to_keep = None
+    report.records_dropped = report.fragments_dropped = report.snapshots_dropped = 0
+
+
 @dataclass(frozen=True)
 class _Referenced:
     fragments: frozenset[str]
@@ -267,16 +274,20 @@ class GarbageCollector:
                     report.notes.append(f"a hold at {held} appeared since the garbage was "
                                         "computed; computing it again")
                     self._replace_garbage(garbage, Garbage.empty())
+                    _forget(report)
                     report.holds = {h.key: h.start for h in holds(self.store)}
                     report.cutoff = self._cutoff(report.cursors, keep_from, report.holds)
                     computed = False
                     continue
+                if report.first_to_keep != garbage.first_to_keep:
+                    self._measure(report, manifest, garbage)  # another run's (or a crashed one's)
                 try:
                     self.committer.update(lambda m: self._apply(m, garbage))
                 except GarbageStale as exc:
                     log.warning("%s: %s; computing it again", self.url, exc)
                     report.notes.append(f"stale garbage reset: {exc}")
                     self._replace_garbage(garbage, Garbage.empty())
+                    _forget(report)
                     computed = False
                     continue
                 self._step(report, "apply")
@@ -381,18 +392,16 @@ class GarbageCollector:
             self._describe(report, manifest, garbage)
         if not self._replace_garbage(Garbage.empty(), garbage):
             report.notes.append("another garbage collection started at the same time")
+            _forget(report)
             return True  # look again: finish whatever the other one wrote
         self._step(report, "compute")
         return True
 
     def _describe(self, report: GCReport, manifest: Manifest, garbage: Garbage) -> None:
         """Fill in what the garbage drops; refuse (unless forced) when it is too much."""
+        self._measure(report, manifest, garbage)
         total = manifest.next_offset - manifest.own_oldest_offset
-        dropped = garbage.first_to_keep - manifest.own_oldest_offset
-        report.first_to_keep = garbage.first_to_keep
-        report.records_dropped = dropped
-        report.snapshots_dropped = len(garbage.snapshots_to_drop)
-        report.fragments_dropped = self._count_dropped_fragments(manifest, garbage)
+        dropped = report.records_dropped
         share = dropped / total if total else 0.0
         if share > self.max_drop_share and not self.force:
             raise GCRefused(
@@ -402,8 +411,12 @@ class GarbageCollector:
                 "then pass --force (force=True) or raise --max-drop-share"
             )
 
-    def _count_dropped_fragments(self, manifest: Manifest, garbage: Garbage) -> int:
-        return sum(
+    def _measure(self, report: GCReport, manifest: Manifest, garbage: Garbage) -> None:
+        """Fill in what `garbage` drops from `manifest` (which does not hold it applied yet)."""
+        report.first_to_keep = garbage.first_to_keep
+        report.records_dropped = garbage.first_to_keep - manifest.own_oldest_offset
+        report.snapshots_dropped = len(garbage.snapshots_to_drop)
+        report.fragments_dropped = sum(
             1 for f in iter_fragments(self.store, manifest, 0, garbage.first_to_keep,
                                       cache=self.snapshots)
             if f.limit <= garbage.first_to_keep
