@@ -121,6 +121,17 @@ def test_04_cli(url, capsys):
     assert json.loads(capsys.readouterr().out)["deleted"] is True
     assert main(["tag", url, "nope", "--delete"]) == 1
     assert "no tag 'nope'" in capsys.readouterr().err
+    main(["tag", url, "kept"])
+    capsys.readouterr()
+    # a combination that would do something else than asked is a usage error, and does nothing
+    for argv, match in ((["--delete"], "--delete without a tag NAME"), (["--at", "3"], "--at without a tag NAME"),
+                        (["--hold"], "--hold without a tag NAME"), (["kept", "--list"], "--list takes no NAME"),
+                        (["--list", "--delete"], "--list takes no NAME and no --delete"),
+                        (["kept", "--delete", "--hold"], "--delete takes neither --at nor --hold")):
+        assert main(["tag", url, *argv]) == 2, argv
+        captured = capsys.readouterr()
+        assert match in captured.err and captured.out == "", (argv, captured)
+    assert [t.name for t in TagStore(url).list()] == ["kept"]
 
 
 def test_05_a_tag_read_is_never_partial_and_its_errors_give_the_right_fix(url):

@@ -8,7 +8,7 @@ import argparse
 from wal3_spark.cli.arguments import offset_arg, url_arg
 from wal3_spark.cli.commands import EXIT_OK, AddCommand, open_log_store
 from wal3_spark.cli.output import Output
-from wal3_spark.errors import Wal3Error
+from wal3_spark.errors import InvalidOption, Wal3Error
 from wal3_spark.log.branches import branch as create_branch, delete_branch
 from wal3_spark.log.tags import TagStore
 from wal3_spark.ops.checkpoint import checkpoint as checkpoint_log
@@ -35,6 +35,7 @@ def checkpoint(args: argparse.Namespace, output: Output) -> int:
 
 def tag(args: argparse.Namespace, output: Output) -> int:
     # `wal3 tag LOG NAME [--at N] [--hold]`, `wal3 tag LOG --list`, `wal3 tag LOG NAME --delete`
+    _check_tag_usage(args)
     tags = TagStore(open_log_store(args.url, args))
     if args.list or args.name is None:
         output.report("tag --list", {"url": tags.url, "tags": [t.to_dict() for t in tags.list()]})
@@ -45,6 +46,22 @@ def tag(args: argparse.Namespace, output: Output) -> int:
         state = tags.create(args.name, at=args.at, hold=args.hold)
         output.report("tag", {"url": tags.url, **state.to_dict()})
     return EXIT_OK
+
+
+def _check_tag_usage(args: argparse.Namespace) -> None:
+    """Refuse (a usage error) a combination that would do something else than asked: `--delete`
+    without a NAME listed the tags and exited 0, as if the deletion had happened."""
+    given = [option for option, on in (("--at", args.at is not None), ("--hold", args.hold),
+                                       ("--delete", args.delete)) if on]
+    if args.list and (args.name is not None or given):
+        raise InvalidOption(f"--list takes no NAME and no {', '.join(given) or 'other option'}: "
+                            f"`wal3 tag {args.url} --list`")
+    if args.name is None and given:
+        raise InvalidOption(f"{' and '.join(given)} without a tag NAME: give it (`wal3 tag {args.url} "
+                            f"NAME {given[0]}{' N' if given[0] == '--at' else ''}`); `wal3 tag {args.url} --list` lists the tags")
+    if args.delete and (args.at is not None or args.hold):
+        raise InvalidOption("--delete takes neither --at nor --hold (tags never move): "
+                            f"`wal3 tag {args.url} {args.name} --delete`")
 
 
 def register(add: AddCommand) -> None:
