@@ -23,7 +23,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from wal3_spark.errors import InvalidOption
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8340
@@ -37,7 +37,7 @@ class _Handler(WSGIRequestHandler):
     """Requests go to `logging` (shown with `wal3 -v`), not to stderr line by line."""
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
-        log.info("%s %s", self.address_string(), format % args)
+        logger.info("%s %s", self.address_string(), format % args)
 
 
 #: the names a request to a server bound to this machine's loopback may give as its Host

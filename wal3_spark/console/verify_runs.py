@@ -22,7 +22,7 @@ from wal3_spark.errors import Wal3Error
 from wal3_spark.ops.verify import VerifyReport, verify
 from wal3_spark.storage.base import ObjectStore
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -77,7 +77,7 @@ class VerifyRuns:
         except Wal3Error as exc:
             error = str(exc)
         except Exception as exc:  # a thread's failure must reach the page, not only stderr
-            log.exception("verify of %s failed", store.url)
+            logger.exception("verify of %s failed", store.url)
             error = f"{type(exc).__name__}: {exc}"
         finally:
             with self._lock:  # the outcome and the end together: see `get`

@@ -24,7 +24,7 @@ from wal3_spark.errors import SparkSetupError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 
 def session(app: str, master: str | None = None, conf: dict[str, str] | None = None,
@@ -116,7 +116,7 @@ def warn_if_driver_local(spark: SparkSession, url: str) -> None:
     master = spark.sparkContext.master
     if is_local_master(master) or urlparse(url).scheme not in ("", "file"):
         return
-    log.warning(
+    logger.warning(
         "%s is a path in the driver's filesystem, and the master %s runs executors on other "
         "machines: every node (the driver and each worker) must see the same files there (a "
         "shared filesystem such as NFS mounted at the same path), or executors write fragments "

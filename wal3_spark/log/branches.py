@@ -47,7 +47,7 @@ from wal3_spark.log.reader import iter_ranges
 from wal3_spark.storage import StoreLike, resolve_store
 from wal3_spark.storage.base import ObjectStore
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 BRANCH_WRITER = "wal3-spark branch"
 #: a branch is published within this long of its pin, or not at all: a third of the shortest
@@ -184,7 +184,7 @@ def branch(
         _release(src, key)
         raise BranchError(f"{dst.url}: another process created a log there meanwhile; nothing was published")
     _step(after_step, "publish")
-    log.info("%s: branched from %s at %d (reads [%d, %d) from it)", dst.url, src.url, offset, start, offset)
+    logger.info("%s: branched from %s at %d (reads [%d, %d) from it)", dst.url, src.url, offset, start, offset)
     return BranchReport(dst.url, src.url, offset, start, name, setsum.hexdigest())
 
 

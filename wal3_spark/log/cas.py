@@ -49,7 +49,7 @@ from wal3_spark.errors import (
 from wal3_spark.storage.base import ObjectStore
 from wal3_spark.storage.retry import backoff_delays
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -236,7 +236,7 @@ class CasObject(Generic[T]):
                     failures += 1
                     if out_of_time():
                         return result(Outcome.UNKNOWN, exc)
-                    log.warning("%s: could not check whether %s landed: %s", self.store.url, self.key, exc)
+                    logger.warning("%s: could not check whether %s landed: %s", self.store.url, self.key, exc)
                     self.clock.sleep(next(delays))
                     try:
                         current = self._read(deadline, delays, lost_on or _version(current))
@@ -248,7 +248,7 @@ class CasObject(Generic[T]):
                 if found is None:
                     return result(Outcome.UNKNOWN)
                 if found:
-                    log.info("%s: the ambiguous write of %s had landed", self.store.url, self.key)
+                    logger.info("%s: the ambiguous write of %s had landed", self.store.url, self.key)
                     return result(Outcome.WRITTEN)
                 if lost_on is not _NO_LOST_WRITE and _version(current) != lost_on:
                     lost_on = _NO_LOST_WRITE  # its condition is gone: it can never land
@@ -274,20 +274,20 @@ class CasObject(Generic[T]):
                 return result(Outcome.WRITTEN)
             except PreconditionFailed:
                 conflicts += 1
-                log.debug("%s: %s changed under us (attempt %d)", self.store.url, self.key, attempts)
+                logger.debug("%s: %s changed under us (attempt %d)", self.store.url, self.key, attempts)
                 self.clock.sleep(next(delays))
             except StaleVersion as exc:  # the decision found the version it read replaced: read again
                 conflicts, failures = conflicts + 1, failures + 1
-                log.info("%s: %s changed under a decision (%s); reading it again", self.store.url, self.key, exc)
+                logger.info("%s: %s changed under a decision (%s); reading it again", self.store.url, self.key, exc)
             except AmbiguousWrite as exc:
-                log.warning("%s: %s; checking whether it landed", self.store.url, exc)
+                logger.warning("%s: %s; checking whether it landed", self.store.url, exc)
                 sent.append(data)
                 lost_on = _version(current)
             except TransientError as exc:
                 if not sent and attempts == 0:
                     raise  # nothing was sent yet: known not to have changed anything
                 failures, error = failures + 1, exc
-                log.warning("%s: transient error writing %s: %s", self.store.url, self.key, exc)
+                logger.warning("%s: transient error writing %s: %s", self.store.url, self.key, exc)
                 self.clock.sleep(next(delays))
             except Exception as exc:  # noqa: BLE001 (a refusal, unless a lost write may land)
                 if lost_on is _NO_LOST_WRITE:

@@ -60,7 +60,7 @@ from wal3_spark.log.cas import InFlight, Versioned
 from wal3_spark.log.committer import CommitResult, Committer
 from wal3_spark.storage.common import md5_etag
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 P = TypeVar("P")
 
@@ -152,7 +152,7 @@ class ManifestChain(Generic[P]):
                                                   incarnation=incarnation)
         except Exception as exc:  # noqa: BLE001 (the ordinary commit below raises it again, if real)
             if not isinstance(exc, _Ordinary):
-                log.debug("%s: deciding a pipelined commit failed (%s); committing in order", self.store.url, exc)
+                logger.debug("%s: deciding a pipelined commit failed (%s); committing in order", self.store.url, exc)
             self._drain()
             self._resolve_in_order([_Item(payload, files, schema, incarnation, None, None)])
             return
@@ -216,12 +216,12 @@ class ManifestChain(Generic[P]):
         for _ in range(last + 1):
             link = self._links.popleft()
             if link.answer.done() and not _succeeded(link):
-                log.warning("%s: a pipelined manifest write was answered %r, but a write chained "
+                logger.warning("%s: a pipelined manifest write was answered %r, but a write chained "
                             "on it landed, so it landed too", self.store.url, link.answer.exception())
             self._resolved.append(Resolved(link.payload, link.start))
         etag = link.answer.result()
         if etag != link.predicted and self._depth > 1:
-            log.warning("%s: the store's ETag for a manifest write is not the MD5 of its bytes "
+            logger.warning("%s: the store's ETag for a manifest write is not the MD5 of its bytes "
                         "(%s, expected %s): pipelined manifest writes are off for this writer",
                         self.store.url, etag, link.predicted)
             self._depth = 1
@@ -289,7 +289,7 @@ class ManifestChain(Generic[P]):
             if len(items) == 1:
                 self._resolved.append(Resolved(items[0].payload, None, exc))
                 return
-            log.warning("%s: some of these pipelined writes landed despite their answers (%s); "
+            logger.warning("%s: some of these pipelined writes landed despite their answers (%s); "
                         "committing them one at a time", self.store.url, exc)
             for item in items:
                 self._commit_fresh([item])
@@ -309,20 +309,20 @@ class ManifestChain(Generic[P]):
         try:
             found = self.committer.find(item.files, item.start)
         except Exception as exc:  # noqa: BLE001 (the refusal stands; say why it was not checked)
-            log.warning("%s: could not check whether a refused manifest write landed: %s", self.store.url, exc)
+            logger.warning("%s: could not check whether a refused manifest write landed: %s", self.store.url, exc)
             found = None
         if found is None:  # a refusal wrote nothing: the outcome is CommitFailed, its cause said
             failed = CommitFailed.nothing_written(self.store.url, error) if isinstance(error, Exception) else error
             self._resolved.append(Resolved(item.payload, None, failed))
         else:
-            log.warning("%s: a manifest write answered %r had landed at %d", self.store.url, error, found)
+            logger.warning("%s: a manifest write answered %r had landed at %d", self.store.url, error, found)
             self._resolved.append(Resolved(item.payload, found))
 
     def _resolve_ambiguous(self, item: _Item[P], error: BaseException | None) -> CommitOutcomeUnknown | None:
         """Find the link, or write it again only on the version it was conditioned on; returns
         the CommitOutcomeUnknown it ended with, if it did."""
         assert item.link is not None and item.start is not None
-        log.warning("%s: a pipelined manifest write's outcome is unknown (%s); resolving it",
+        logger.warning("%s: a pipelined manifest write's outcome is unknown (%s); resolving it",
                     self.store.url, error or "a success no later write proved")
         try:
             start = self._commit(item.files, item.schema, InFlight(item.link.data, item.link.on), item.start,

@@ -85,7 +85,7 @@ from wal3_spark.storage import StoreLike, resolve_store
 from wal3_spark.storage.base import ObjectStore
 from wal3_spark.storage.retry import retry
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -211,7 +211,7 @@ class Committer:
                 "failing): run `wal3 info` on it, or retry"
             ) from result.cause
         if result.outcome is Outcome.WRITTEN:
-            log.info("created log %s", self.url)
+            logger.info("created log %s", self.url)
         return result.current.value, result.current.etag
 
     def prepare(
@@ -347,7 +347,7 @@ class Committer:
         if result.outcome is Outcome.NOTHING_TO_DO and "already" in placed:
             start = placed["already"]
             limit = start + sum(f.records for f in fragments)
-            log.warning("%s: these fragments (%s, ...) were already committed at [%d, %d); "
+            logger.warning("%s: these fragments (%s, ...) were already committed at [%d, %d); "
                         "nothing was written", self.url, paths[0], start, limit)
             return CommitResult(start, limit, result.current.value, duplicate=True,
                                 attempts=result.attempts, conflicts=result.conflicts)
@@ -355,7 +355,7 @@ class Committer:
             tail = result.current.value.next_offset
             return CommitResult(tail, tail, result.current.value, attempts=0)
         if result.outcome is Outcome.NOTHING_TO_DO:
-            log.info("%s: txn %s version %s already committed; skipped", self.url, app_id, version)
+            logger.info("%s: txn %s version %s already committed; skipped", self.url, app_id, version)
             return CommitResult(0, 0, result.current.value, duplicate=True,
                                 attempts=result.attempts, conflicts=result.conflicts)
         start = placed["start"]
@@ -430,7 +430,7 @@ class Committer:
         try:
             return self.dirty_log.record_commit(self.store, tail)
         except Exception as exc:  # noqa: BLE001 (the commit happened; see the docstring)
-            log.warning("%s: could not record the commit in the dirty log: %s", self.url, exc)
+            logger.warning("%s: could not record the commit in the dirty log: %s", self.url, exc)
             return None
 
     def update(self, decide: Callable[[Manifest], Manifest | None]) -> Manifest | None:
@@ -618,7 +618,7 @@ def write_snapshot(store: ObjectStore, snapshot: Snapshot, *, horizon_us: int | 
                 return True
         except ObjectNotFound:
             raise TransientError(f"{snapshot.path} was not written: writing it again") from None
-        log.info("%s was written before the orphan horizon: rolling a different one", snapshot.path)
+        logger.info("%s was written before the orphan horizon: rolling a different one", snapshot.path)
         return False
 
     return retry(attempt, what=f"write {snapshot.path}")
@@ -633,7 +633,7 @@ def _holds(data: bytes, snapshot: Snapshot) -> bool:
         return False
     if stored.same_content(snapshot):
         return True
-    log.warning("%s holds another snapshot with the same setsum (offsets [%d, %d), not [%d, %d)); "
+    logger.warning("%s holds another snapshot with the same setsum (offsets [%d, %d), not [%d, %d)); "
                 "rolling a different one", snapshot.path, stored.start, stored.limit,
                 snapshot.start, snapshot.limit)
     return False

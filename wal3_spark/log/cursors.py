@@ -51,7 +51,7 @@ from wal3_spark.log.reader import LogReader
 from wal3_spark.log.scan import LogScan
 from wal3_spark.storage import StoreLike, resolve_store
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -258,7 +258,7 @@ class CursorStore:
                     f"Cursor {name!r} belongs to the earlier log; read the new one from its oldest "
                     "offset with scan_from(..., on_recreated_log=\"restart\"), or set the cursor "
                     f"(`wal3 cursor set {self.url} {name} OFFSET`)")
-            log.warning("%s: cursor %s was set in an earlier incarnation of the log; reading the "
+            logger.warning("%s: cursor %s was set in an earlier incarnation of the log; reading the "
                         "new log from its oldest offset %d", self.url, name, manifest.oldest_offset)
             begin = manifest.oldest_offset
         elif begin > manifest.next_offset:
@@ -323,7 +323,7 @@ class CursorStore:
             if isinstance(current, BrokenCursor) and not allow_backwards:
                 raise self._broken(current)
             if isinstance(current, Cursor) and stale_problem(current, manifest) is not None:
-                log.warning("%s: replacing stale cursor %s (set in incarnation %s) at offset %d",
+                logger.warning("%s: replacing stale cursor %s (set in incarnation %s) at offset %d",
                             self.url, name, current.incarnation, offset)
             elif isinstance(current, Cursor):
                 if offset < current.offset and not allow_backwards:
@@ -359,10 +359,10 @@ class CursorStore:
 
         def decide(current: Cursor | BrokenCursor | None) -> Cursor | None:
             if isinstance(current, BrokenCursor):
-                log.warning("%s: replacing broken cursor %s (%s) at offset %d",
+                logger.warning("%s: replacing broken cursor %s (%s) at offset %d",
                             self.url, current.key, current.problem, offset)
             elif current is not None and current.incarnation != current_incarnation:
-                log.warning("%s: replacing cursor %s of incarnation %s (at offset %d) with offset "
+                logger.warning("%s: replacing cursor %s of incarnation %s (at offset %d) with offset "
                             "%d of incarnation %s", self.url, name, describe(current.incarnation),
                             current.offset, offset, describe(current_incarnation))
             elif current is not None and current.offset >= offset:

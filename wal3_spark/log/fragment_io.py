@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 
     from wal3_spark.format.fragment import DecodedFragment, EncodedFragment
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 _BACKOFF_BASE_S = 0.1
 _BACKOFF_CAP_S = 2.0
@@ -196,7 +196,7 @@ def write_fragment(
                 break
             raise
         except (AmbiguousWrite, TransientError) as exc:
-            log.warning("fragment upload %s failed (attempt %d): %s", path, attempt, exc)
+            logger.warning("fragment upload %s failed (attempt %d): %s", path, attempt, exc)
             if isinstance(exc, AmbiguousWrite) and _landed(store, path, encoded.data):
                 break
             delay = next(delays, None)
@@ -408,7 +408,7 @@ def read_range(
     except DataLost:
         if fail_on_data_loss:
             raise
-        log.warning("%s: offsets [%d, %d) were garbage-collected while being read; skipping them",
+        logger.warning("%s: offsets [%d, %d) were garbage-collected while being read; skipping them",
                     store.url, part.start, part.limit)
         return pa.RecordBatch.from_pylist([], schema=output_schema(payload))
     n = len(decoded.offsets)

@@ -21,7 +21,7 @@ from wal3_spark.log.head import read_manifest
 from wal3_spark.log.parents import parent_store
 from wal3_spark.storage.base import ObjectStore
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ def pin_is_live(store: ObjectStore, name: str, pin: Pin) -> bool:
     except LogNotFound:
         return False
     except Wal3Error as exc:
-        log.warning("%s: keeping pin %s: its branch %s cannot be read (%s)", store.url, name, pin.branch, exc)
+        logger.warning("%s: keeping pin %s: its branch %s cannot be read (%s)", store.url, name, pin.branch, exc)
         return True
     return branch.parent is not None and branch.parent.pin == name and branch.reads_parent
 

@@ -60,7 +60,7 @@ from wal3_spark.log.scan import LogScan, timestamp_us
 from wal3_spark.storage import StoreLike, resolve_store
 from wal3_spark.storage.base import ObjectStore
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 
 class SnapshotCache:
@@ -161,7 +161,7 @@ def iter_fragments(
         except DataLost as lost:
             if position < lost.oldest:
                 raise DataLost(store.url, position, lost.oldest) from None
-            log.info("%s: a snapshot was garbage-collected during the walk; continuing from %d "
+            logger.info("%s: a snapshot was garbage-collected during the walk; continuing from %d "
                      "in the current manifest", store.url, position)
             manifest = LogReader(store).manifest()
 
@@ -291,7 +291,7 @@ class LogReader:
             self.confirm_oldest(manifest)
             if fail_on_data_loss:
                 raise DataLost(self.url, start, oldest)
-            log.warning("%s: offsets [%d, %d) were garbage-collected; skipping", self.url, start, oldest)
+            logger.warning("%s: offsets [%d, %d) were garbage-collected; skipping", self.url, start, oldest)
             start = oldest
         return start, limit
 

@@ -53,7 +53,7 @@ from wal3_spark.storage import StoreLike, resolve_store
 from wal3_spark.storage.base import ObjectStore
 from wal3_spark.storage.hedged import HedgedStore, HedgePolicy
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 _BACKOFF_BASE_S = 0.1
 _BACKOFF_CAP_S = 2.0
@@ -505,7 +505,7 @@ class LogWriter:
                     self._send(chain, [run for batch in landed for run in batch.runs])
                     resolved = chain.settle()
             except BaseException as exc:  # a bug here must not leave waiters hanging forever
-                log.exception("%s: the commit thread failed", self.url)
+                logger.exception("%s: the commit thread failed", self.url)
                 unknown = CommitOutcomeUnknown(
                     f"the commit thread of the LogWriter for {self.url} failed ({exc!r}): these "
                     "appends may or may not be in the log; run `wal3 verify` on it")

@@ -49,7 +49,7 @@ from wal3_spark.storage import StoreLike, resolve_store
 from wal3_spark.storage.base import ObjectStore
 from wal3_spark.storage.prefixed import PrefixedStore
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 DIRTY_LOG_NAME = "_dirty"
 DIRTY_SCHEMA = pa.schema(
@@ -173,7 +173,7 @@ class DirtyLog:
 def _log_failure(future: Future, url: str, names: list[str]) -> None:
     error = None if future.cancelled() else future.exception()
     if error is not None:
-        log.warning(
+        logger.warning(
             "%s: could not record that %s changed (%s); the data is committed, and readers of the "
             "log set will see the change at their next full scan", url, ", ".join(names[:5]), error
         )
@@ -245,20 +245,20 @@ def changes_since(
     except LogNotFound:
         manifest = None
     except Wal3Error as exc:
-        log.warning("%s: cannot read the dirty log (%s); reading every manifest", logs.url, exc)
+        logger.warning("%s: cannot read the dirty log (%s); reading every manifest", logs.url, exc)
         return _full_scan(logs, FIRST_OFFSET, now_us)
     if manifest is None:
         return _full_scan(logs, FIRST_OFFSET, now_us)
     if position is None or now_us - position.full_scan_us >= full_scan_every_s * 1_000_000:
         return _full_scan(logs, manifest.next_offset, now_us)
     if position.offset > manifest.next_offset:
-        log.warning("%s: the dirty log ends at %d, before this reader's position %d (it was "
+        logger.warning("%s: the dirty log ends at %d, before this reader's position %d (it was "
                     "replaced?); reading every manifest", logs.url, manifest.next_offset, position.offset)
         return _full_scan(logs, manifest.next_offset, now_us)
     try:
         tails, tail = read_dirty(dirty_store(logs.store), position.offset, manifest)
     except Wal3Error as exc:
-        log.warning("%s: cannot read the dirty log (%s); reading every manifest", logs.url, exc)
+        logger.warning("%s: cannot read the dirty log (%s); reading every manifest", logs.url, exc)
         return _full_scan(logs, manifest.next_offset, now_us)
     selected = {name: t for name, t in tails.items() if logs.selection.matches(name)}
     return LogSetChanges(selected, DirtyPosition(tail, position.full_scan_us), full_scan=False)
@@ -284,7 +284,7 @@ def read_dirty(
         manifest = manifest or reader.manifest()
         begin = max(start, manifest.oldest_offset)
         if begin > start:
-            log.info("%s: offsets [%d, %d) were rolled up and collected; reading on from %d",
+            logger.info("%s: offsets [%d, %d) were rolled up and collected; reading on from %d",
                      store.url, start, begin, begin)
         try:
             return _merge(reader.read(begin, manifest=manifest), start), manifest.next_offset
@@ -361,6 +361,6 @@ def roll_up(
     result = Committer(store, writer=writer).commit(
         files, schema=DIRTY_SCHEMA, app_id=ROLLUP_TXN, version=up_to, incarnation=manifest.incarnation
     )
-    log.info("%s: rolled up offsets [%d, %d) into %d records%s", store.url, manifest.oldest_offset,
+    logger.info("%s: rolled up offsets [%d, %d) into %d records%s", store.url, manifest.oldest_offset,
              up_to, len(names), " (already done)" if result.duplicate else "")
     return RollUp(up_to, len(names), skipped=result.duplicate)

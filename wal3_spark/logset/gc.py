@@ -40,7 +40,7 @@ from wal3_spark.logset.logs import LogSet
 from wal3_spark.ops.gc import GCReport, collect_garbage
 from wal3_spark.storage import StoreLike, resolve_store
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class PrefixGCPlan:
@@ -72,7 +72,7 @@ def plan(
             names = sorted(name for name in tails if logs.selection.matches(name))
             return PrefixGCPlan(names, False, tail, {n: tails[n] for n in names})
     except Wal3Error as exc:
-        log.warning("%s: cannot read the dirty log or its gc cursor (%s); collecting every log",
+        logger.warning("%s: cannot read the dirty log or its gc cursor (%s); collecting every log",
                     prefix.url, exc)
     return PrefixGCPlan(logs.names(), True, manifest.next_offset)
 
@@ -129,5 +129,5 @@ def finish(
             )
     except Wal3Error as exc:
         report.error = str(exc)
-        log.warning("%s: rolling up or collecting the dirty log failed: %s", store.url, exc)
+        logger.warning("%s: rolling up or collecting the dirty log failed: %s", store.url, exc)
     return report

@@ -37,7 +37,7 @@ from wal3_spark.storage.base import ObjectStore
 from wal3_spark.storage.common import join_url
 from wal3_spark.storage.prefixed import PrefixedStore
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -236,7 +236,7 @@ class LogSet:
             if name.startswith(RESERVED_PREFIX):
                 continue
             if not is_log_name(name):
-                log.warning("%s: skipping %r: not a valid log name (%s)", self.url, name, _name_problem(name))
+                logger.warning("%s: skipping %r: not a valid log name (%s)", self.url, name, _name_problem(name))
                 continue
             if self.selection.matches(name):
                 found.append(name)
@@ -272,7 +272,7 @@ class LogSet:
         except LogNotFound:
             return LoadedLog(name, None)
         except Wal3Error as exc:
-            log.warning("%s: cannot read the manifest of log %r: %s", self.url, name, exc)
+            logger.warning("%s: cannot read the manifest of log %r: %s", self.url, name, exc)
             return LoadedLog(name, None, exc)
 
 

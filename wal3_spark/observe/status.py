@@ -43,7 +43,7 @@ from wal3_spark.logset.logs import ALL_LOGS, DEFAULT_WORKERS, LogSelection, LogS
 from wal3_spark.storage import StoreLike, resolve_store
 from wal3_spark.storage.base import ObjectStore
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 #: how long a status is served from memory before the next request refreshes it
 DEFAULT_TTL_S = 10.0
@@ -158,7 +158,7 @@ class StatusModel:
         try:
             incremental = self._refresh_set(now_us) if self.is_log_set else self._refresh_log(now_us)
         except Wal3Error as exc:
-            log.warning("%s: cannot refresh the status (%s); serving the last one", self.url, exc)
+            logger.warning("%s: cannot refresh the status (%s); serving the last one", self.url, exc)
             previous = self._status
             if previous is None:
                 return Status(self.url, self.is_log_set, (), now_us, 0, error=str(exc))

@@ -38,7 +38,7 @@ from wal3_spark.log.reader import iter_ranges
 from wal3_spark.ops.copy import copy_fragment
 from wal3_spark.storage import StoreLike, resolve_store
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 CHECKPOINT_WRITER = "wal3-spark checkpoint"
 CHECKPOINT_STEPS = ("copy", "publish", "release")
@@ -108,7 +108,7 @@ def checkpoint(
     report.records_copied = sum(f.records for f in copied)
     report.bytes_copied = sum(f.num_bytes for f in copied)
     report.checkpointed = True
-    log.info("%s: checkpointed: %d records of %s copied in, pin released", store.url,
+    logger.info("%s: checkpointed: %d records of %s copied in, pin released", store.url,
              report.records_copied, parent.log)
     return report
 

@@ -67,7 +67,7 @@ from wal3_spark.log.reader import SnapshotCache, iter_fragments, load_snapshot
 from wal3_spark.storage import StoreLike, resolve_store
 from wal3_spark.storage.base import ObjectMeta, ObjectStore
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 DEFAULT_GRACE_S = 3600.0
 #: the shortest orphan grace: three times the commit deadline (`CasPolicy.deadline_s`, 300 s),
@@ -284,7 +284,7 @@ class GarbageCollector:
                 try:
                     self.committer.update(lambda m: self._apply(m, garbage))
                 except GarbageStale as exc:
-                    log.warning("%s: %s; computing it again", self.url, exc)
+                    logger.warning("%s: %s; computing it again", self.url, exc)
                     report.notes.append(f"stale garbage reset: {exc}")
                     self._replace_garbage(garbage, Garbage.empty())
                     _forget(report)
@@ -337,7 +337,7 @@ class GarbageCollector:
 
     def _step(self, report: GCReport, name: str) -> None:
         report.steps.append(name)
-        log.info("%s: gc %s done", self.url, name)
+        logger.info("%s: gc %s done", self.url, name)
         if self.after_step is not None:
             self.after_step(name)
 
@@ -349,7 +349,7 @@ class GarbageCollector:
             if hold.orphan:
                 report.pins_dropped.append(hold.key)
                 if not dry_run:
-                    log.info("%s: dropping %s: its branch does not read through it", self.url, hold.key)
+                    logger.info("%s: dropping %s: its branch does not read through it", self.url, hold.key)
                     try:
                         self.store.delete(hold.key)
                     except ObjectNotFound:
@@ -458,7 +458,7 @@ class GarbageCollector:
         # A rebuilt snapshot made by this garbage can share a path with nothing it drops, but
         # the safety rule is absolute: never delete what the current manifest references.
         if unsafe:
-            log.error("%s: garbage lists referenced objects %s; keeping them", self.url, unsafe)
+            logger.error("%s: garbage lists referenced objects %s; keeping them", self.url, unsafe)
             report.notes.append(f"kept {len(unsafe)} referenced object(s) the garbage listed")
         paths = [p for p in candidates if p not in unsafe]
         for done, path in enumerate(paths, 1):
@@ -538,7 +538,7 @@ class GarbageCollector:
         if dry_run:
             report.orphans_deleted = sorted(old)
             return True
-        log.warning("%s: no manifest, but %d object(s) older than the orphan grace; creating an "
+        logger.warning("%s: no manifest, but %d object(s) older than the orphan grace; creating an "
                     "empty log to fence them before deleting them", self.url, len(old))
         self.committer.create()
         return True

@@ -45,7 +45,7 @@ from wal3_spark.log.reader import iter_ranges, load_snapshot, parent_manifest
 from wal3_spark.storage import StoreLike, resolve_store
 from wal3_spark.storage.base import ObjectStore
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 #: problem kinds that make a log fail verification; "extra" objects are reported only
 FAILING = frozenset({"invariant", "missing", "corrupt", "unreadable", "collected"})
@@ -112,7 +112,7 @@ def verify(
         report = _verify_once(store, check if check_fragments else None)
         if not any(p.kind == "collected" for p in report.problems):
             break
-        log.info("%s: garbage collection deleted objects verify was checking (attempt %d of %d)",
+        logger.info("%s: garbage collection deleted objects verify was checking (attempt %d of %d)",
                  store.url, attempt, ATTEMPTS)
     return report
 

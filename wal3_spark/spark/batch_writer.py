@@ -35,7 +35,7 @@ from wal3_spark.spark.table import drop_system_columns
 from wal3_spark.spark.write_tasks import write_partition
 from wal3_spark.storage.base import ObjectStore
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -204,7 +204,7 @@ class FragmentSink:
         orphans if it never does.
         """
         if messages and all(m is not None for m in messages):
-            log.warning("abort after a commit attempt: %d fragments left to garbage collection",
+            logger.warning("abort after a commit attempt: %d fragments left to garbage collection",
                         len(self.files(messages)))
             return
         delete_files(self.options.open_store(), self.files(messages), self.since)

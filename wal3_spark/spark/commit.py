@@ -31,7 +31,7 @@ from wal3_spark.log.reader import LogReader, iter_fragments
 from wal3_spark.spark.write_tasks import delete_quietly
 from wal3_spark.storage.base import ObjectStore
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 
 def published(store: ObjectStore, paths: set[str], since: int) -> set[str]:
@@ -46,7 +46,7 @@ def published(store: ObjectStore, paths: set[str], since: int) -> set[str]:
         return set()
     except Wal3Error as exc:
         # Cannot tell what is data: keep everything, garbage collection sorts it out later.
-        log.warning("cannot read the manifest to check fragments before deleting them: %s", exc)
+        logger.warning("cannot read the manifest to check fragments before deleting them: %s", exc)
         return set(paths)
 
 
@@ -61,7 +61,7 @@ def collected(store: ObjectStore, paths: set[str]) -> set[str]:
     try:
         return set(load_garbage(store)[0].fragment_paths()) & paths
     except Wal3Error as exc:
-        log.warning("cannot read the pending garbage to check fragments before deleting them: %s", exc)
+        logger.warning("cannot read the pending garbage to check fragments before deleting them: %s", exc)
         return set(paths)
 
 
@@ -74,7 +74,7 @@ def delete_files(store: ObjectStore, files: Sequence[FragmentFile], since: int) 
     keep = published(store, paths, since)
     keep |= collected(store, paths - keep)
     if keep:
-        log.warning("%d fragment(s) of an aborted job are referenced by the log or its pending "
+        logger.warning("%d fragment(s) of an aborted job are referenced by the log or its pending "
                     "garbage; kept", len(keep))
     delete_quietly(store, sorted(paths - keep))
 
@@ -108,10 +108,10 @@ def commit_files(
         delete_files(store, files, since)
         raise
     except CommitOutcomeUnknown:
-        log.warning("the commit of %d fragments has an unknown outcome; none deleted", len(files))
+        logger.warning("the commit of %d fragments has an unknown outcome; none deleted", len(files))
         raise
     elapsed = clock.monotonic() - t0
-    log.info("committed %d fragments to offsets [%d, %d) in %.1f ms (%d attempts)",
+    logger.info("committed %d fragments to offsets [%d, %d) in %.1f ms (%d attempts)",
              len(files), result.start, result.limit, elapsed * 1000, result.attempts)
     _record_metrics(seconds=elapsed, fragments=len(files), attempts=result.attempts,
                     conflicts=result.conflicts, duplicate=result.duplicate)
@@ -130,4 +130,4 @@ def _record_metrics(**values: float | int | bool) -> None:
         with open(path, "a") as f:
             f.write(json.dumps(values) + "\n")
     except OSError as exc:
-        log.warning("could not record commit metrics in %s: %s", path, exc)
+        logger.warning("could not record commit metrics in %s: %s", path, exc)

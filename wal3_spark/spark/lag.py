@@ -36,7 +36,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 
 from wal3_spark.format.layout import FIRST_OFFSET
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 #: the key of the bytes behind in a wal3 source's reported latest offset
 BYTES_BEHIND = "bytes_behind"
@@ -170,7 +170,7 @@ class LagLogger(StreamingQueryListener):
     published as gauges. `latest` maps each running query (its name, else its id) to its
     sources' last `SourceBacklog`s. Runs on the driver; reads nothing from storage."""
 
-    def __init__(self, logger: logging.Logger = log, level: int = logging.INFO,
+    def __init__(self, logger: logging.Logger = logger, level: int = logging.INFO,
                  registry: Any | None = None) -> None:
         self.logger = logger
         self.level = level
@@ -257,7 +257,7 @@ def _collector(listener: LagLogger) -> Any:
     return BacklogCollector()
 
 
-def install_lag_listener(spark: Any, registry: Any | None = None, *, logger: logging.Logger = log,
+def install_lag_listener(spark: Any, registry: Any | None = None, *, logger: logging.Logger = logger,
                          level: int = logging.INFO) -> LagLogger:
     """Add a `LagLogger` to `spark`'s streaming queries (publishing to `registry` too, when
     given) and return it; `spark.streams.removeListener(listener)` removes it."""

@@ -71,7 +71,7 @@ from wal3_spark.spark.recreated import check_same_log, stale_batch
 from wal3_spark.spark.schemas import spark_to_arrow
 from wal3_spark.spark.stream_reader import TriggerDelay, default_read_limit, limits_for
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 
 #: a log the last look found changed, without learning its incarnation (a dirty-log record)
@@ -276,7 +276,7 @@ class LogSetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._note_sealed(ends)
         self.rotation.forget(ends)
         for name, offset in joins.items():
-            log.info("%s joins the stream at offset %d", self.log_set.log_url(name), offset)
+            logger.info("%s joins the stream at offset %d", self.log_set.log_url(name), offset)
         for name in joins:
             recorded[name] = self._incarnation(name)
         for name in rejoins:
@@ -304,7 +304,7 @@ class LogSetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         url = self.log_set.log_url(name)
         if self.options.fail_on_data_loss:
             raise DataLost(url, begin, oldest)
-        log.warning("%s: offsets [%d, %d) were garbage-collected; this log skips to %d (the other "
+        logger.warning("%s: offsets [%d, %d) were garbage-collected; this log skips to %d (the other "
                     "logs of the stream are not affected)", url, begin, oldest, oldest)
         return oldest
 
@@ -315,7 +315,7 @@ class LogSetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _warn_once(self, name: str, what: str, message: str, *args) -> None:
         if (name, what) not in self.warned:
             self.warned.add((name, what))
-            log.warning(message, *args)
+            logger.warning(message, *args)
 
     def _chunks(self, name: str, begin: int, end: int) -> Iterator[Chunk]:
         for part in iter_ranges(self.log_set.log_store(name), self.manifests[name], begin, end,
@@ -376,7 +376,7 @@ class LogSetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._warn_once(name, "missing", "%s has no manifest any more; cursor %s not moved",
                             store.url, cursor)
         except LogRecreated as exc:  # the next trigger decides what to do about the new log
-            log.warning("cursor %s not moved: %s", cursor, exc)
+            logger.warning("cursor %s not moved: %s", cursor, exc)
 
     # -- executors ------------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ from wal3_spark.format.manifest import Manifest
 from wal3_spark.log.head import incarnations_agree
 from wal3_spark.spark.options import Wal3Options
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 INCARNATION = "incarnation"
 
@@ -60,7 +60,7 @@ def check_same_log(options: Wal3Options, url: str, offset: int, incarnation: obj
         return True
     _confirm(manifest, reread)
     _fail_unless_restart(options, url, offset, incarnation, manifest)
-    log.warning("%s was deleted and created again since offset %d was recorded in it "
+    logger.warning("%s was deleted and created again since offset %d was recorded in it "
                 "(incarnation %s, now %s): reading the new log from its oldest offset %d "
                 "(onRecreatedLog=restart)", url, offset, describe(incarnation),
                 describe(manifest.incarnation), manifest.oldest_offset)
@@ -77,7 +77,7 @@ def stale_batch(options: Wal3Options, url: str, offset: int, incarnation: object
         return False
     _confirm(manifest, reread)
     _fail_unless_restart(options, url, offset, incarnation, manifest)
-    log.warning("%s was deleted and created again after a micro-batch up to offset %d was "
+    logger.warning("%s was deleted and created again after a micro-batch up to offset %d was "
                 "planned: its records went with the earlier log (incarnation %s); the batch reads "
                 "nothing from it", url, offset, describe(incarnation))
     return True

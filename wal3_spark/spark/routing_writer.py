@@ -63,7 +63,7 @@ from wal3_spark.spark.options import Wal3Options
 from wal3_spark.spark.schemas import appended_schema
 from wal3_spark.storage.base import ObjectStore
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 #: manifest reads and fragment uploads a task runs at once
 TASK_THREADS = 8
@@ -237,14 +237,14 @@ class RoutingSink:
         if failed:
             raise RoutedCommitFailed(self.options.url, len(logs) - len(failed), failed,
                                      self.options.writer_id is not None)
-        log.info("routed commit: %d logs under %s", len(logs), self.options.url)
+        logger.info("routed commit: %d logs under %s", len(logs), self.options.url)
 
     def abort_messages(self, messages: Sequence[RoutedCommitMessage | None]) -> None:
         """Delete the job's fragments when no commit ran (a task failed); after a commit
         attempt every log's commit already deleted what a definite failure left, and kept what
         an unknown outcome may still publish."""
         if messages and all(m is not None for m in messages):
-            log.warning("abort after a routed commit attempt: fragments left to the commits' "
+            logger.warning("abort after a routed commit attempt: fragments left to the commits' "
                         "own clean-up and to garbage collection")
             return
         log_set = self.options.log_set()

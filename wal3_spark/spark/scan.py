@@ -63,7 +63,7 @@ from wal3_spark.spark.schemas import (
 from wal3_spark.storage.base import ObjectStore
 from wal3_spark.storage.common import join_url
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 #: the read options `toDF` takes (store options go to `forPath`)
 RANGE_OPTIONS = ("startingOffsets", "endingOffsets", "startingTimestamp", "endingTimestamp",
@@ -347,7 +347,7 @@ class Wal3Log:
         )
         store = driver_store(self.spark, self.url, self.store_options)
         plan = plan_scan(store, LogReader(store).manifest(), hadoop_url(self.url), parsed)
-        log.info("%s: native scan of %d fragments", self.url, len(plan.files))
+        logger.info("%s: native scan of %d fragments", self.url, len(plan.files))
         reader_options = dict(hadoop_options(self.url, self.store_options))
         if not parsed.fail_on_data_loss:
             # a fragment GC deletes after toDF is skipped (Spark logs it), as format("wal3")

@@ -56,7 +56,7 @@ from wal3_spark.spark.recreated import INCARNATION, check_same_log, recorded, st
 from wal3_spark.spark.schemas import spark_to_arrow
 from wal3_spark.storage.base import ObjectStore
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 
 def admit(ranges: Iterable[ReadRange], start: int, tail: int, *, max_records: int | None = None,
@@ -224,7 +224,7 @@ class Wal3StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             reader.confirm_oldest(manifest)
             if self.options.fail_on_data_loss:
                 raise DataLost(self.options.url, begin, oldest)
-            log.warning("%s: offsets [%d, %d) were garbage-collected; skipping to %d",
+            logger.warning("%s: offsets [%d, %d) were garbage-collected; skipping to %d",
                         self.options.url, begin, oldest, oldest)
             begin = oldest
         if begin >= tail:
@@ -270,7 +270,7 @@ class Wal3StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             CursorStore(self.store, writer="wal3-spark stream").advance(
                 self.options.cursor, int(end["offset"]), incarnation=recorded(end))
         except LogRecreated as exc:  # the next trigger decides what to do about the new log
-            log.warning("cursor %s not moved: %s", self.options.cursor, exc)
+            logger.warning("cursor %s not moved: %s", self.options.cursor, exc)
 
     def stop(self) -> None:
         if self._store is not None:

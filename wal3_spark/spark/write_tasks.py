@@ -18,7 +18,7 @@ from wal3_spark.format.schema import RAW_SCHEMA, conform
 from wal3_spark.log.fragment_io import FragmentFile, iter_write_fragments
 from wal3_spark.storage.base import ObjectStore
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 
 def write_partition(
@@ -54,4 +54,4 @@ def delete_quietly(store: ObjectStore, paths: Sequence[str]) -> None:
         try:
             store.delete(path)
         except Exception as exc:  # garbage collection removes what is left
-            log.warning("could not delete unreferenced fragment %s: %s", path, exc)
+            logger.warning("could not delete unreferenced fragment %s: %s", path, exc)

@@ -45,7 +45,7 @@ from wal3_spark.storage.common import (
     redact_http_logs,
 )
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 

@@ -53,7 +53,7 @@ from wal3_spark.storage.common import (
     redact_http_logs,
 )
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -152,7 +152,7 @@ class GCSStore(ClientStore):
         session.mount("http://", adapter)
         session.mount("https://", adapter)
         session.headers["User-Agent"] = "wal3-spark"
-        log.debug("created GCS session for %s (endpoint %s)", self.url, s.endpoint)
+        logger.debug("created GCS session for %s (endpoint %s)", self.url, s.endpoint)
         return session
 
     def _object_url(self, name: str) -> str:

@@ -40,7 +40,7 @@ from wal3_spark.errors import (
 from wal3_spark.storage.base import Blob, ObjectMeta, ObjectStore
 from wal3_spark.storage.forwarding import ForwardingStore
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -248,7 +248,7 @@ class HedgedStore(ForwardingStore):
         except ObjectNotFound:
             blob = None
         if blob is not None and blob.data == data:
-            log.debug("%s: hedged create of %s: the other copy wrote it", self.url, key)
+            logger.debug("%s: hedged create of %s: the other copy wrote it", self.url, key)
             return blob.etag
         raise next(e for e in errors if isinstance(e, PreconditionFailed))
 

@@ -14,7 +14,7 @@ from typing import TypeVar
 from wal3_spark.clock import SYSTEM, Clock
 from wal3_spark.errors import TransientError
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -69,8 +69,8 @@ def retry(
         except retry_on as exc:
             delay = next(delays, None)
             if delay is None:
-                log.debug("%s failed on attempt %d, giving up: %s", what, attempt, exc)
+                logger.debug("%s failed on attempt %d, giving up: %s", what, attempt, exc)
                 raise
-            log.debug("%s failed on attempt %d (%s); retrying in %.3f s", what, attempt, exc, delay)
+            logger.debug("%s failed on attempt %d (%s); retrying in %.3f s", what, attempt, exc, delay)
             clock.sleep(delay)
             attempt += 1

@@ -57,7 +57,7 @@ from wal3_spark.storage.base import Blob, ObjectMeta
 from wal3_spark.storage.client import ClientStore
 from wal3_spark.storage.common import check_children_prefix
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -229,7 +229,7 @@ class S3Store(ClientStore):
         from botocore.config import Config
 
         s = self.settings
-        log.debug("creating S3 client for %s (endpoint %s)", self.url, s.endpoint or "AWS")
+        logger.debug("creating S3 client for %s (endpoint %s)", self.url, s.endpoint or "AWS")
         config = Config(
             connect_timeout=CONNECT_TIMEOUT_S,
             read_timeout=READ_TIMEOUT_S,

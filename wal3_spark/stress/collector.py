@@ -29,7 +29,7 @@ from wal3_spark.storage import ObjectStore
 from wal3_spark.stress.config import StressConfig
 from wal3_spark.stress.summary import ORPHAN_RACE
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 #: how far past the orphan grace a racing sweep's clock runs: fragments created up to this long
 #: after the sweep's start (those of appends being built right then) count as orphans too
@@ -75,7 +75,7 @@ class StressCollector:
             report = collector.run()
         except Wal3Error as exc:
             self.counts[f"error: {type(exc).__name__}"] += 1
-            log.warning("%s: gc failed: %s", self.name, exc)
+            logger.warning("%s: gc failed: %s", self.name, exc)
             return
         if race and report.orphan_horizon_us is not None:  # raised past unreferenced fragments
             self.counts["races that raised the horizon"] += 1

@@ -46,7 +46,7 @@ from wal3_spark.storage import ObjectStore, open_store
 from wal3_spark.stress.config import LogSetStressConfig
 from wal3_spark.stress.damage import ManifestDamage, judge
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 CURSOR = "stress"
 #: the files of the run directory the reader process writes
@@ -212,7 +212,7 @@ class _Writers:
         return outcomes
 
     def _failed(self, name: str, ids: list[str], exc: Wal3Error) -> Wal3Error:
-        log.info("append of %d records to %s failed (%s)", len(ids), name, exc)
+        logger.info("append of %d records to %s failed (%s)", len(ids), name, exc)
         with self.lock:
             self.unknown.update(ids)
         return exc
@@ -231,7 +231,7 @@ def _close(writer: LogWriter) -> None:
     try:
         writer.close()
     except Wal3Error as exc:  # its failed appends were counted as of unknown outcome
-        log.info("closing %s: %s", writer.url, exc)
+        logger.info("closing %s: %s", writer.url, exc)
 
 
 def recreate(prefix: ObjectStore, name: str) -> None:
@@ -241,12 +241,12 @@ def recreate(prefix: ObjectStore, name: str) -> None:
     try:
         store.delete(MANIFEST_KEY)
     except Wal3Error as exc:
-        log.info("deleting %s's manifest: %s", name, exc)
+        logger.info("deleting %s's manifest: %s", name, exc)
     for meta in list(store.list("")):
         try:
             store.delete(meta.key)
         except Wal3Error as exc:  # a writer's fragment may come and go meanwhile
-            log.info("deleting %s/%s: %s", name, meta.key, exc)
+            logger.info("deleting %s/%s: %s", name, meta.key, exc)
     Committer(store, writer="stress re-creator").create(None)
 
 
@@ -258,7 +258,7 @@ def _fault_loop(config: LogSetStressConfig, stop: threading.Event, count: list[i
         try:
             recreate(prefix, name)
         except Wal3Error as exc:
-            log.warning("re-creating %s: %s", name, exc)
+            logger.warning("re-creating %s: %s", name, exc)
             continue
         count[0] += 1
 
@@ -315,7 +315,7 @@ class _Reader:
                 self.counts["damage_refused"] += len(damaged.take())
                 continue
             except Wal3Error as exc:  # a fragment deleted with its log while read
-                log.info("reading %s: %s", name, exc)
+                logger.info("reading %s: %s", name, exc)
                 return total
             if before != after:
                 continue  # the log was re-created during the read: read the new one

@@ -33,7 +33,7 @@ from wal3_spark.stress.journal import read_new
 from wal3_spark.stress.ledger import Ledger
 from wal3_spark.stress.rundir import RunDir, read_json, write_json
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 SKIP_AFTER = 20
 POLL_S = 0.2
@@ -71,7 +71,7 @@ class StressReader:
                 progressed = self.read_some()
             except Wal3Error as exc:
                 self.errors[type(exc).__name__] += 1
-                log.warning("%s: read failed: %s", self.slot, exc)
+                logger.warning("%s: read failed: %s", self.slot, exc)
                 progressed = False
                 damaged = self._damaged_store()
                 if isinstance(exc, CorruptLog) and damaged is not None:
@@ -122,7 +122,7 @@ class StressReader:
             outcome = judge(self._planned_on, start, self.ledger.position, self.read_chunk, cut_short)
             self.damage[outcome] += 1
             if outcome == "damage_shortened":
-                log.error("%s: a damaged manifest went unnoticed and shortened a read of [%d, ...) "
+                logger.error("%s: a damaged manifest went unnoticed and shortened a read of [%d, ...) "
                           "to [%d, %d)", self.slot, start, start, self.ledger.position)
         return self.ledger.position > start
 
@@ -135,7 +135,7 @@ class StressReader:
                 self.failures[part.ref.path] += 1
                 if self.failures[part.ref.path] < SKIP_AFTER:
                     raise
-                log.error("%s: skipping %s after %d failures: %s", self.slot, part.ref.path,
+                logger.error("%s: skipping %s after %d failures: %s", self.slot, part.ref.path,
                           SKIP_AFTER, exc)
                 self.ledger.skip(part.limit, f"{part.ref.path}: {exc}")
                 continue
@@ -172,4 +172,4 @@ class StressReader:
             self.cursors.advance(cursor_name(self.slot), self.ledger.position)
         except Wal3Error as exc:
             self.errors[f"cursor: {type(exc).__name__}"] += 1
-            log.warning("%s: moving the cursor failed: %s", self.slot, exc)
+            logger.warning("%s: moving the cursor failed: %s", self.slot, exc)

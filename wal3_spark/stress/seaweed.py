@@ -33,7 +33,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from wal3_spark.clock import SYSTEM
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 ACCESS_KEY = "wal3test"
 SECRET_KEY = "wal3testsecret"
@@ -212,7 +212,7 @@ class SeaweedProcess:
             proc, cmd = self._launch(log_path)
             if self._wait_ready(proc):
                 self._proc = proc
-                log.info("SeaweedFS serving %s (start %d)", self.server.endpoint, self.starts)
+                logger.info("SeaweedFS serving %s (start %d)", self.server.endpoint, self.starts)
                 return self.server
             died = proc.poll() is not None
             _stop(proc)

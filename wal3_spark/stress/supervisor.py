@@ -60,7 +60,7 @@ from wal3_spark.stress.summary import (
     gather,
 )
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 TICK_S = 0.1
 WRITER_STOP_S = 120.0
@@ -116,7 +116,7 @@ class FragmentAudit:
             after = referenced(self.store, second).fragments
         except Wal3Error as exc:
             self.skipped += 1
-            log.info("fragment audit skipped: %s", exc)
+            logger.info("fragment audit skipped: %s", exc)
             return
         self.done += 1
         for path in sorted((before & after) - listed):
@@ -259,7 +259,7 @@ class Supervisor:
                 victim_role = next(kill_order)
                 next_kill = self._after(c.kill_every_s)
             if self.server is not None and c.server_restart_every_s > 0 and now >= next_restart:
-                log.info("restarting the server (%s)", self.server.restart_fault)
+                logger.info("restarting the server (%s)", self.server.restart_fault)
                 self.server.restart()
                 self.restarts[self.server.restart_fault] += 1
                 next_restart = self.clock.monotonic() + c.server_restart_every_s
@@ -328,7 +328,7 @@ class Supervisor:
         victim.popen.kill()
         victim.popen.wait()
         self.kills[role] += 1
-        log.info("killed %s", victim.name)
+        logger.info("killed %s", victim.name)
         self.ended(victim, killed=True)
         self.spawn(role, victim.slot)
         return True
@@ -343,7 +343,7 @@ class Supervisor:
             if p.role == "reader" and (read_json(self.run_dir.reader_state(p.slot)) or {}).get("finished"):
                 continue
             self.crashes[p.role] += 1
-            log.error("%s exited with status %s; see %s", p.name, code, self.run_dir.log(p.name))
+            logger.error("%s exited with status %s; see %s", p.name, code, self.run_dir.log(p.name))
             self.ended(p, killed=code != 0)
             if sum(self.crashes.values()) >= MAX_CRASHES:
                 self.aborted = (f"stopped early: {sum(self.crashes.values())} processes crashed "
@@ -366,7 +366,7 @@ class Supervisor:
             try:
                 code = p.popen.wait(max(0.0, deadline - self.clock.monotonic()))
             except subprocess.TimeoutExpired:
-                log.error("%s did not stop within %.0f s; killing it", p.name, timeout_s)
+                logger.error("%s did not stop within %.0f s; killing it", p.name, timeout_s)
                 p.popen.kill()
                 code = p.popen.wait()
             # -SIGTERM: it was still starting, before it could handle the signal
@@ -403,7 +403,7 @@ class Supervisor:
         try:
             return self.reader.manifest().next_offset
         except StorageError as exc:
-            log.warning("could not read the tail: %s", exc)
+            logger.warning("could not read the tail: %s", exc)
             return None
 
     def verify(self) -> list[str]:

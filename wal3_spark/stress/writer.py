@@ -43,7 +43,7 @@ from wal3_spark.stress.journal import (
 from wal3_spark.stress.streams import Message, StreamPicker, encode
 from wal3_spark.stress.summary import ORPHAN_RACE_REFUSED
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 DEFINITE_FAILURES = (CommitFailed, LogSealed, SchemaMismatch)
 #: `submit` regimes wait for the oldest future beyond this many in flight
@@ -145,7 +145,7 @@ class StressWriter:
         if isinstance(exc, PastOrphanHorizon):
             self.horizon_refusals += 1
         self.errors[f"{kind}: {type(exc).__name__}"] += 1
-        log.info("%s append %d: %s (%s)", self.name, number, kind, exc)
+        logger.info("%s append %d: %s (%s)", self.name, number, kind, exc)
         self.journal.write(Outcome(number, kind, error=type(exc).__name__))
 
 
