@@ -358,3 +358,39 @@ def test_18_a_branch_reads_its_parent_through_the_filters(tmp_path):
                                everything["n"].to_pylist()[: at - 1]) if t == "t4"]
     assert got["n"].to_pylist() == below + [5000, 5002]
     assert got["_offset"].to_pylist()[-2:] == [at, at + 2]
+
+
+def test_19_a_filter_value_that_is_not_text(tmp_path):
+    """`wal3 cat --filter k=$'\\xff'` and a lone surrogate in `filter_values` raised
+    UnicodeEncodeError with a traceback. A string column holds UTF-8 text only, so such a value
+    can equal none of its values: a FilterError naming it. For a binary column the value's bytes
+    are what the command line was given (Python decodes argv with surrogateescape)."""
+    import subprocess
+    import sys
+
+    from tests.test_43_cli import ROOT
+
+    url = (tmp_path / "log").as_uri()
+    with LogWriter(url, filter_column="tenant") as w:
+        w.append(pa.table({"tenant": ["t1", "\xff"], "b": [b"\xff", b"\xc3\xbf"]}))
+    reader = LogReader(url)
+    for bad in ("\ud800", "t\udcff"):
+        with pytest.raises(FilterError, match="not text.*no value of the string column 'tenant'"):
+            reader.read_table(filter_column="tenant", filter_values=[bad])
+    assert reader.read_table(filter_column="b", filter_values=["\udcff"])["b"].to_pylist() == [b"\xff"]
+    assert reader.read_table(filter_column="b", filter_values=["\xff"])["b"].to_pylist() == [b"\xc3\xbf"]
+    with pytest.raises(FilterError, match="not text"):
+        reader.read_table(filter_column="b", filter_values=["\ud800"])
+
+    def cat(value: bytes) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "wal3_spark.cli", "cat", url.encode(), b"--filter", value],
+                              cwd=ROOT, capture_output=True, timeout=120)
+
+    done = cat(b"tenant=\xff")
+    assert done.returncode == 1 and b"Traceback" not in done.stderr, done.stderr
+    assert b"not text" in done.stderr and b"not UTF-8" in done.stderr, done.stderr
+    done = cat(b"b=\xff")
+    assert done.returncode == 0, done.stderr
+    assert len(done.stdout.splitlines()) == 1 and b'"_offset": 1' in done.stdout, done.stdout
+    done = cat("tenant=\xff".encode())  # ÿ as UTF-8 text
+    assert done.returncode == 0 and b'"_offset": 2' in done.stdout, done.stderr

@@ -312,14 +312,40 @@ def coerce(kind: pa.DataType, values: Iterable[Any], column: str = "") -> list[A
             if lo <= int(value) <= hi:
                 out.append(int(value))
         elif pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
-            out.append(value.encode() if isinstance(value, str) else bytes(value))
+            out.append(_binary_value(value, column) if isinstance(value, str) else bytes(value))
         elif isinstance(value, str):
+            _check_text(value, column)
             out.append(value)
         else:
             raise FilterError(
                 f"filter value {value!r} for the string column {column!r} is not a string: give "
                 "strings for a string filter column")
     return out
+
+
+def _binary_value(value: str, column: str) -> bytes:
+    """A string's bytes for a binary column: its UTF-8, with the bytes a command line gave that
+    are not UTF-8 restored (Python decodes argv with surrogateescape: `$'\\xff'` is '\\udcff',
+    which gives back b'\\xff'). Another lone surrogate has no bytes: a FilterError."""
+    try:
+        return value.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError as exc:
+        raise FilterError(f"filter value {value!r} for the binary column {column!r} is not text: it holds "
+                          f"the lone surrogate {exc.object[exc.start]!r}, which has no bytes; give bytes") from None
+
+
+def _check_text(value: str, column: str) -> None:
+    """Refuse a string that is not text (a lone surrogate, or a byte a command line gave that is
+    not UTF-8): a string column holds UTF-8 text only, so no value of it can equal this one,
+    and a filter that can match nothing is a mistake, as a non-integer for an integer column is."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        char = exc.object[exc.start]
+        what = (f"the byte 0x{ord(char) - 0xDC00:02x}, which is not UTF-8 (on a command line: check "
+                "its encoding)" if 0xDC80 <= ord(char) <= 0xDCFF else f"the lone surrogate {char!r}")
+        raise FilterError(f"filter value {value!r} is not text: it holds {what}; no value of the string "
+                          f"column {column!r} can equal it (its values are UTF-8 text)") from None
 
 
 def exact_mask(column: pa.Array | pa.ChunkedArray, values: list[Any]) -> pa.Array:
