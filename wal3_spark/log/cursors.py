@@ -120,10 +120,10 @@ class CursorStore:
     """The cursors of one log."""
 
     def __init__(
-        self, store: StoreLike, writer: str = "wal3-spark", *, options: Mapping[str, str] | None = None,
+        self, log: StoreLike, writer: str = "wal3-spark", *, options: Mapping[str, str] | None = None,
         clock: Clock = SYSTEM,
     ) -> None:
-        self.store = resolve_store(store, options)
+        self.store = resolve_store(log, options)
         self.writer = writer
         #: stamps each move (`Cursor.epoch_us`: lag says how long ago a consumer last moved)
         self.clock = clock

@@ -224,10 +224,10 @@ class LogReader:
     """
 
     def __init__(
-        self, store: StoreLike, *, options: Mapping[str, str] | None = None,
+        self, log: StoreLike, *, options: Mapping[str, str] | None = None,
         snapshots: SnapshotCache | None = None, known_refs: KnownRefs | None = None,
     ) -> None:
-        self.store = resolve_store(store, options)
+        self.store = resolve_store(log, options)
         self.snapshots = snapshots if snapshots is not None else SnapshotCache()
         self.known_refs = known_refs if known_refs is not None else KnownRefs()
 

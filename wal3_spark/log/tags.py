@@ -42,9 +42,9 @@ class TagState:
 class TagStore:
     """The tags of one log."""
 
-    def __init__(self, store: StoreLike, *, options: Mapping[str, str] | None = None,
+    def __init__(self, log: StoreLike, *, options: Mapping[str, str] | None = None,
                  clock: Clock = SYSTEM) -> None:
-        self.store = resolve_store(store, options)
+        self.store = resolve_store(log, options)
         self.clock = clock
 
     @property

@@ -236,7 +236,7 @@ class LogWriter:
 
     def __init__(
         self,
-        url: StoreLike,
+        log: StoreLike,
         *,
         options: Mapping[str, str] | None = None,
         merge_schema: bool = False,
@@ -271,7 +271,7 @@ class LogWriter:
                 f"max_uploads >= 1 and max_manifest_writes >= 1; got {batch_interval_s}, "
                 f"{batch_bytes}, {fragment_bytes}, {max_uploads}, {max_manifest_writes}"
             )
-        store = resolve_store(url, options)
+        store = resolve_store(log, options)
         self._hedged: HedgedStore | None = None
         if hedge:
             # Fragment paths are fresh and snapshots content-addressed: their creates may be hedged.

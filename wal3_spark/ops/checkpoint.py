@@ -60,16 +60,16 @@ class CheckpointReport:
 
 
 def checkpoint(
-    target: StoreLike,
+    log: StoreLike,
     *,
     options: Mapping[str, str] | None = None,
     parallelism: int = 8,
     snapshot_options: SnapshotOptions | None = None,
     after_step: Callable[[str], None] | None = None,
 ) -> CheckpointReport:
-    """Make the branch at `target` standalone (see the module docstring); a log that is not a
+    """Make the branch at `log` standalone (see the module docstring); a log that is not a
     branch is left as it is."""
-    store = resolve_store(target, options)
+    store = resolve_store(log, options)
     committer = Committer(store, writer=CHECKPOINT_WRITER)
     manifest = committer.manifest()
     report = CheckpointReport(store.url)

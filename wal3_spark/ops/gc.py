@@ -165,7 +165,7 @@ class GarbageCollector:
 
     def __init__(
         self,
-        store: StoreLike,
+        log: StoreLike,
         *,
         options: Mapping[str, str] | None = None,
         grace_s: float = DEFAULT_GRACE_S,
@@ -188,7 +188,7 @@ class GarbageCollector:
             )
         if not 0.0 <= max_drop_share <= 1.0:
             raise InvalidOption(f"max_drop_share must be within [0, 1], got {max_drop_share}")
-        self.store = store = resolve_store(store, options)
+        self.store = store = resolve_store(log, options)
         self.grace_s = grace_s
         #: how old an unreferenced fragment must be to be an orphan (appends still committing
         #: have younger ones; the orphan horizon makes even a too-short grace safe)
@@ -566,15 +566,15 @@ class GarbageCollector:
 
 
 def collect_garbage(
-    target: StoreLike,
+    log: StoreLike,
     *,
     options: Mapping[str, str] | None = None,
     keep_from: int | None = None,
     dry_run: bool = False,
     **kwargs,
 ) -> GCReport:
-    """Run garbage collection on the log at `target` (a URL or an ObjectStore)."""
-    return GarbageCollector(target, options=options, **kwargs).run(keep_from=keep_from, dry_run=dry_run)
+    """Run garbage collection on the log at `log` (a URL or an ObjectStore)."""
+    return GarbageCollector(log, options=options, **kwargs).run(keep_from=keep_from, dry_run=dry_run)
 
 
 __all__ = [

@@ -96,7 +96,7 @@ class VerifyReport:
 
 
 def verify(
-    target: StoreLike,
+    log: StoreLike,
     *,
     options: Mapping[str, str] | None = None,
     check_fragments: bool = True,
@@ -104,9 +104,9 @@ def verify(
     progress: Callable[[int, int], None] | None = None,
     checker: FragmentChecker | None = None,
 ) -> VerifyReport:
-    """Check the log at `target`; `progress(done, total)` is called as fragments are checked
+    """Check the log at `log`; `progress(done, total)` is called as fragments are checked
     by the default checker (`parallelism` threads in this process)."""
-    store = resolve_store(target, options)
+    store = resolve_store(log, options)
     check = checker or _threads(parallelism, progress)
     for attempt in range(1, ATTEMPTS + 1):
         report = _verify_once(store, check if check_fragments else None)
