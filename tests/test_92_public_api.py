@@ -4,6 +4,7 @@ and is named the same everywhere (`log` for one log, `source` and `destination` 
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 
 import pytest
@@ -47,3 +48,42 @@ def _parameters(entry) -> list[str]:
 def test_00_where_the_log_lives_is_the_first_parameter_and_named_alike(entry):
     expected = FIRST_PARAMETERS[entry]
     assert _parameters(entry)[: len(expected)] == expected
+
+
+#: the operations on whole logs, each importable from the package and returning a report
+OPERATIONS = {
+    "verify": "VerifyReport",
+    "copy_log": "CopyReport",
+    "collect_garbage": "GCReport",
+    "branch": "BranchReport",
+    "checkpoint": "CheckpointReport",
+}
+#: what the package hands out besides the operations and their reports
+ENTRY_CLASSES = ["CursorStore", "DirtyLog", "LogReader", "LogSelection", "LogSet", "LogWriter",
+                 "TagStore", "open_store"]
+#: machinery under the public API: importable from its module, not from the package
+INTERNAL = ["Committer", "CasObject", "GarbageCollector", "resolve_store"]
+
+
+def test_01_the_operations_and_their_reports_are_exported():
+    import wal3_spark
+
+    for name, report in OPERATIONS.items():
+        operation = getattr(wal3_spark, name)
+        assert inspect.signature(operation).return_annotation in (report, getattr(wal3_spark, report))
+        assert dataclasses.is_dataclass(getattr(wal3_spark, report)), report
+        assert name in wal3_spark.__all__ and report in wal3_spark.__all__
+    assert "delete_branch" in wal3_spark.__all__
+    for name in ENTRY_CLASSES:
+        assert name in wal3_spark.__all__, name
+
+
+def test_02_every_export_resolves_and_no_internal_is_exported():
+    import wal3_spark
+
+    for name in wal3_spark.__all__:
+        assert getattr(wal3_spark, name) is not None, name
+    for name in INTERNAL:
+        assert name not in wal3_spark.__all__, name
+        with pytest.raises(AttributeError):
+            getattr(wal3_spark, name)

@@ -1,7 +1,10 @@
 """wal3-spark: Chroma's wal3 log on object storage, in plain Python, with a PySpark data source.
 
 The public API is re-exported here lazily (PEP 562), so that importing one core module does not
-import them all, and executors pay only for what they use. So is `__version__`, whose one source
+import them all, and executors pay only for what they use: the readers and writers of logs, the
+operations on whole logs (`verify`, `copy_log`, `collect_garbage`, `branch`, `delete_branch`,
+`checkpoint`) with their reports, and the values they hand back; the machinery under them (the
+committer, the CAS loop, the stores' internals) is imported from its module by those who need it. So is `__version__`, whose one source
 is pyproject.toml (`wal3 --version` prints it).
 """
 
@@ -16,24 +19,33 @@ from typing import Any
 DISTRIBUTION = "wal3-spark"
 
 _EXPORTS = {
+    # where logs are read and written
     "CommitResult": "wal3_spark.log.committer",
-    "Committer": "wal3_spark.log.committer",
     "CursorStore": "wal3_spark.log.cursors",
-    "TagStore": "wal3_spark.log.tags",
-    "branch": "wal3_spark.log.branches",
-    "checkpoint": "wal3_spark.ops.checkpoint",
-    "delete_branch": "wal3_spark.log.branches",
     "DirtyLog": "wal3_spark.logset.dirty",
     "LogReader": "wal3_spark.log.reader",
     "LogSelection": "wal3_spark.logset.logs",
     "LogSet": "wal3_spark.logset.logs",
     "LogWriter": "wal3_spark.log.writer",
+    "TagStore": "wal3_spark.log.tags",
+    "open_store": "wal3_spark.storage",
+    # the operations on whole logs, each returning its report
+    "BranchReport": "wal3_spark.log.branches",
+    "CheckpointReport": "wal3_spark.ops.checkpoint",
+    "CopyReport": "wal3_spark.ops.copy",
+    "GCReport": "wal3_spark.ops.gc",
+    "VerifyReport": "wal3_spark.ops.verify",
+    "branch": "wal3_spark.log.branches",
+    "checkpoint": "wal3_spark.ops.checkpoint",
+    "collect_garbage": "wal3_spark.ops.gc",
+    "copy_log": "wal3_spark.ops.copy",
+    "delete_branch": "wal3_spark.log.branches",
+    "verify": "wal3_spark.ops.verify",
+    # the values they hand back
     "Manifest": "wal3_spark.format.manifest",
     "Setsum": "wal3_spark.format.setsum",
     "SnapshotOptions": "wal3_spark.format.manifest",
-    "VerifyReport": "wal3_spark.ops.verify",
     "Wal3Error": "wal3_spark.errors",
-    "open_store": "wal3_spark.storage",
 }
 
 __all__ = sorted(_EXPORTS)
