@@ -32,12 +32,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import DecimalType, StructField, StructType
+from pyspark.sql.types import DataType, DecimalType, StructField, StructType
 
 from wal3_spark.errors import CorruptLog, InvalidOption, ScanUnsupported
 from wal3_spark.format.layout import MANIFEST_KEY, RELATIVE_OFFSET, TIMESTAMP
@@ -357,8 +358,20 @@ class Wal3Log:
         if plan.values is None:
             return df
         # exact (the stream filters' false positives), and Parquet's bloom filters skip row groups
-        wanted = [bytearray(v) if isinstance(v, bytes) else v for v in plan.values.values]
+        kind = df.schema[plan.values.column].dataType
+        wanted = [_literal(v, kind) for v in plan.values.values]
         return df.where(F.col(plan.values.column).isin(wanted))
 
     def _reader(self) -> LogReader:
         return LogReader(driver_store(self.spark, self.url, self.store_options))
+
+
+def _literal(value: Any, kind: DataType) -> Any:
+    """A filter value as the literal Spark compares it with in a column of `kind`: Spark reads a
+    uint64 column as DECIMAL(20,0), and a Python int above 2^63-1 given to it as a long fails in
+    the JVM, so integers for a decimal column go as Decimal; bytes go as bytearray (binary)."""
+    if isinstance(value, bytes):
+        return bytearray(value)
+    if isinstance(value, int) and isinstance(kind, DecimalType):
+        return Decimal(value)
+    return value
