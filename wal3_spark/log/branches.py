@@ -40,7 +40,7 @@ from wal3_spark.format.setsum import Setsum
 from wal3_spark.format.uuid7 import new_uuid7
 from wal3_spark.log.cas import Outcome
 from wal3_spark.log.committer import manifest_object
-from wal3_spark.log.head import read_manifest
+from wal3_spark.log.manifest_reader import read_manifest
 from wal3_spark.log.holds import list_pins, settle
 from wal3_spark.log.parents import parent_store
 from wal3_spark.log.reader import iter_ranges

@@ -46,7 +46,7 @@ from wal3_spark.format.layout import (
 )
 from wal3_spark.format.manifest import Manifest
 from wal3_spark.log.cas import CasObject, Outcome, Versioned
-from wal3_spark.log.head import incarnations_agree, read_manifest
+from wal3_spark.log.manifest_reader import incarnations_agree, read_manifest
 from wal3_spark.log.reader import LogReader
 from wal3_spark.log.scan import LogScan
 from wal3_spark.storage import StoreLike, resolve_store

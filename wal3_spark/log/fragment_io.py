@@ -39,7 +39,7 @@ from wal3_spark.format.schema import (
 from wal3_spark.format.setsum import Setsum
 from wal3_spark.format.stream_filter import StreamFilter, ValueFilter
 from wal3_spark.format.uuid7 import new_uuid7, uuid7_timestamp_us
-from wal3_spark.log.head import read_manifest
+from wal3_spark.log.manifest_reader import read_manifest
 from wal3_spark.log.parents import parent_store
 from wal3_spark.storage.base import ObjectStore
 from wal3_spark.storage.retry import backoff_delays

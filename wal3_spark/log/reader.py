@@ -54,7 +54,7 @@ from wal3_spark.log.fragment_io import (
     output_schema,
     read_range,
 )
-from wal3_spark.log.head import read_manifest
+from wal3_spark.log.manifest_reader import read_manifest
 from wal3_spark.log.parents import parent_store
 from wal3_spark.log.scan import LogScan, timestamp_us
 from wal3_spark.storage import StoreLike, resolve_store

@@ -23,7 +23,7 @@ from wal3_spark.errors import (
 )
 from wal3_spark.format.lineage import TAG_PREFIX, Tag, name_of, tag_key
 from wal3_spark.format.manifest import Manifest
-from wal3_spark.log.head import read_manifest
+from wal3_spark.log.manifest_reader import read_manifest
 from wal3_spark.log.holds import settle
 from wal3_spark.storage import StoreLike, resolve_store
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from wal3_spark.errors import LogRecreated
 from wal3_spark.format.incarnation import UNRECORDED, describe, same_log
 from wal3_spark.format.manifest import Manifest
-from wal3_spark.log.head import incarnations_agree
+from wal3_spark.log.manifest_reader import incarnations_agree
 from wal3_spark.spark.options import Wal3Options
 
 logger = logging.getLogger(__name__)

@@ -37,7 +37,7 @@ from wal3_spark.errors import LogNotFound, Wal3Error
 from wal3_spark.format.layout import MANIFEST_KEY
 from wal3_spark.log.branches import branch, delete_branch
 from wal3_spark.log.cursors import CursorStore
-from wal3_spark.log.head import read_manifest
+from wal3_spark.log.manifest_reader import read_manifest
 from wal3_spark.log.holds import list_pins
 from wal3_spark.log.reader import LogReader
 from wal3_spark.log.writer import LogWriter

@@ -37,7 +37,7 @@ from wal3_spark.format.layout import MANIFEST_KEY
 from wal3_spark.format.schema import OFFSET_COLUMN
 from wal3_spark.log.committer import Committer
 from wal3_spark.log.cursors import CursorStore
-from wal3_spark.log.head import read_manifest
+from wal3_spark.log.manifest_reader import read_manifest
 from wal3_spark.log.writer import LogWriter
 from wal3_spark.logset.dirty import DirtyLog, DirtyPosition, changes_since
 from wal3_spark.logset.logs import LogSelection, LogSet
