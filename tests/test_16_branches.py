@@ -446,7 +446,7 @@ def test_15_a_branch_on_s3_reaches_its_parent_with_its_own_store_options(request
 
 
 def test_16_cursor_lag_on_a_branch_counts_the_parent_fragments_still_to_read(urls):
-    from wal3_spark.log.lag import cursor_lags
+    from wal3_spark.log.cursor_lag import cursor_lags
 
     fill(urls["src"])  # fragments of 5 records
     branch(urls["src"], urls["dst"], at=23)

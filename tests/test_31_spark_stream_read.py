@@ -222,7 +222,7 @@ def test_12_progress_reports_the_tail_and_the_offsets_behind_it(spark, log_url, 
     listener = LagLogger()
     spark.streams.addListener(listener)
     try:
-        with caplog.at_level(logging.INFO, logger="wal3_spark.spark.lag"):
+        with caplog.at_level(logging.INFO, logger="wal3_spark.spark.query_lag"):
             progress = run_available_now(spark, log_url, tmp_path / "ckpt", tmp_path / "out",
                                          maxRecordsPerTrigger="300")
             spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty()
@@ -231,6 +231,6 @@ def test_12_progress_reports_the_tail_and_the_offsets_behind_it(spark, log_url, 
     batches = [p for p in progress if p["numInputRows"]]
     assert [json.loads(p["sources"][0]["latestOffset"])["offset"] for p in batches] == [1001] * 4
     assert [offsets_behind(p) for p in batches] == [700, 400, 100, 0]
-    logged = [r.getMessage() for r in caplog.records if r.name == "wal3_spark.spark.lag"]
+    logged = [r.getMessage() for r in caplog.records if r.name == "wal3_spark.spark.query_lag"]
     assert any("700 records behind the log's tail (read up to offset 301 of 1001)" in m for m in logged)
     assert any("0 records behind" in m for m in logged)

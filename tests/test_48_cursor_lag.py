@@ -18,7 +18,7 @@ from wal3_spark.clock import micros
 from wal3_spark.format.layout import SNAPSHOT_PREFIX, Cursor, cursor_key, dumps
 from wal3_spark.format.manifest import SnapshotOptions
 from wal3_spark.log.cursors import CursorStore
-from wal3_spark.log.lag import bytes_from, cursor_lags
+from wal3_spark.log.cursor_lag import bytes_from, cursor_lags
 from wal3_spark.log.reader import LogReader, iter_fragments
 from wal3_spark.log.writer import LogWriter
 from wal3_spark.ops.gc import GarbageCollector

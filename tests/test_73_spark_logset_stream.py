@@ -138,7 +138,7 @@ def test_06_with_a_dirty_log_a_trigger_reads_only_the_logs_that_changed():
 
 
 def test_07_lag_of_a_log_set_source_sums_its_logs():
-    from wal3_spark.spark.lag import offsets_behind
+    from wal3_spark.spark.query_lag import offsets_behind
 
     source = {"description": "wal3", "endOffset": json.dumps(encode({"a": 5, "b": 2})),
               "latestOffset": json.dumps(encode({"a": 9, "b": 2, "new": 4}))}

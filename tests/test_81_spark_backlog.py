@@ -14,7 +14,7 @@ import pyarrow as pa
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from wal3_spark.log.lag import bytes_from
+from wal3_spark.log.cursor_lag import bytes_from
 from wal3_spark.log.reader import LogReader
 from wal3_spark.log.writer import LogWriter
 from wal3_spark.spark import install_lag_listener
@@ -68,7 +68,7 @@ def test_00_a_log_reports_kafkas_figures_per_batch(spark, tmp_path, caplog):
     listener = install_lag_listener(spark, registry)
     recorder = Recorder(listener, registry)
     try:
-        with caplog.at_level(logging.INFO, logger="wal3_spark.spark.lag"):
+        with caplog.at_level(logging.INFO, logger="wal3_spark.spark.query_lag"):
             batches = run(spark, "orders_backlog", tmp_path,
                           spark.readStream.format("wal3").option("maxRecordsPerTrigger", "300").load(url))
     finally:
@@ -89,7 +89,7 @@ def test_00_a_log_reports_kafkas_figures_per_batch(spark, tmp_path, caplog):
     assert all(s[("wal3_spark_min_offsets_behind_latest", labels)] == s[("wal3_spark_avg_offsets_behind_latest", labels)]
                == s[("wal3_spark_max_offsets_behind_latest", labels)] for s in recorder.scrapes if s)
     assert not any(k[0] == "wal3_spark_log_offsets_behind_latest" for s in recorder.scrapes for k in s)
-    logged = [r.getMessage() for r in caplog.records if r.name == "wal3_spark.spark.lag"]
+    logged = [r.getMessage() for r in caplog.records if r.name == "wal3_spark.spark.query_lag"]
     assert any("700 records behind" in m and "maxOffsetsBehindLatest 700" in m
                and f"estimatedTotalBytesBehindLatest {expected[0][1]}" in m for m in logged), logged
     # a terminated query's gauges go
@@ -140,7 +140,7 @@ def test_02_kafka_metrics_are_kafkas_strings():
     """No Spark: a progress's offsets as the sources report them give Kafka's figures, the
     average unrounded as Kafka's source prints it (a Scala Double), over every log of a set,
     those with nothing left to read included (as Kafka's over every partition)."""
-    from wal3_spark.spark.lag import source_backlogs
+    from wal3_spark.spark.query_lag import source_backlogs
 
     progress = {"sources": [{
         "description": "wal3 set", "endOffset": json.dumps({"logs": {"a": 11, "b": 5, "c": 4}}),

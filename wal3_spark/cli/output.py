@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from wal3_spark.cli.progress import ProgressBar
-from wal3_spark.log.lag import CursorLag
+from wal3_spark.log.cursor_lag import CursorLag
 from wal3_spark.logset.info import LogSummary
 from wal3_spark.ops.copy import CopyReport
 from wal3_spark.ops.gc import GCReport

@@ -4,7 +4,7 @@ and a summary of the whole set and of its dirty log.
 Per log this costs one listing of its cursors, a GET per cursor and the manifest GET (run
 `LogSet.max_workers` logs at a time); bytes come from the manifest's fragment sizes and snapshot
 pointers' subtree totals, so no snapshot is read except those a cursor's lag straddles
-(`wal3_spark.log.lag`) and, to count fragments, those the `TreeCounts` memo does not know yet
+(`wal3_spark.log.cursor_lag`) and, to count fragments, those the `TreeCounts` memo does not know yet
 (`wal3_spark.log.tree`).
 """
 
@@ -17,7 +17,7 @@ from wal3_spark.clock import micros
 from wal3_spark.errors import LogNotFound, Wal3Error
 from wal3_spark.format.manifest import Manifest
 from wal3_spark.log.cursors import BrokenCursor, CursorState, CursorStore
-from wal3_spark.log.lag import CursorLag, bytes_from, cursor_lags
+from wal3_spark.log.cursor_lag import CursorLag, bytes_from, cursor_lags
 from wal3_spark.log.reader import LogReader, SnapshotCache
 from wal3_spark.log.tree import TreeCounts, last_written_us, tree_counts
 from wal3_spark.logset.dirty import GC_CURSOR, dirty_store, rolled_up_to

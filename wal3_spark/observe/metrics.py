@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from wal3_spark.log.lag import CursorLag
+from wal3_spark.log.cursor_lag import CursorLag
 from wal3_spark.logset.info import LogSummary
 from wal3_spark.observe.status import Status, StatusModel
 

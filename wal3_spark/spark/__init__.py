@@ -1,6 +1,6 @@
 """The wal3 PySpark data source (`format("wal3")`) and helpers for using it from Spark.
 
-`Wal3Log` (the native scan, `wal3_spark.spark.scan`) and the lag helpers (`wal3_spark.spark.lag`)
+`Wal3Log` (the native scan, `wal3_spark.spark.scan`) and the lag helpers (`wal3_spark.spark.query_lag`)
 are imported on first use: every Python worker on an executor imports this package (its tasks'
 classes live here), and these two pull in PySpark's DataFrame API, `functions` and the streaming
 listener, which no task uses (measured: 0.15-0.25 s more per worker process on a loaded 2-core
@@ -17,13 +17,13 @@ from wal3_spark.spark.session import activate_session, ensure_worker_python, reg
 
 _LAZY = {
     "Wal3Log": "wal3_spark.spark.scan",
-    "LagLogger": "wal3_spark.spark.lag",
-    "SourceBacklog": "wal3_spark.spark.lag",
-    "SourceLag": "wal3_spark.spark.lag",
-    "install_lag_listener": "wal3_spark.spark.lag",
-    "offsets_behind": "wal3_spark.spark.lag",
-    "source_backlogs": "wal3_spark.spark.lag",
-    "source_lags": "wal3_spark.spark.lag",
+    "LagLogger": "wal3_spark.spark.query_lag",
+    "SourceBacklog": "wal3_spark.spark.query_lag",
+    "SourceLag": "wal3_spark.spark.query_lag",
+    "install_lag_listener": "wal3_spark.spark.query_lag",
+    "offsets_behind": "wal3_spark.spark.query_lag",
+    "source_backlogs": "wal3_spark.spark.query_lag",
+    "source_lags": "wal3_spark.spark.query_lag",
 }
 
 __all__ = ["LagLogger", "SourceBacklog", "SourceLag", "Wal3Log", "activate_session",

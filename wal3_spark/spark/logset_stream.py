@@ -53,11 +53,11 @@ from wal3_spark.format.incarnation import UNRECORDED, same_log
 from wal3_spark.format.layout import FIRST_OFFSET
 from wal3_spark.format.manifest import Manifest
 from wal3_spark.log.cursors import CursorStore
-from wal3_spark.log.lag import bytes_from
+from wal3_spark.log.cursor_lag import bytes_from
 from wal3_spark.log.reader import LogReader, SnapshotCache, iter_ranges
 from wal3_spark.logset.dirty import DirtyPosition, changes_since
 from wal3_spark.spark.fair_share import Chunk, Rotation, admit
-from wal3_spark.spark.lag import BYTES_BEHIND
+from wal3_spark.spark.query_lag import BYTES_BEHIND
 from wal3_spark.spark.logset_reader import (
     LogSetPartition,
     log_values,
@@ -214,7 +214,7 @@ class LogSetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _bytes_behind(self) -> dict[str, int]:
         """Per log the batch just planned leaves records behind in, the bytes of the fragments
         still to read after it, from the manifests already read (a report only: progress shows
-        it, spark/lag.py publishes it; a log whose manifest was not read is left out)."""
+        it, spark/query_lag.py publishes it; a log whose manifest was not read is left out)."""
         found = {}
         for name, end in self.ends.items():
             manifest = self.manifests.get(name)

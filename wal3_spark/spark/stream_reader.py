@@ -45,10 +45,10 @@ from wal3_spark.format.layout import KnownRefs
 from wal3_spark.format.manifest import Manifest
 from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.fragment_io import ReadRange
-from wal3_spark.log.lag import bytes_from
+from wal3_spark.log.cursor_lag import bytes_from
 from wal3_spark.log.reader import LogReader, SnapshotCache, iter_ranges
 from wal3_spark.spark.fair_share import Limits
-from wal3_spark.spark.lag import BYTES_BEHIND
+from wal3_spark.spark.query_lag import BYTES_BEHIND
 from wal3_spark.spark.options import Wal3Options
 from wal3_spark.spark.planning import Wal3Partition, partitions_of, resolve, value_filters
 from wal3_spark.spark.read_tasks import read_partition
@@ -195,7 +195,7 @@ class Wal3StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def reportLatestOffset(self):
         # Spark calls this right after latestOffset, in the same trigger. The bytes behind are
-        # a report only (progress shows it; nothing reads it back): spark/lag.py publishes them
+        # a report only (progress shows it; nothing reads it back): spark/query_lag.py publishes them
         manifest = self._manifest or self._reader().manifest()
         latest = at(manifest.next_offset, manifest)
         if self._end is not None:

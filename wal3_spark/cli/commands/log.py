@@ -14,7 +14,7 @@ from wal3_spark.format.garbage import load_garbage
 from wal3_spark.format.manifest import Manifest
 from wal3_spark.log.committer import Committer
 from wal3_spark.log.cursors import CursorStore
-from wal3_spark.log.lag import cursor_lags
+from wal3_spark.log.cursor_lag import cursor_lags
 from wal3_spark.log.holds import list_pins
 from wal3_spark.log.reader import LogReader, iter_fragments
 from wal3_spark.log.tags import TagStore

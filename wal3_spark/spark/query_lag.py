@@ -166,7 +166,7 @@ def offsets_behind(progress: Mapping[str, Any] | None) -> int | None:
 
 class LagLogger(StreamingQueryListener):
     """At every progress of a query with wal3 sources: each source's backlog, logged (logger
-    `wal3_spark.spark.lag`) and, with `registry` (a `prometheus_client.CollectorRegistry`),
+    `wal3_spark.spark.query_lag`) and, with `registry` (a `prometheus_client.CollectorRegistry`),
     published as gauges. `latest` maps each running query (its name, else its id) to its
     sources' last `SourceBacklog`s. Runs on the driver; reads nothing from storage."""
 
