@@ -587,6 +587,31 @@ def test_23_join_url() -> None:
     assert join_url("file:///tmp/x", "") == "file:///tmp/x"
 
 
+@pytest.mark.parametrize("url, reads", [
+    ("s3://bucket/logs", "reads accessKeyId, endpoint, endpointUrl, pathStyle, region"),
+    ("s3a://bucket/logs", "reads accessKeyId"),
+    ("gs://bucket/logs", "reads endpoint, endpointUrl, project, serviceAccountFile"),
+    ("az://container/logs", "reads accountKey, accountName, connectionString, endpoint"),
+    ("abfss://container@acct.dfs.core.windows.net/logs", "reads accountKey"),
+    ("file:///tmp/wal3-never-created", "a file store reads none"),
+    ("/tmp/wal3-never-created", "a file store reads none"),
+    ("memory://options", "a memory store reads none"),
+])
+def test_23b_an_unknown_store_option_is_an_error_naming_the_known_ones(url: str, reads: str) -> None:
+    """`endpont=` was ignored, so every request went to the cloud's default endpoint. A name no
+    store knows is refused for every kind of store; known names in any case, and another
+    store's (one set of options may open several stores: a copy from S3 to a path), are not."""
+    for options in ({"endpont": "http://127.0.0.1:1"}, {"region": "x", "Acess_Key": "k"}):
+        with pytest.raises(InvalidOption) as info:
+            open_store(url, options)
+        message = str(info.value)
+        typo = next(k for k in options if k != "region")
+        assert f"unknown store option {typo!r}" in message and reads in message, message
+        assert "the store options are accessKeyId, accountKey" in message and "sasToken" in message
+    for fine in ({"ENDPOINT": "http://127.0.0.1:1", "AccountName": "a"}, {"accountName": "a", "region": "r", "project": "p"}):
+        open_store(url, fine)
+
+
 def test_24_s3_options_are_case_insensitive_and_fall_back_to_the_environment() -> None:
     assert STORE_OPTIONS == {
         "endpoint", "endpointurl", "region", "accesskeyid", "secretaccesskey", "sessiontoken",

@@ -108,3 +108,35 @@ def test_04_a_log_sets_operations_take_its_url_or_its_store(url):
     assert roll_up(prefix, 1).skipped and roll_up(open_store(prefix), 1).skipped
     with pytest.raises(errors.InvalidOption, match="already open"):
         prefix_gc.plan(open_store(prefix), options={"region": "eu-west-1"})
+
+
+def test_05_every_entry_point_refuses_an_unknown_store_option(tmp_path):
+    """The Python API's entry points all open their URL through `open_store`: each refuses the
+    typo before it reads or writes anything."""
+    from wal3_spark import TagStore, branch, checkpoint, delete_branch
+    from wal3_spark.logset import gc as prefix_gc
+    from wal3_spark.observe.status import StatusModel
+
+    url, other = (tmp_path / "log").as_uri(), (tmp_path / "other").as_uri()
+    LogWriter(url).append(b"a")
+    typo = {"endpont": "http://127.0.0.1:1"}
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    calls = {
+        **{name: lambda entry=entry: entry(url, options=typo) for name, entry in ENTRY_POINTS.items()},
+        "TagStore": lambda: TagStore(url, options=typo),
+        "collect_garbage": lambda: collect_garbage(url, options=typo),
+        "verify": lambda: verify(url, options=typo),
+        "copy_log": lambda: copy_log(url, other, options=typo),
+        "copy_log destination": lambda: copy_log(url, other, destination_options=typo),
+        "branch": lambda: branch(url, other, options=typo),
+        "branch destination": lambda: branch(url, other, destination_options=typo),
+        "delete_branch": lambda: delete_branch(url, options=typo),
+        "checkpoint": lambda: checkpoint(url, options=typo),
+        "prefix gc plan": lambda: prefix_gc.plan(tmp_path.as_uri(), options=typo),
+        "StatusModel": lambda: StatusModel(url, options=typo),
+    }
+    for name, call in calls.items():
+        with pytest.raises(errors.InvalidOption, match="unknown store option 'endpont'"):
+            call()
+            pytest.fail(f"{name} accepted the typo")
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before

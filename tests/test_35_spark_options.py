@@ -129,3 +129,21 @@ def test_09_cursor_and_tag_options_refuse_control_characters(char):
             opts.parse({"path": "/tmp/x", "cursor": name}, opts.STREAM_READ)
         with pytest.raises(InvalidOption, match="invalid tag name"):
             opts.parse({"path": "/tmp/x", "tag": name}, opts.READ)
+
+
+def test_10_a_store_options_typo_is_refused_before_the_schema_read(monkeypatch):
+    """Spark asks the source's schema() (which reads the manifest) before reader() checks the
+    role's options: a typo of a store option (`endpont`) was dropped there, so the read went to
+    the default endpoint (here a closed port). It is refused there too, naming the valid ones;
+    wal3's own and Spark's options (path, checkpointLocation) are told apart from store options."""
+    from pyspark_wal3 import DefaultSource
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
+    for options, listed in (({"endpont": "http://127.0.0.1:9"}, "Valid options for batch reads"),
+                            ({"endpont": "x", "cursor": "c"}, "Valid options for streaming reads")):
+        with pytest.raises(InvalidOption, match=r"wal3 option endpont='.*': unknown option\. " + listed) as info:
+            DefaultSource({"path": "s3://bucket/log", **options}).schema()
+        assert "endpoint" in str(info.value) and "accessKeyId" in str(info.value)
+    where = opts.location({"path": "s3://bucket/log", "ENDPOINT": "http://127.0.0.1:9", "checkpointLocation": "/c",
+                           "maxRecordsPerTrigger": "5", "startingOffsets": "1", "region": "r"})
+    assert dict(where.store_options) == {"endpoint": "http://127.0.0.1:9", "region": "r"}

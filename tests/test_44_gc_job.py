@@ -56,6 +56,10 @@ def test_00_help_and_driver_only_run(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert LogReader(open_store(str(tmp_path / "c"))).manifest().oldest_offset == 11
     assert run("--prefix", "gopher://x", "--driver-only").returncode == 1
+    for recursive in ((), ("--recursive",)):  # a store option's typo is named, not ignored
+        proc = run("--prefix", str(tmp_path), "--driver-only", "--option", "endpont=http://127.0.0.1:1", *recursive)
+        assert proc.returncode == 1 and "unknown store option 'endpont'" in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr and proc.stdout == ""
     for bad in (("--grace", "-5"), ("--grace", "nan"), ("--max-drop-share", "5"), ("--endpoint", "ftp://x")):
         proc = run("--prefix", str(tmp_path), "--driver-only", *bad)
         assert proc.returncode == 2 and "Traceback" not in proc.stderr and bad[0] in proc.stderr, proc.stderr

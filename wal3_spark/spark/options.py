@@ -27,7 +27,7 @@ from wal3_spark.logset.logs import (
     LogSet,
     check_log_name,
 )
-from wal3_spark.storage import STORE_OPTIONS, ObjectStore, open_store
+from wal3_spark.storage import ObjectStore, open_store, store_option_names
 
 WRITE, READ, STREAM_READ, STREAM_WRITE = "write", "read", "streamRead", "streamWrite"
 ROLES = (WRITE, READ, STREAM_READ, STREAM_WRITE)
@@ -143,29 +143,6 @@ def _foreign(name: str) -> str | None:
                           "and its object store takes its own options (endpoint, region, "
                           "accessKeyId, ...)")
     return f"{found[0]}'s option, not wal3's: {found[1]}" if found else None
-
-
-def store_option_names() -> tuple[str, ...]:
-    """The object-store options (endpoint, region, credentials) that `open_store` accepts."""
-    return tuple(sorted(_DISPLAY.get(n.lower(), n) for n in STORE_OPTIONS))
-
-
-#: how the store's (lower-case) option names are spelled in docs and messages
-_DISPLAY = {
-    "endpoint": "endpoint",
-    "endpointurl": "endpointUrl",
-    "region": "region",
-    "accesskeyid": "accessKeyId",
-    "secretaccesskey": "secretAccessKey",
-    "sessiontoken": "sessionToken",
-    "pathstyle": "pathStyle",
-    "serviceaccountfile": "serviceAccountFile",
-    "project": "project",
-    "accountname": "accountName",
-    "accountkey": "accountKey",
-    "sastoken": "sasToken",
-    "connectionstring": "connectionString",
-}
 
 
 _SECRET_WORDS = (
@@ -651,8 +628,17 @@ def _writer_id(text: str) -> str:
 
 
 def location(options: Mapping[str, str]) -> Wal3Options:
-    """Only the log's URL and store options (for `DataSource.schema()`, whose role is unknown)."""
+    """Only the log's URL and store options (for `DataSource.schema()`, which Spark calls for
+    reads before `reader()` checks the role's options). A name that is neither a wal3 option nor
+    a store option is refused here already: a store option's typo (`endpont`) would otherwise
+    send the schema's manifest read to the cloud's default endpoint."""
     stores = {n.lower(): n for n in store_option_names()}
+    known = {n.lower() for n in OPTIONS} | {a.lower() for a in ALIASES} | set(stores)
+    for key, value in dict(options).items():
+        if key.lower() not in known:
+            streaming = any(READ not in roles for n, (roles, _) in OPTIONS.items()
+                            if n.lower() in {k.lower() for k in options})  # the valid list to show
+            raise _fail(key, value, _foreign(key) or "unknown option", STREAM_READ if streaming else READ)
     url = next((v for k, v in dict(options).items() if k.lower() == "path"), None)
     if not url or not url.strip():
         raise InvalidOption(

@@ -27,6 +27,8 @@ from wal3_spark.storage.s3 import S3_OPTIONS, S3Settings, S3Store
 
 __all__ = [
     "STORE_OPTIONS",
+    "check_store_options",
+    "store_option_names",
     "AzureSettings",
     "AzureStore",
     "GCSSettings",
@@ -49,8 +51,51 @@ _S3_SCHEMES = ("s3", "s3a", "s3n")
 _ABFS_SCHEMES = ("abfs", "abfss")
 
 #: Option names `open_store` understands, lower-cased (matched case-insensitively): each store
-#: reads its own and ignores the others', so one set of options may name several stores'
+#: reads its own and ignores the others', so one set of options may name several stores' (a copy
+#: from S3 to a local path opens both with the same options); a name of none is refused
 STORE_OPTIONS = S3_OPTIONS | GCS_OPTIONS | AZURE_OPTIONS
+
+#: how the store options (`STORE_OPTIONS`, lower-cased) are spelled in docs and messages
+_DISPLAY = {
+    "endpoint": "endpoint",
+    "endpointurl": "endpointUrl",
+    "region": "region",
+    "accesskeyid": "accessKeyId",
+    "secretaccesskey": "secretAccessKey",
+    "sessiontoken": "sessionToken",
+    "pathstyle": "pathStyle",
+    "serviceaccountfile": "serviceAccountFile",
+    "project": "project",
+    "accountname": "accountName",
+    "accountkey": "accountKey",
+    "sastoken": "sasToken",
+    "connectionstring": "connectionString",
+}
+
+
+def store_option_names(names: frozenset[str] = STORE_OPTIONS) -> tuple[str, ...]:
+    """The store options (endpoint, region, credentials) `open_store` accepts, as spelled in
+    docs and messages; `names`: those of one kind of store."""
+    return tuple(sorted((_DISPLAY[n] for n in names), key=str.lower))
+
+
+def check_store_options(url: str, options: Mapping[str, str] | None) -> None:
+    """Refuse an option name no store knows, naming it and the known ones: a typo (`endpont=`)
+    ignored would send every request to the cloud's default endpoint (or fail later, naming
+    the credentials). Another store's option is allowed (see `STORE_OPTIONS`)."""
+    unknown = sorted(str(k) for k in options or {} if not isinstance(k, str) or k.lower() not in STORE_OPTIONS)
+    if not unknown:
+        return
+    scheme = split_url(url)[0]
+    own = (S3_OPTIONS if scheme in _S3_SCHEMES else GCS_OPTIONS if scheme == "gs"
+           else AZURE_OPTIONS if scheme in ("az", *_ABFS_SCHEMES) else frozenset())
+    reads = (f"{url} reads {', '.join(store_option_names(own))}" if own
+             else f"a {scheme} store reads none")
+    raise InvalidOption(
+        f"unknown store option{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} for "
+        f"{url}: check the spelling; {reads} (the store options are {', '.join(store_option_names())}, "
+        "any case)"
+    )
 
 #: where a log (or a log set) lives, as every public entry point takes it: a URL (or a plain
 #: path) opened with the entry point's `options`, or a store already open (wrapped, shared)
@@ -64,9 +109,11 @@ def open_store(url: str, options: Mapping[str, str] | None = None) -> ObjectStor
     `endpoint` (alias `endpointUrl`) for each; S3: `region`, `accessKeyId`, `secretAccessKey`,
     `sessionToken`, `pathStyle`; GCS: `serviceAccountFile`, `project`; Azure: `accountName`,
     `accountKey`, `sasToken`, `connectionString`. Each falls back to its cloud's usual
-    environment variables and credential chain. Local and memory stores ignore them.
+    environment variables and credential chain. Local and memory stores ignore them, as each
+    store ignores another's; a name no store knows is an `InvalidOption` naming the known ones.
     """
     scheme, authority, path = split_url(url)
+    check_store_options(url, options)
     if scheme in _S3_SCHEMES:
         if not authority:
             raise InvalidUrl(f"S3 URL {url!r} names no bucket; use s3://bucket/prefix")

@@ -123,8 +123,8 @@ class S3Settings:
     ) -> S3Settings:
         """Settings from store options (any case), falling back to the AWS environment variables.
 
-        Unknown option names are ignored: the Spark connector passes all of its options and
-        validates them against `storage.STORE_OPTIONS` itself. Credentials absent from the options are
+        Other stores' option names are ignored (`open_store` has refused those of no store, the
+        Spark connector has told its own options apart). Credentials absent from the options are
         not read here but by boto3 where the client is created (environment, profile, role).
         """
         opts = {k.lower(): v for k, v in (options or {}).items() if v not in (None, "")}
