@@ -111,7 +111,7 @@ def main(argv=None) -> int:
                    help="which groups of rows to measure (the logs are written in any case)")
     p.add_argument("--case-limit", type=count_arg,
                    help="native scan: fragments up to which per-file values are a CASE rather than "
-                        "a broadcast join (wal3_spark.spark.scan.CASE_LIMIT; to compare the two)")
+                        "a broadcast join (wal3_spark.spark.native_scan.CASE_LIMIT; to compare the two)")
     p.add_argument("--core", action="store_true",
                    help="afterwards, run benchmarks/core.py --append-only (core append rows)")
     args = p.parse_args(argv)
@@ -129,12 +129,12 @@ def main(argv=None) -> int:
     from pyspark.sql import functions as F
 
     from jobs.transport_floor import MemoryFloorSource
-    from wal3_spark.spark import Wal3Log, scan
+    from wal3_spark.spark import Wal3Log, native_scan
 
     spark.dataSource.register(MemoryFloorSource)
 
     if args.case_limit is not None:
-        scan.CASE_LIMIT = args.case_limit
+        native_scan.CASE_LIMIT = args.case_limit
     jvm = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
 
     df = spark.range(0, args.rows, numPartitions=args.partitions).select(

@@ -1,4 +1,4 @@
-"""The jobs under jobs/ run through spark-submit; the distributed scrub finds corruption."""
+"""The jobs under jobs/ run through spark-submit; the distributed verify finds corruption."""
 
 from __future__ import annotations
 
@@ -64,16 +64,16 @@ def test_02_ingest_pipeline_and_verify_jobs(spark, tmp_path):
     assert r.returncode == 0 and "ok" in r.stdout, r.stdout + r.stderr[-3000:]
 
 
-def test_03_distributed_scrub_reports_corrupt_fragment(spark, log_url):
-    from wal3_spark.spark.scrub import scrub
+def test_03_distributed_verify_reports_corrupt_fragment(spark, log_url):
+    from wal3_spark.spark.distributed_verify import verify_on_spark
 
     append(sample(spark, 300, parts=3), log_url)
-    report = scrub(spark, log_url)
+    report = verify_on_spark(spark, log_url)
     assert report.ok and report.records == 300 and report.fragments == 3
     store = open_store(log_url)
     bad = LogReader(store).manifest().fragments[1]
     corrupt_fragment(store, bad.path)
-    report = scrub(spark, log_url)
+    report = verify_on_spark(spark, log_url)
     assert not report.ok
     assert any(p.kind == "corrupt" and p.obj == bad.path and "setsum" in p.detail
                for p in report.problems), report.problems

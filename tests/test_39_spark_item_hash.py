@@ -10,7 +10,7 @@ from tests.test_03_item_hash import SCHEMA, legacy_log
 from tests.test_30_spark_batch import append, read
 from wal3_spark.format.chunk_encoding import BLAKE3
 from wal3_spark.log.reader import LogReader
-from wal3_spark.spark.scrub import scrub
+from wal3_spark.spark.distributed_verify import verify_on_spark
 from wal3_spark.storage import open_store
 
 pytestmark = pytest.mark.timeout(300)
@@ -34,5 +34,5 @@ def test_00_spark_appends_keep_the_logs_item_hash(spark, log_url, legacy):
     rows = read(spark, log_url).orderBy("_offset").collect()  # verifyOnRead is on by default
     assert [r.id for r in rows] == list(range(400))
     assert [r.extra for r in rows[299:302]] == [None, True, False]
-    report = scrub(spark, log_url)
+    report = verify_on_spark(spark, log_url)
     assert report.ok and report.records == 400, report.problems

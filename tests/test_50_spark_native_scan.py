@@ -35,7 +35,7 @@ from wal3_spark.log.committer import Committer
 from wal3_spark.log.fragment_io import FragmentFile, exact_path_timestamp_us
 from wal3_spark.log.reader import LogReader
 from wal3_spark.log.writer import LogWriter
-from wal3_spark.spark import Wal3Log, scan
+from wal3_spark.spark import Wal3Log, native_scan
 from wal3_spark.spark.hadoop import HadoopFileStore, hadoop_options, hadoop_url
 from wal3_spark.spark.options import READ, parse
 from wal3_spark.storage import open_store
@@ -236,8 +236,8 @@ def test_09_a_log_on_another_hadoop_filesystem_is_planned_through_spark(spark, l
     with pytest.raises(ObjectNotFound):
         store.get("snapshot/SNAPSHOT.missing")
     options = parse({"path": log_url, "startingOffsets": "5"}, READ)
-    plan = scan.plan_scan(store, LogReader(store).manifest(), hadoop_url(log_url), options)
-    got = scan.scan_dataframe(spark, plan, {}).orderBy("_offset").collect()
+    plan = native_scan.plan_scan(store, LogReader(store).manifest(), hadoop_url(log_url), options)
+    got = native_scan.scan_dataframe(spark, plan, {}).orderBy("_offset").collect()
     assert got == spark.read.format("wal3").option("startingOffsets", 5).load(log_url).orderBy("_offset").collect()
 
 
@@ -309,7 +309,7 @@ def test_12_file_names_are_sql_literals_whatever_the_parser_settings(spark, esca
     names = ["Uuid=01a21823-112f-715f-a661-37fa67ca8762.parquet", "it's.parquet", "a\\b'.parquet"]
     spark.conf.set("spark.sql.parser.escapedStringLiterals", escaped)
     try:
-        row = spark.range(1).selectExpr(*[f"{scan._sql_string(n)} AS n{i}" for i, n in enumerate(names)]).first()
+        row = spark.range(1).selectExpr(*[f"{native_scan._sql_string(n)} AS n{i}" for i, n in enumerate(names)]).first()
     finally:
         spark.conf.unset("spark.sql.parser.escapedStringLiterals")
     assert list(row) == names
@@ -380,7 +380,7 @@ def test_14_a_structured_log_takes_timestamps_from_our_paths_without_reading_the
     assert first == uuid7_timestamp_us(ref.seq_no)
 
 
-@pytest.mark.parametrize("case_limit", [scan.CASE_LIMIT, 1])
+@pytest.mark.parametrize("case_limit", [native_scan.CASE_LIMIT, 1])
 @pytest.mark.parametrize("metadata", ["_metadata", "_Metadata"])
 def test_15_payload_columns_named_like_spark_metadata_or_the_scans_own(spark, tmp_path, monkeypatch,
                                                                          case_limit, metadata):

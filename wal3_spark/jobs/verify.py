@@ -80,9 +80,9 @@ def main(argv=None) -> int:
             common.error(str(exc))
             return 2 if isinstance(exc, ValueError) else 1
     spark = common.session("wal3-verify", logs=[args.log])
-    from wal3_spark.spark.scrub import scrub
+    from wal3_spark.spark.distributed_verify import verify_on_spark
 
-    report = scrub(spark, args.log, options, args.partitions)
+    report = verify_on_spark(spark, args.log, options, args.partitions)
     print(f"{args.log}: {report.fragments} fragments, {report.records} records, "
           f"{report.bytes / 1e6:.1f} MB: {'ok' if report.ok else 'FAILED'}")
     for problem in report.problems:

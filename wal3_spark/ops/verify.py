@@ -53,7 +53,7 @@ FAILING = frozenset({"invariant", "missing", "corrupt", "unreadable", "collected
 #: runs of verify before objects garbage-collected during the run are reported as problems
 ATTEMPTS = 3
 
-#: checks fragments somewhere (threads here, Spark executors in `wal3_spark.spark.scrub`):
+#: checks fragments somewhere (threads here, Spark executors in `wal3_spark.spark.distributed_verify`):
 #: (store, refs, payload schema (None: raw), item_hash) -> one `check_fragment` result per ref,
 #: in any order
 FragmentChecker = Callable[

@@ -1,6 +1,6 @@
 """The wal3 PySpark data source (`format("wal3")`) and helpers for using it from Spark.
 
-`Wal3Log` (the native scan, `wal3_spark.spark.scan`) and the lag helpers (`wal3_spark.spark.query_lag`)
+`Wal3Log` (the native scan, `wal3_spark.spark.native_scan`) and the lag helpers (`wal3_spark.spark.query_lag`)
 are imported on first use: every Python worker on an executor imports this package (its tasks'
 classes live here), and these two pull in PySpark's DataFrame API, `functions` and the streaming
 listener, which no task uses (measured: 0.15-0.25 s more per worker process on a loaded 2-core
@@ -16,7 +16,7 @@ from typing import Any
 from wal3_spark.spark.session import activate_session, ensure_worker_python, register
 
 _LAZY = {
-    "Wal3Log": "wal3_spark.spark.scan",
+    "Wal3Log": "wal3_spark.spark.native_scan",
     "LagLogger": "wal3_spark.spark.query_lag",
     "SourceBacklog": "wal3_spark.spark.query_lag",
     "SourceLag": "wal3_spark.spark.query_lag",

@@ -1,4 +1,4 @@
-"""Distributed scrub: `verify` with every fragment's setsum recomputed on Spark executors.
+"""Distributed verify: `verify` with every fragment's setsum recomputed on Spark executors.
 
 The driver reads the manifest and the snapshots it points at and checks every invariant, as
 `wal3_spark.ops.verify.verify` does; only the per-fragment work (fetch, decode, recompute the setsum,
@@ -18,11 +18,11 @@ from wal3_spark.spark.options import location
 from wal3_spark.storage.base import ObjectStore
 
 
-def scrub(spark: Any, url: str, options: dict[str, str] | None = None,
-          partitions: int | None = None) -> VerifyReport:
-    """`verify(url)` with the per-fragment checks run as a Spark job of `partitions` tasks
+def verify_on_spark(spark: Any, log: str, options: dict[str, str] | None = None,
+                    partitions: int | None = None) -> VerifyReport:
+    """`verify(log)` with the per-fragment checks run as a Spark job of `partitions` tasks
     (default: four per core of the cluster, at most one per fragment)."""
-    opts = location({"path": url, **(options or {})})
+    opts = location({"path": log, **(options or {})})
 
     def on_executors(store: ObjectStore, refs: list[FragmentRef], payload: pa.Schema | None,
                      item_hash: str | None) -> list[Problem | None]:
