@@ -394,3 +394,20 @@ def test_19_a_filter_value_that_is_not_text(tmp_path):
     assert len(done.stdout.splitlines()) == 1 and b'"_offset": 1' in done.stdout, done.stdout
     done = cat("tenant=\xff".encode())  # ÿ as UTF-8 text
     assert done.returncode == 0 and b'"_offset": 2' in done.stdout, done.stderr
+
+
+def test_20_a_binary_filter_value_is_bytes_or_a_string(tmp_path):
+    """`bytes(5)` is five zero bytes: an integer for a binary column read the rows holding
+    b'\\x00' * 5, and None, a float or a list raised TypeError. Each is a FilterError."""
+    url = (tmp_path / "log").as_uri()
+    with LogWriter(url, filter_column="b") as w:
+        w.append(pa.table({"b": [b"\x00" * 5, b"x"]}))
+    reader = LogReader(url)
+    for bad in (5, None, 1.5, ["x"], True):
+        with pytest.raises(FilterError, match="for the binary column 'b' is not bytes or a string"):
+            reader.read_table(filter_column="b", filter_values=[bad])
+    for good in (b"x", bytearray(b"x"), memoryview(b"x"), "x"):
+        assert reader.read_table(filter_column="b", filter_values=[good])["b"].to_pylist() == [b"x"]
+    with pytest.raises(FilterError, match="is not bytes or a string"):
+        reader.read_table(filter_column="b", filter_values=5)  # one value, not an iterable of them
+    assert reader.read_table(filter_column="b", filter_values=b"x").num_rows == 1

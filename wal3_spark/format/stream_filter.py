@@ -312,7 +312,14 @@ def coerce(kind: pa.DataType, values: Iterable[Any], column: str = "") -> list[A
             if lo <= int(value) <= hi:
                 out.append(int(value))
         elif pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
-            out.append(_binary_value(value, column) if isinstance(value, str) else bytes(value))
+            if isinstance(value, str):
+                out.append(_binary_value(value, column))
+            elif isinstance(value, (bytes, bytearray, memoryview)):
+                out.append(bytes(value))
+            else:  # bytes(5) is five zero bytes: an integer must not become a value silently
+                raise FilterError(
+                    f"filter value {value!r} for the binary column {column!r} is not bytes or a "
+                    "string: give bytes (or strings, meaning their UTF-8) for a binary filter column")
         elif isinstance(value, str):
             _check_text(value, column)
             out.append(value)

@@ -272,8 +272,8 @@ class LogReader:
         if filter_column is None or filter_values is None:
             raise FilterError("give filter_column and filter_values together (the column the "
                               "values are of, and the values to read)")
-        if isinstance(filter_values, (str, bytes)):
-            filter_values = [filter_values]
+        if isinstance(filter_values, (str, bytes)) or not isinstance(filter_values, Iterable):
+            filter_values = [filter_values]  # one value (an int of an integer column too)
         return ValueFilter.of(manifest.arrow_schema(), filter_column, filter_values, self.url)
 
     def _resolve(
