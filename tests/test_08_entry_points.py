@@ -16,7 +16,7 @@ from wal3_spark.log.writer import LogWriter
 from wal3_spark.logset.dirty import DirtyLog
 from wal3_spark.logset.logs import LogSet
 from wal3_spark.ops.copy import copy_log
-from wal3_spark.ops.gc import GarbageCollector, collect_garbage
+from wal3_spark.ops.garbage_collector import GarbageCollector, collect_garbage
 from wal3_spark.ops.verify import verify
 from wal3_spark.storage import open_store, resolve_store
 from wal3_spark.storage.s3 import S3Store
@@ -96,7 +96,7 @@ def test_03_what_is_neither_a_url_nor_a_store_is_refused_by_name():
 def test_04_a_log_sets_operations_take_its_url_or_its_store(url):
     """The prefix operations (garbage collection's plan and finish, the dirty log's roll-up)
     open the log set's prefix from a URL as its logs do."""
-    from wal3_spark.logset import gc as prefix_gc
+    from wal3_spark.logset import prefix_gc
     from wal3_spark.logset.dirty import roll_up
 
     prefix = url.rsplit("/", 1)[0]
@@ -114,7 +114,7 @@ def test_05_every_entry_point_refuses_an_unknown_store_option(tmp_path):
     """The Python API's entry points all open their URL through `open_store`: each refuses the
     typo before it reads or writes anything."""
     from wal3_spark import TagStore, branch, checkpoint, delete_branch
-    from wal3_spark.logset import gc as prefix_gc
+    from wal3_spark.logset import prefix_gc
     from wal3_spark.observe.status import StatusModel
 
     url, other = (tmp_path / "log").as_uri(), (tmp_path / "other").as_uri()

@@ -26,7 +26,7 @@ from wal3_spark.log.fragment_io import write_fragments
 from wal3_spark.log.reader import LogReader
 from wal3_spark.log.writer import LogWriter, to_batches
 from wal3_spark.ops.copy import copy_log
-from wal3_spark.ops.gc import collect_garbage
+from wal3_spark.ops.garbage_collector import collect_garbage
 from wal3_spark.ops.verify import verify
 from wal3_spark.storage import open_store
 from wal3_spark.storage.base import Blob

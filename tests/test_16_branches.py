@@ -28,7 +28,7 @@ from wal3_spark.log.reader import LogReader
 from wal3_spark.log.writer import LogWriter
 from wal3_spark.ops.checkpoint import CHECKPOINT_STEPS, checkpoint
 from wal3_spark.ops.copy import copy_log
-from wal3_spark.ops.gc import MIN_ORPHAN_GRACE_S, GarbageCollector
+from wal3_spark.ops.garbage_collector import MIN_ORPHAN_GRACE_S, GarbageCollector
 from wal3_spark.ops.verify import verify
 from wal3_spark.storage import StoreLike, open_store
 from wal3_spark.storage.common import file_url
@@ -385,7 +385,7 @@ _GC_LOOP = textwrap.dedent("""
     from wal3_spark.log.cursors import CursorStore
     from wal3_spark.log.reader import LogReader
     from wal3_spark.log.writer import LogWriter
-    from wal3_spark.ops.gc import GarbageCollector
+    from wal3_spark.ops.garbage_collector import GarbageCollector
     src, seconds = sys.argv[1], float(sys.argv[2])
     writer, end, n = LogWriter(src), time.monotonic() + seconds, 0
     while time.monotonic() < end:

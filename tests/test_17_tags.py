@@ -13,7 +13,7 @@ from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.reader import LogReader
 from wal3_spark.log.tags import TagStore
 from wal3_spark.log.writer import LogWriter
-from wal3_spark.ops.gc import GarbageCollector
+from wal3_spark.ops.garbage_collector import GarbageCollector
 from wal3_spark.storage import open_store
 from wal3_spark.storage.common import file_url
 

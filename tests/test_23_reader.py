@@ -23,7 +23,7 @@ from wal3_spark.format.manifest import SnapshotOptions
 from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.reader import LogReader, iter_fragments
 from wal3_spark.log.writer import LogWriter
-from wal3_spark.ops.gc import GarbageCollector
+from wal3_spark.ops.garbage_collector import GarbageCollector
 from wal3_spark.ops.verify import verify
 from wal3_spark.storage import open_store
 

@@ -22,7 +22,7 @@ from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.fragment_io import write_fragment
 from wal3_spark.log.reader import LogReader, iter_fragments, load_snapshot
 from wal3_spark.log.writer import LogWriter
-from wal3_spark.ops.gc import PHASES, GarbageCollector, referenced
+from wal3_spark.ops.garbage_collector import PHASES, GarbageCollector, referenced
 from wal3_spark.ops.verify import verify
 from wal3_spark.storage import open_store
 

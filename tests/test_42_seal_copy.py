@@ -17,7 +17,7 @@ from wal3_spark.log.fragment_io import write_fragment
 from wal3_spark.log.reader import LogReader
 from wal3_spark.log.writer import LogWriter
 from wal3_spark.ops.copy import copy_log
-from wal3_spark.ops.gc import GarbageCollector
+from wal3_spark.ops.garbage_collector import GarbageCollector
 from wal3_spark.ops.verify import verify
 from wal3_spark.storage import open_store
 

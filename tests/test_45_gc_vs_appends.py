@@ -17,7 +17,7 @@ from wal3_spark.log.committer import Committer
 from wal3_spark.log.fragment_io import write_fragments
 from wal3_spark.log.reader import LogReader
 from wal3_spark.log.writer import LogWriter, to_batches
-from wal3_spark.ops.gc import GarbageCollector
+from wal3_spark.ops.garbage_collector import GarbageCollector
 from wal3_spark.ops.verify import verify
 from wal3_spark.storage import open_store
 
@@ -95,7 +95,7 @@ def test_02_appender_processes_and_repeated_gc_lose_no_acknowledged_record(store
     import multiprocessing
 
     from wal3_spark.log.cursors import CursorStore
-    from wal3_spark.ops.gc import MIN_ORPHAN_GRACE_S
+    from wal3_spark.ops.garbage_collector import MIN_ORPHAN_GRACE_S
 
     LogWriter(store).append(b"r0")
     ctx = multiprocessing.get_context("spawn")

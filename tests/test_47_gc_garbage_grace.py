@@ -20,7 +20,7 @@ from wal3_spark import CursorStore, LogReader, LogWriter, open_store
 from wal3_spark.clock import ManualClock
 from wal3_spark.errors import DataLost
 from wal3_spark.log.fragment_io import read_range
-from wal3_spark.ops.gc import GarbageCollector
+from wal3_spark.ops.garbage_collector import GarbageCollector
 
 
 def test_00_fragments_dropped_by_gc_outlive_the_grace_interval_for_older_readers() -> None:

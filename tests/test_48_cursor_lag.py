@@ -21,7 +21,7 @@ from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.cursor_lag import bytes_from, cursor_lags
 from wal3_spark.log.reader import LogReader, iter_fragments
 from wal3_spark.log.writer import LogWriter
-from wal3_spark.ops.gc import GarbageCollector
+from wal3_spark.ops.garbage_collector import GarbageCollector
 from wal3_spark.storage import open_store
 
 _names = itertools.count()

@@ -284,7 +284,7 @@ def test_11_a_fragment_gc_deleted_after_to_df_fails_the_query_or_is_skipped(spar
     before the action: the query fails naming the file, or with failOnDataLoss=false skips it
     as format("wal3") does."""
     from wal3_spark.log.cursors import CursorStore
-    from wal3_spark.ops.gc import GarbageCollector
+    from wal3_spark.ops.garbage_collector import GarbageCollector
 
     url = (tmp_path / "log").as_uri()
     writer, start = LogWriter(url), 0
@@ -429,7 +429,7 @@ def test_17_an_empty_log_then_collected_and_sealed(spark, tmp_path):
     the log sealed: the same rows, and a range below the oldest offset is the same DataLost
     (or, with failOnDataLoss=false, the same rows skipped to the oldest offset)."""
     from wal3_spark.log.cursors import CursorStore
-    from wal3_spark.ops.gc import GarbageCollector
+    from wal3_spark.ops.garbage_collector import GarbageCollector
 
     url = (tmp_path / "log").as_uri()
     Committer(open_store(url)).create(pa.schema([("id", pa.int64()), ("name", pa.string())]))

@@ -72,7 +72,7 @@ def test_02_an_executor_reading_fragments_gc_deleted_after_planning_gets_the_col
     from wal3_spark.log.fragment_io import output_schema
     from wal3_spark.log.reader import LogReader
     from wal3_spark.log.writer import LogWriter
-    from wal3_spark.ops.gc import GarbageCollector
+    from wal3_spark.ops.garbage_collector import GarbageCollector
     from wal3_spark.spark.read_tasks import read_partition
 
     store = open_store(str(tmp_path / "log"))

@@ -37,7 +37,7 @@ from wal3_spark.logset.dirty import (
     rolled_up_to,
 )
 from wal3_spark.logset.logs import LogSelection, LogSet
-from wal3_spark.ops.gc import collect_garbage
+from wal3_spark.ops.garbage_collector import collect_garbage
 from wal3_spark.storage import open_store
 from wal3_spark.storage.base import ObjectStore
 from wal3_spark.storage.forwarding import ForwardingStore

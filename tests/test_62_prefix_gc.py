@@ -11,9 +11,9 @@ from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.reader import LogReader
 from wal3_spark.log.writer import LogWriter
 from wal3_spark.logset.dirty import GC_CURSOR, DirtyLog, dirty_store, rolled_up_to
-from wal3_spark.logset.gc import finish, plan
+from wal3_spark.logset.prefix_gc import finish, plan
 from wal3_spark.logset.logs import LogSet
-from wal3_spark.ops.gc import GCReport, collect_garbage
+from wal3_spark.ops.garbage_collector import GCReport, collect_garbage
 from wal3_spark.storage import open_store
 from wal3_spark.storage.base import ObjectStore
 

@@ -14,7 +14,7 @@ from wal3_spark.format.layout import MANIFEST_KEY
 from wal3_spark.log.committer import Committer
 from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.reader import LogReader
-from wal3_spark.ops.gc import collect_garbage
+from wal3_spark.ops.garbage_collector import collect_garbage
 from wal3_spark.spark.logset_stream import encode
 from wal3_spark.storage import open_store
 

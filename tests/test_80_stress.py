@@ -621,7 +621,7 @@ def test_26_the_branch_checker_catches_a_branch_whose_parent_lost_its_records(tm
     from wal3_spark.log.cursors import CursorStore
     from wal3_spark.log.reader import LogReader
     from wal3_spark.log.writer import LogWriter
-    from wal3_spark.ops.gc import GarbageCollector
+    from wal3_spark.ops.garbage_collector import GarbageCollector
     from wal3_spark.storage import open_store
     from wal3_spark.stress.branches import BranchStats, Checker
 

@@ -18,7 +18,7 @@ from wal3_spark.logset.dirty import DirtyLog
 from wal3_spark.logset.logs import LogSet
 from wal3_spark.ops.checkpoint import checkpoint
 from wal3_spark.ops.copy import copy_log
-from wal3_spark.ops.gc import GarbageCollector, collect_garbage
+from wal3_spark.ops.garbage_collector import GarbageCollector, collect_garbage
 from wal3_spark.ops.verify import verify
 
 #: each entry point and the names of the parameters that say where its logs live

@@ -22,7 +22,7 @@ from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.reader import LogReader
 from wal3_spark.log.writer import LogWriter
 from wal3_spark.logset.dirty import DirtyLog
-from wal3_spark.ops.gc import collect_garbage
+from wal3_spark.ops.garbage_collector import collect_garbage
 from wal3_spark.storage import open_store
 
 HOT = ("t00", "t01", "t02")

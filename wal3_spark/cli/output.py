@@ -30,7 +30,7 @@ from wal3_spark.cli.progress import ProgressBar
 from wal3_spark.log.cursor_lag import CursorLag
 from wal3_spark.logset.info import LogSummary
 from wal3_spark.ops.copy import CopyReport
-from wal3_spark.ops.gc import GCReport
+from wal3_spark.ops.garbage_collector import GCReport
 from wal3_spark.ops.verify import VerifyReport
 
 

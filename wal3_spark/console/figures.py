@@ -23,7 +23,7 @@ from wal3_spark.errors import GCRefused, InvalidOption
 from wal3_spark.format.garbage import load_garbage
 from wal3_spark.format.uuid7 import uuid7_timestamp_us
 from wal3_spark.log.reader import LogReader, SnapshotCache, iter_fragments
-from wal3_spark.ops.gc import DEFAULT_GRACE_S, GarbageCollector
+from wal3_spark.ops.garbage_collector import DEFAULT_GRACE_S, GarbageCollector
 from wal3_spark.storage.base import ObjectStore
 
 #: the append-rate chart's buckets: one a minute over the last ten minutes

@@ -3,8 +3,8 @@
 `compute_garbage` decides, from a manifest value and a cutoff, what garbage collection removes;
 `apply_garbage` turns a manifest into the one without that garbage. Neither does I/O except
 through the snapshot loader it is given, so both are tested on plain values (docs/format.md section 8;
-Chroma's wal3 design, "Garbage Collection Dance"). `wal3_spark.ops.gc` holds the I/O, except
-`load_garbage`, the one reader of the record: it lives here so that the committer, which `gc`
+Chroma's wal3 design, "Garbage Collection Dance"). `wal3_spark.ops.garbage_collector` holds the I/O, except
+`load_garbage`, the one reader of the record: it lives here so that the committer, which `garbage_collector`
 imports, uses it too.
 
 The JSON is Chroma's `Garbage` (field names, order and meaning), with two wal3-spark extensions
@@ -91,7 +91,7 @@ class Garbage:
 
     def fragment_paths(self) -> list[str]:
         """Paths of the fragments to delete: sequence-numbered ones from their range, UUID
-        ones as listed (orphans are found by listing, see `wal3_spark.ops.gc`)."""
+        ones as listed (orphans are found by listing, see `wal3_spark.ops.garbage_collector`)."""
         return [seq_no_fragment_path(s) for s in self.seq_nos] + list(self.fragment_paths_to_drop)
 
     def snapshot_paths(self) -> list[str]:

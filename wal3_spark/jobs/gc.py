@@ -6,7 +6,7 @@
 
 The logs are those directly under the prefix (`<prefix>/<name>/manifest/MANIFEST`). When the
 prefix has a dirty log (`<prefix>/_dirty`), a run collects only the logs recorded there since
-the previous run (`wal3_spark.logset.gc`), then rolls the dirty log up and collects it;
+the previous run (`wal3_spark.logset.prefix_gc`), then rolls the dirty log up and collects it;
 `--full-scan` collects every log (also the first run, and any run without a dirty log).
 `--recursive` instead collects every log at any depth under the prefix (listing every object;
 no dirty log). By default each log is collected by one Spark task (logs are independent, and
@@ -43,7 +43,7 @@ def find_logs_recursive(prefix: str, options: dict[str, str]) -> list[str]:
 def collect_one(target, settings: dict) -> dict:  # type: ignore[no-untyped-def]
     """Collect one log (a URL or a store); never raises (the error goes into the result)."""
     from wal3_spark.errors import LogNotFound, Wal3Error
-    from wal3_spark.ops.gc import collect_garbage
+    from wal3_spark.ops.garbage_collector import collect_garbage
 
     url = target if isinstance(target, str) else target.url
     try:
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     from wal3_spark.errors import Wal3Error
     from wal3_spark.logset.dirty import dirty_store
     from wal3_spark.logset.logs import LogSet
-    from wal3_spark.logset import gc as prefix_gc
+    from wal3_spark.logset import prefix_gc
     from wal3_spark.storage import open_store
 
     try:

@@ -66,7 +66,7 @@ BATCH_INTERVAL_S = 0.1
 #: below which records were rolled up, so the head below it may be collected)
 ROLLUP_TXN = "wal3-rollup"
 #: the cursor on the dirty log where garbage collection of the prefix stopped reading it
-#: (`wal3_spark.logset.gc`); it also pins the dirty log's records GC has not read yet
+#: (`wal3_spark.logset.prefix_gc`); it also pins the dirty log's records GC has not read yet
 GC_CURSOR = "gc"
 
 

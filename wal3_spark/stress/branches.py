@@ -42,7 +42,7 @@ from wal3_spark.log.holds import list_pins
 from wal3_spark.log.reader import LogReader
 from wal3_spark.log.writer import LogWriter
 from wal3_spark.ops.checkpoint import checkpoint
-from wal3_spark.ops.gc import MIN_ORPHAN_GRACE_S, GarbageCollector
+from wal3_spark.ops.garbage_collector import MIN_ORPHAN_GRACE_S, GarbageCollector
 from wal3_spark.ops.verify import verify
 from wal3_spark.storage import open_store
 from wal3_spark.storage.common import file_url

@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 from wal3_spark.clock import SystemClock
 from wal3_spark.errors import Wal3Error
-from wal3_spark.ops.gc import MIN_ORPHAN_GRACE_S, GarbageCollector
+from wal3_spark.ops.garbage_collector import MIN_ORPHAN_GRACE_S, GarbageCollector
 from wal3_spark.storage import ObjectStore
 from wal3_spark.stress.config import StressConfig
 from wal3_spark.stress.summary import ORPHAN_RACE

@@ -39,7 +39,7 @@ from wal3_spark.format.layout import FRAGMENT_PREFIX
 from wal3_spark.log.committer import Committer
 from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.reader import LogReader
-from wal3_spark.ops.gc import referenced
+from wal3_spark.ops.garbage_collector import referenced
 from wal3_spark.ops.verify import verify
 from wal3_spark.storage import ObjectStore, open_store
 from wal3_spark.storage.retry import retry

@@ -18,7 +18,7 @@ from wal3_spark.log.cursor_lag import cursor_lags
 from wal3_spark.log.holds import list_pins
 from wal3_spark.log.reader import LogReader, iter_fragments
 from wal3_spark.log.tags import TagStore
-from wal3_spark.ops.gc import referenced
+from wal3_spark.ops.garbage_collector import referenced
 from wal3_spark.storage.base import ObjectStore
 
 

@@ -9,7 +9,7 @@ from wal3_spark.cli.commands import EXIT_FAIL, EXIT_OK, AddCommand, open_log_sto
 from wal3_spark.cli.output import Output
 from wal3_spark.cli.progress import ProgressBar
 from wal3_spark.ops.copy import copy_log
-from wal3_spark.ops.gc import DEFAULT_GRACE_S, GarbageCollector
+from wal3_spark.ops.garbage_collector import DEFAULT_GRACE_S, GarbageCollector
 from wal3_spark.ops.verify import verify as verify_log
 
 

@@ -37,7 +37,7 @@ from wal3_spark.logset.dirty import (
     rolled_up_to,
 )
 from wal3_spark.logset.logs import LogSet
-from wal3_spark.ops.gc import GCReport, collect_garbage
+from wal3_spark.ops.garbage_collector import GCReport, collect_garbage
 from wal3_spark.storage import StoreLike, resolve_store
 
 logger = logging.getLogger(__name__)
