@@ -664,7 +664,7 @@ def test_26_s3_wrong_secret_is_a_storage_error_without_the_secret(seaweed: Seawe
 
 
 def test_27_s3_unreachable_endpoint_is_transient_after_retries(seaweed: SeaweedServer) -> None:
-    from wal3_spark.stress.seaweed import free_ports
+    from wal3_spark.testing.seaweedfs import free_ports
 
     port = free_ports(1)[0]
     store = open_store("s3://bucket/p", {**seaweed.options, "endpoint": f"http://127.0.0.1:{port}"})

@@ -495,7 +495,7 @@ def test_18_a_destination_that_reaches_another_server_is_refused(request, tmp_pa
     """A branch opened with settings (an endpoint) other than its parent's would read its parent
     on the wrong server, and the parent's collection would find no branch at its URL and drop the
     pin after the orphan grace: creating it is refused before anything is written."""
-    from wal3_spark.stress.seaweed import running_seaweed
+    from wal3_spark.testing.seaweedfs import running_seaweed
 
     first = request.getfixturevalue("seaweed")
     src = first.new_url("src")

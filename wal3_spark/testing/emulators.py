@@ -41,7 +41,7 @@ from pathlib import Path
 
 # SeaweedFS's launcher stops a process group and tails a log the way these need too
 from wal3_spark.clock import SYSTEM
-from wal3_spark.stress.seaweed import _stop, _tail
+from wal3_spark.testing.seaweedfs import _stop, _tail
 
 GCS_BUCKET = "wal3-test"
 AZURE_CONTAINER = "wal3-test"
