@@ -531,6 +531,16 @@ def test_17_another_sites_page_cannot_use_the_console(prefix: str) -> None:
                         {"Sec-Fetch-Site": "same-site"}):
             status, text = request("POST", "/log/orders/verify", {"Host": f"127.0.0.1:{port}", **foreign})
             assert status == 403 and "refused" in text, foreign
+        status, text = request("PUT", "/log/orders/verify", {"Host": f"127.0.0.1:{port}", "Origin": "null"})
+        assert status == 403 and "a PUT from the page of null is refused" in text
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        for path in ("/", "/log/orders", "/log/orders/verify", "/metrics", "/log/nosuch"):
+            connection.request("GET", path, headers={"Host": f"127.0.0.1:{port}"})
+            response = connection.getresponse()
+            response.read()
+            assert response.getheader("X-Frame-Options") == "DENY", path  # no site may frame it
+            assert response.getheader("Content-Security-Policy") == "frame-ancestors 'none'", path
+        connection.close()
         for own in ({"Origin": f"http://127.0.0.1:{port}", "Sec-Fetch-Site": "same-origin"},
                     {"Origin": f"http://LOCALHOST:{port}", "Host": f"localhost:{port}"}, {}):
             assert request("POST", "/log/orders/verify", {"Host": f"127.0.0.1:{port}", **own})[0] == 303, own
@@ -558,7 +568,8 @@ def test_18_a_sandboxed_frame_of_another_site_cannot_start_a_verify(prefix: str,
         form = (f"<form method='post' action='{console.url}log/orders/verify'></form>"
                 "<script>document.forms[0].submit()</script>")
         page = (f'<iframe id="sandboxed" sandbox="allow-forms allow-scripts" srcdoc="{form}"></iframe>'
-                f'<iframe id="plain" srcdoc="{form}"></iframe>').encode()
+                f'<iframe id="plain" srcdoc="{form}"></iframe>'
+                f'<iframe id="framed" src="{console.url}log/orders/verify"></iframe>').encode()  # to click
 
         class Attacker(http.server.BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 - the base class's name
@@ -582,6 +593,13 @@ def test_18_a_sandboxed_frame_of_another_site_cannot_start_a_verify(prefix: str,
                     "return document.readyState == 'complete' && location.href.startsWith(arguments[0])",
                     console.url))
                 assert "refused" in browser.find_element(By.TAG_NAME, "body").text, frame
+            # the console's own page in another site's frame (its button under a decoy: its form
+            # would post with the console's Origin) is not shown
+            browser.switch_to.default_content()
+            WebDriverWait(browser, 60, poll_frequency=0.05).until(
+                lambda d: d.execute_script("return document.readyState") == "complete")
+            browser.switch_to.frame("framed")
+            assert not browser.find_elements(By.ID, "verify-start"), "another site framed the console"
         finally:
             browser.switch_to.default_content()
             attacker.shutdown()

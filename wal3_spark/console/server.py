@@ -56,23 +56,35 @@ def same_machine_only(app: Callable[..., Any], loopback: bool) -> Callable[..., 
     opens: through DNS rebinding (a name of the attacker's that resolves to 127.0.0.1, so the
     page reads the log's records), and by a form posted to it (starting a verify). So, when
     `loopback`, a request whose Host is not a loopback name is refused (whatever its port: an
-    SSH tunnel's local port is fine), and, always, a POST from another site's page
-    (`_foreign_page`)."""
+    SSH tunnel's local port is fine), and, always, a request other than a read (a POST) from
+    another site's page (`_foreign_page`). Every page forbids framing (`_NO_FRAMING`): a page
+    of another site that framed the console's verify page under something the operator clicks
+    would have the console's own form post it, with the console's own Origin (a refusal, which
+    shows nothing, may be framed)."""
 
     def guarded(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        def unframed(status: str, headers: list[tuple[str, str]], *exc_info: Any) -> Any:
+            return start_response(status, [*headers, *_NO_FRAMING], *exc_info)
+
         host = environ.get("HTTP_HOST", "")
         if loopback and _host_name(host).lower() not in LOOPBACK_NAMES:
             return _refuse(start_response, f"Host {host!r} is not this machine: this server listens on "
                            "the loopback only (open it as http://127.0.0.1:PORT/, or listen with --host)")
-        if environ.get("REQUEST_METHOD") == "POST":
+        method = environ.get("REQUEST_METHOD", "GET")
+        if method not in _READS:
             foreign = _foreign_page(environ, host)
             if foreign is not None:
-                return _refuse(start_response, f"a POST from {foreign} is refused: "
+                return _refuse(start_response, f"a {method} from {foreign} is refused: "
                                "only this server's own pages may start a verify")
-        return app(environ, start_response)
+        return app(environ, unframed)
 
     return guarded
 
+
+#: the methods that only read: any other (POST starts a verify) must come from the server's own page
+_READS = frozenset({"GET", "HEAD", "OPTIONS"})
+#: no page of another site may frame the console (clickjacking its verify button)
+_NO_FRAMING = (("X-Frame-Options", "DENY"), ("Content-Security-Policy", "frame-ancestors 'none'"))
 
 #: what a browser's Sec-Fetch-Site says of a request a page of this server made ("same-origin"),
 #: or the operator did by hand (typed, bookmarked: "none")
