@@ -164,7 +164,8 @@ def test_06_a_tag_or_pin_name_with_a_newline_or_control_character_is_refused(url
     follows the rule, wherever the character is."""
     from wal3_spark.cli.main import main
     from wal3_spark.errors import CorruptLog
-    from wal3_spark.format.lineage import pin_key, tag_key
+    from wal3_spark.format.lineage import pin_key
+    from wal3_spark.format.tag import tag_key
     from wal3_spark.spark.options import READ, parse
 
     fill(url, 1)

@@ -62,6 +62,14 @@ def cursor_key(name: str) -> str:
     return f"{CURSOR_PREFIX}{name}.json"
 
 
+def name_of(key: str, prefix: str) -> str | None:
+    """The name a key listed under `prefix` holds (`pin/<name>.json`, `tag/<name>.json`; None:
+    not one of them)."""
+    if not key.startswith(prefix) or not key.endswith(".json"):
+        return None
+    return key[len(prefix):-len(".json")]
+
+
 def fragment_path(fragment_uuid: uuid.UUID | str) -> str:
     """`log/Uuid=<uuid>.parquet`, relative to the log root."""
     return f"log/Uuid={uuid.UUID(str(fragment_uuid))}.parquet"

@@ -1,5 +1,6 @@
-"""Branches and tags as pure values (docs/format.md section 10): a branch's `parent` field in its
-manifest, the pin a branch leaves in its parent, and a tag.
+"""A branch's lineage as pure values (docs/format.md section 10): the `parent` field in its
+manifest and the pin it leaves in its parent (a tag, the other named range of a log, is
+`wal3_spark.format.tag`).
 
 A branch reads its parent's records below the branch point through the parent's own fragments,
 so the parent's garbage collection must keep them: the pin is what it honours, as it honours a
@@ -13,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from wal3_spark.errors import CorruptLog, InvalidOption
+from wal3_spark.errors import CorruptLog
 from wal3_spark.format.incarnation import parse_incarnation
 from wal3_spark.format.layout import (
     check_int,
@@ -27,10 +28,8 @@ from wal3_spark.format.layout import (
 from wal3_spark.format.setsum import Setsum
 
 PIN_PREFIX = "pin/"
-TAG_PREFIX = "tag/"
 
 _PIN_NAME = re.compile(r"[0-9a-f]{32}")
-_TAG_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,199}")
 
 
 def pin_key(name: str) -> str:
@@ -38,22 +37,6 @@ def pin_key(name: str) -> str:
         raise CorruptLog("a pin name is 32 lowercase hex digits", PIN_PREFIX + str(name),
                          f"{name!r} is not a pin name")
     return f"{PIN_PREFIX}{name}.json"
-
-
-def tag_key(name: str) -> str:
-    if not isinstance(name, str) or not _TAG_NAME.fullmatch(name) or name.endswith(".json"):
-        raise InvalidOption(
-            f"invalid tag name {name!r}: use 1-200 letters, digits, '.', '_' and '-', not starting "
-            "with '.' or '-' (for example q3-close)"
-        )
-    return f"{TAG_PREFIX}{name}.json"
-
-
-def name_of(key: str, prefix: str) -> str | None:
-    """The pin or tag name a listed key holds (None: not one of them)."""
-    if not key.startswith(prefix) or not key.endswith(".json"):
-        return None
-    return key[len(prefix):-len(".json")]
 
 
 @dataclass(frozen=True)
@@ -140,44 +123,3 @@ class Pin:
             created_us=require_field(doc, "created_us", obj, int),
             writer=require_field(doc, "writer", obj, str),
         )
-
-
-@dataclass(frozen=True)
-class Tag:
-    """`tag/<name>.json`: the log's records [start, offset), named. `hold`: garbage collection
-    keeps them (from `start`) while the tag exists; else a read of the tag after GC collected
-    some of them fails with DataLost rather than return fewer rows."""
-
-    offset: int
-    start: int
-    hold: bool
-    created_us: int
-    writer: str
-    incarnation: str | None = None
-
-    def to_bytes(self) -> bytes:
-        doc: dict[str, Any] = {"offset": position(self.offset), "start": position(self.start),
-                               "hold": self.hold, "created_us": self.created_us,
-                               "writer": self.writer}
-        if self.incarnation is not None:
-            doc["incarnation"] = self.incarnation
-        return dumps(doc)
-
-    @classmethod
-    def from_bytes(cls, data: bytes, obj: str) -> Tag:
-        doc = loads(data, obj)
-        hold = doc.get("hold", False) if isinstance(doc, dict) else None
-        if not isinstance(hold, bool):
-            raise CorruptLog("field type", obj, f"'hold' is not true or false: {hold!r}")
-        tag = cls(
-            offset=parse_offset(doc.get("offset"), obj, "offset"),
-            start=parse_offset(doc.get("start"), obj, "start"),
-            hold=hold,
-            created_us=require_field(doc, "created_us", obj, int),
-            writer=require_field(doc, "writer", obj, str),
-            incarnation=parse_incarnation(doc.get("incarnation"), obj),
-        )
-        if tag.start > tag.offset:
-            raise CorruptLog("a tag's start is at or below its offset", obj,
-                             f"start {tag.start} is beyond offset {tag.offset}")
-        return tag

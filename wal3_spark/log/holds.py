@@ -15,8 +15,9 @@ from dataclasses import dataclass
 
 from wal3_spark.errors import LogNotFound, ObjectNotFound, Wal3Error
 from wal3_spark.format.garbage import Garbage
-from wal3_spark.format.layout import GARBAGE_KEY
-from wal3_spark.format.lineage import PIN_PREFIX, TAG_PREFIX, Pin, Tag, name_of, pin_key
+from wal3_spark.format.layout import GARBAGE_KEY, name_of
+from wal3_spark.format.lineage import PIN_PREFIX, Pin, pin_key
+from wal3_spark.format.tag import TAG_PREFIX, Tag
 from wal3_spark.log.manifest_reader import read_manifest
 from wal3_spark.log.parents import parent_store
 from wal3_spark.storage.base import ObjectStore

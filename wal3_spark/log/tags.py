@@ -21,10 +21,11 @@ from wal3_spark.errors import (
     PreconditionFailed,
     TagError,
 )
-from wal3_spark.format.lineage import TAG_PREFIX, Tag, name_of, tag_key
+from wal3_spark.format.layout import name_of
 from wal3_spark.format.manifest import Manifest
-from wal3_spark.log.manifest_reader import read_manifest
+from wal3_spark.format.tag import TAG_PREFIX, Tag, tag_key
 from wal3_spark.log.holds import settle
+from wal3_spark.log.manifest_reader import read_manifest
 from wal3_spark.storage import StoreLike, resolve_store
 
 TAG_WRITER = "wal3-spark tag"

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from wal3_spark.errors import InvalidOption
-from wal3_spark.format.lineage import tag_key
+from wal3_spark.format.tag import tag_key
 from wal3_spark.logset.logs import (
     ALL_LOGS,
     DEFAULT_FULL_SCAN_EVERY_S,
