@@ -118,7 +118,7 @@ def bench_triggers(prefix: ObjectStore, n: int, changed: int, triggers: int) -> 
             find_times.append(elapsed)
             find_requests.append(counting.requests())
             counting.counts.clear()
-            elapsed, scan = timed(lambda: logs.scan(sorted(result.tails)))
+            elapsed, scan = timed(lambda: logs.tails(sorted(result.tails)))
             assert {k: v.next_offset for k, v in scan.tails.items()} == expected
             plan_times.append(elapsed)
             plan_requests.append(counting.requests())

@@ -124,7 +124,7 @@ def delete_log_but_cursors(store) -> None:
 def test_05_a_cursor_of_an_earlier_incarnation_is_stale_not_broken_and_advance_replaces_it(store):
     recreate_with_fewer_records(store, 11, 5)  # the old cursor (12) is beyond the new tail (6)
     cursors = CursorStore(store)
-    states, broken = cursors.scan()
+    states, broken = cursors.list_all()
     assert states == [] and [(b.name, b.stale) for b in broken] == [("billing", True)]
     assert "earlier incarnation" in broken[0].problem
     with pytest.raises(CursorError, match="stale"):
@@ -132,15 +132,15 @@ def test_05_a_cursor_of_an_earlier_incarnation_is_stale_not_broken_and_advance_r
     # the consumer's next commit resets it (it raised "beyond the tail" before, forever)
     state = cursors.advance("billing", 3)
     assert state.cursor.offset == 3 and state.cursor.incarnation == incarnation(store)
-    assert cursors.scan() == ([cursors.get("billing")], [])
+    assert cursors.list_all() == ([cursors.get("billing")], [])
 
 
 def test_06_a_stale_cursor_below_the_new_tail_is_stale_too_and_move_replaces_it(store):
     recreate_with_fewer_records(store, 3, 9)  # the old cursor (4) is inside the new log
     cursors = CursorStore(store)
-    assert [b.stale for b in cursors.scan()[1]] == [True]
+    assert [b.stale for b in cursors.list_all()[1]] == [True]
     assert cursors.move("billing", 2).cursor.offset == 2  # backwards, without --force
-    assert cursors.scan()[1] == []
+    assert cursors.list_all()[1] == []
 
 
 def test_07_advance_never_records_an_offset_of_another_incarnation(store):
@@ -150,7 +150,7 @@ def test_07_advance_never_records_an_offset_of_another_incarnation(store):
     LogWriter(store).append([b"new"] * 4)
     with pytest.raises(LogRecreated, match="deleted and created again"):
         CursorStore(store).advance("billing", 3, incarnation=old)
-    assert CursorStore(store).scan() == ([], [])
+    assert CursorStore(store).list_all() == ([], [])
 
 
 def test_08_gc_counts_a_stale_cursor_as_pinning_the_whole_log_and_never_refuses(store):

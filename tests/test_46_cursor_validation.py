@@ -90,7 +90,7 @@ def test_04_a_consumer_advancing_its_cursor_replaces_a_broken_object_of_that_nam
     put_cursor_object(url, "cursor/c.json", b"{not json")
     cursors = CursorStore(open_store(url))
     assert cursors.advance("c", 3).cursor.offset == 3
-    assert cursors.get("c").cursor.offset == 3 and cursors.scan()[1] == []
+    assert cursors.get("c").cursor.offset == 3 and cursors.list_all()[1] == []
 
 
 def test_05_a_cursor_beyond_the_tail_is_broken_and_set_force_repairs_it(url):

@@ -118,7 +118,7 @@ def test_03_discovery_lists_logs_in_o_logs_and_reads_their_tails(
     logs = LogSet(counting)
     assert logs.names() == ["a", "b", "c-1", "c-2", "empty"]
     assert counting.by_operation() == {"list_children": 1}
-    scan = logs.scan()
+    scan = logs.tails()
     assert scan.tails == {n: LogTail(n, 1, 4, False) for n in names}
     assert not scan.failed
     # one listing, then one GET per candidate: no fragment was listed or read
@@ -132,7 +132,7 @@ def test_04_explicit_names_need_no_listing_and_missing_logs_are_absent(
     _make_logs(store_url, store_options, ["a"])
     counting = CountingStore(open_store(store_url, store_options))
     logs = LogSet(counting, LogSelection.of(["a", "later"]))
-    scan = logs.scan()
+    scan = logs.tails()
     assert list(scan.tails) == ["a"] and not scan.failed
     assert counting.by_operation() == {"get": 2}
 
@@ -143,7 +143,7 @@ def test_05_log_stores_and_urls_are_the_logs_own(store_url: str, store_options: 
         writer.append([b"1", b"2"])
     assert logs.log_url("x") == f"{store_url}/x"
     assert logs.log_store("x").url == logs.log_url("x")
-    again = LogSet(store_url, options=store_options).scan()
+    again = LogSet(store_url, options=store_options).tails()
     assert again.tails["x"].next_offset == 3
     with pytest.raises(InvalidLogName, match="'../x'"):
         logs.log_store("../x")
@@ -155,7 +155,7 @@ def test_06_one_unreadable_manifest_fails_only_that_log(tmp_path) -> None:
     prefix = open_store(url)
     prefix.put_if_match("b/manifest/MANIFEST", b"{not json", prefix.head("b/manifest/MANIFEST").etag)
     failing = FailingStore(prefix, lambda key: key.startswith("c/"), lambda key: StorageError(f"boom {key}"))
-    scan = LogSet(failing, max_workers=2).scan()
+    scan = LogSet(failing, max_workers=2).tails()
     assert list(scan.tails) == ["a"]
     assert sorted(scan.failed) == ["b", "c"]
     assert "valid JSON" in str(scan.failed["b"]) and "boom" in str(scan.failed["c"])

@@ -36,7 +36,7 @@ def verify_set(args: argparse.Namespace, options: dict[str, str]) -> int:
     from wal3_spark.logset.logs import LogSelection, LogSet
 
     logs = LogSet(args.prefix, LogSelection.parse(args.logs, args.pattern), options=options)
-    scan = logs.scan()  # logs whose manifest cannot be read are verified too: they fail
+    scan = logs.tails()  # logs whose manifest cannot be read are verified too: they fail
     urls = [logs.log_url(name) for name in sorted([*scan.tails, *scan.failed])]
     if args.driver_only or not urls:
         from concurrent.futures import ThreadPoolExecutor

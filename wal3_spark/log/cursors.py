@@ -153,14 +153,14 @@ class CursorStore:
             raise self._broken(beyond[name])
         return state
 
-    def scan(self) -> tuple[list[CursorState], list[BrokenCursor]]:
+    def list_all(self) -> tuple[list[CursorState], list[BrokenCursor]]:
         """Every cursor, readable or broken (unreadable, beyond the tail, or stale: set in an
         earlier incarnation of the log, `BrokenCursor.stale`), in name order."""
-        states, broken, _ = self.scan_with_manifest()
+        states, broken, _ = self.list_all_with_manifest()
         return states, broken
 
-    def scan_with_manifest(self) -> tuple[list[CursorState], list[BrokenCursor], Manifest | None]:
-        """`scan`, and the manifest it judged the cursors against, read after them (None when
+    def list_all_with_manifest(self) -> tuple[list[CursorState], list[BrokenCursor], Manifest | None]:
+        """`list_all`, and the manifest it judged the cursors against, read after them (None when
         there were no readable cursors to judge, or no log): a caller measuring their lag
         needs no manifest GET of its own."""
         states: list[CursorState] = []
@@ -224,8 +224,8 @@ class CursorStore:
         return found
 
     def list(self) -> Iterator[CursorState]:
-        """The readable cursors (see `scan` for the broken ones too)."""
-        yield from self.scan()[0]
+        """The readable cursors (see `list_all` for the broken ones too)."""
+        yield from self.list_all()[0]
 
     def scan_from(self, name: str, *, start: int | None = None, max_records: int | None = None,
                   verify: bool = True, on_recreated_log: str = "fail") -> LogScan:
@@ -282,7 +282,7 @@ class CursorStore:
         """The lowest cursor position: garbage collection keeps everything at or after it (a
         stale cursor pins the log from its oldest offset). CursorError when a cursor is broken
         (it may be the lowest)."""
-        states, broken = self.scan()
+        states, broken = self.list_all()
         if any(not b.stale for b in broken):
             raise self._broken(next(b for b in broken if not b.stale))
         if any(b.stale for b in broken):

@@ -265,7 +265,7 @@ def changes_since(
 
 
 def _full_scan(logs: LogSet, dirty_tail: int, now_us: int) -> LogSetChanges:
-    scan = logs.scan()
+    scan = logs.tails()
     tails = {name: t.next_offset for name, t in scan.tails.items()}
     return LogSetChanges(tails, DirtyPosition(dirty_tail, now_us), full_scan=True, failed=scan.failed,
                          incarnations={name: t.incarnation for name, t in scan.tails.items()},

@@ -112,7 +112,7 @@ def summarise_log(
     one read after the cursors, else `manifest` (read before: a log without cursors), else
     read now."""
     try:
-        cursors, broken, after = CursorStore(store).scan_with_manifest()
+        cursors, broken, after = CursorStore(store).list_all_with_manifest()
         manifest = after or manifest or LogReader(store).manifest()
         return summary_of(name, store, manifest, cursors, broken, at_us, caches)
     except LogNotFound as exc:

@@ -183,8 +183,8 @@ class LoadedLog:
 
 
 @dataclass(frozen=True)
-class LogSetScan:
-    """The tails of the logs a scan found; `failed` names the logs whose manifest could not be
+class LogSetTails:
+    """The tails of the logs `LogSet.tails` found; `failed` names the logs whose manifest could not be
     read, and why. Logs that do not exist are in neither."""
 
     tails: dict[str, LogTail] = field(default_factory=dict)
@@ -255,9 +255,9 @@ class LogSet:
         `max_workers` at a time."""
         return self.map(self._load, names)
 
-    def scan(self, names: Iterable[str] | None = None) -> LogSetScan:
+    def tails(self, names: Iterable[str] | None = None) -> LogSetTails:
         """The tail of every selected log (or of `names`), from one manifest GET per log."""
-        result = LogSetScan()
+        result = LogSetTails()
         for loaded in self.manifests(names):
             if loaded.error is not None:
                 result.failed[loaded.name] = loaded.error

@@ -235,7 +235,7 @@ class GarbageCollector:
             if dry_run:
                 return report
             manifest = self.committer.manifest()
-        states, broken = self.cursors.scan()
+        states, broken = self.cursors.list_all()
         stale = [b for b in broken if b.stale]
         broken = [b for b in broken if not b.stale]
         if broken:

@@ -15,7 +15,7 @@ from wal3_spark.log.reader import LogReader
 
 def list_cursors(args: argparse.Namespace, output: Output) -> int:
     cursors = _cursors(args)
-    states, broken = cursors.scan()
+    states, broken = cursors.list_all()
     manifest = LogReader(cursors.store).manifest()
     lags = cursor_lags(cursors.store, manifest, states)
     output.cursors({

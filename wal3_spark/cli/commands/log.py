@@ -46,7 +46,7 @@ def schema_lines(manifest: Manifest) -> list[str] | None:
 def log_info(store: ObjectStore) -> dict[str, Any]:
     """What `wal3 info` shows of a log."""
     manifest = LogReader(store).manifest()
-    cursors, broken = CursorStore(store).scan()
+    cursors, broken = CursorStore(store).list_all()
     refs = list(iter_fragments(store, manifest, 0))
     try:
         manifest.scrub()
