@@ -190,3 +190,22 @@ def test_05_a_fragments_count_from_its_footer(tmp_path):
         store.put_if_absent(refs[0].path, b"not parquet")
         with pytest.raises(CorruptLog, match="Parquet footer"):
             fragment_footer(store, refs[0])
+
+
+def test_06_json_nested_deeper_than_the_parser_goes_is_corrupt_not_a_crash(tmp_path):
+    """A manifest, tag or pin of `[[[[…` raised RecursionError out of every reader and command."""
+    from wal3_spark.log.manifest_reader import read_manifest
+    from wal3_spark.log.tags import TagStore
+    from wal3_spark.log.writer import LogWriter
+    from wal3_spark.storage import open_store
+
+    url = (tmp_path / "log").as_uri()
+    LogWriter(url).append(b"a")
+    store = open_store(url)
+    store.put_if_absent("tag/deep.json", b"[" * 100_000)
+    with pytest.raises(CorruptLog, match="tag/deep.json.*nested too deeply"):
+        TagStore(url).get("deep")
+    store.put_if_match(MANIFEST_KEY, b"[" * 100_000, store.head(MANIFEST_KEY).etag)
+    with pytest.raises(CorruptLog, match="nested too deeply"):
+        read_manifest(store)
+    assert wal3_main(["info", url]) == 1

@@ -147,3 +147,16 @@ def test_10_a_store_options_typo_is_refused_before_the_schema_read(monkeypatch):
     where = opts.location({"path": "s3://bucket/log", "ENDPOINT": "http://127.0.0.1:9", "checkpointLocation": "/c",
                            "maxRecordsPerTrigger": "5", "startingOffsets": "1", "region": "r"})
     assert dict(where.store_options) == {"endpoint": "http://127.0.0.1:9", "region": "r"}
+
+
+
+@pytest.mark.parametrize("options", [
+    {"filterColumn": "k", "filterValues": "[" * 5000},
+    {"startingOffsets": "[" * 5000},
+    {"logs": "*", "startingOffsets": '{"logs": ' + "[" * 5000},
+    {"logs": "*", "startingOffsets": "[" * 5000},
+])
+def test_11_json_nested_deeper_than_the_parser_goes_is_a_clear_error(options):
+    """`[[[[…` raised RecursionError out of the options' JSON parsing."""
+    with pytest.raises(InvalidOption, match="expected"):
+        opts.parse({"path": "/tmp/x", **options}, opts.READ)

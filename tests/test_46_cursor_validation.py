@@ -120,6 +120,7 @@ def test_05_a_cursor_beyond_the_tail_is_broken_and_set_force_repairs_it(url):
     {"position": {"offset": 2}, "epoch_us": 10**400, "writer": "x"},
     {"offset": True},
     b'{"position": {"offset": ' + b"9" * 5000 + b'}, "epoch_us": 1, "writer": "x"}',  # past json's int limit
+    b"[" * 100_000,  # nested deeper than Python's parser goes (it raised RecursionError)
 ])
 def test_06_a_cursor_whose_offset_is_not_a_plain_u64_integer_is_broken_for_every_reader(url, doc):
     from tests.test_43_cli import run_main

@@ -115,6 +115,8 @@ def loads(data: bytes, obj: str) -> Any:
         return json.loads(data)
     except ValueError as exc:  # not UTF-8, not JSON, or an integer of more than 4300 digits
         raise CorruptLog("valid JSON", obj, f"not valid JSON ({exc})") from None
+    except RecursionError:  # arrays or objects nested deeper than Python's parser goes
+        raise CorruptLog("valid JSON", obj, "JSON nested too deeply to be a wal3 object") from None
 
 
 def position(offset: int) -> dict[str, int]:

@@ -355,7 +355,7 @@ def _position_hint(text: str) -> str:
         return "; per-log offsets read a log set: set logs too (e.g. logs=*), with the prefix as the path"
     try:
         doc = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return ""
     if isinstance(doc, dict) and doc and all(isinstance(v, dict) for v in doc.values()):
         return ('; this is Kafka\'s per-topic, per-partition form: a wal3 log is one sequence of '
@@ -562,7 +562,7 @@ def _parse_log_positions(text: str, allowed: tuple[str, ...]) -> tuple[str, int]
                 '{"logs": {"tenant_a": 17, "tenant_b": 1}} (offsets start at 1)')
     try:
         doc = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
         raise ValueError(expected) from None
     logs = doc.get("logs") if isinstance(doc, dict) else None
     if not isinstance(logs, dict) or set(doc) != {"logs"}:
@@ -582,7 +582,7 @@ def parse_filter_values(text: str) -> tuple[Any, ...]:
         return (text,)
     try:
         values = json.loads(stripped)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
         raise ValueError('expected one value, or a JSON array such as ["acme", "globex"]') from None
     if not isinstance(values, list) or not all(
             isinstance(v, str) or isinstance(v, int) and not isinstance(v, bool) for v in values):
