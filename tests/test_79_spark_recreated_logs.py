@@ -148,7 +148,7 @@ def test_06_one_read_that_disagrees_with_the_next_is_corrupt_never_a_recreated_l
     oldest offset (its records delivered again) nor fail it as a re-created log."""
     from wal3_spark.errors import CorruptLog, LogRecreated
     from wal3_spark.spark.options import STREAM_READ, parse
-    from wal3_spark.spark.recreated import check_same_log, stale_batch
+    from wal3_spark.spark.recreated import recorded_in_this_log, stale_batch
 
     url, other = (tmp_path / "log").as_uri(), (tmp_path / "other").as_uri()
     write(url, "a", 5)
@@ -158,14 +158,14 @@ def test_06_one_read_that_disagrees_with_the_next_is_corrupt_never_a_recreated_l
     for mode in ("fail", "restart"):
         options = parse({"path": url, "onRecreatedLog": mode}, STREAM_READ)
         with pytest.raises(CorruptLog, match="a read was damaged"):
-            check_same_log(options, url, 3, real.incarnation, damaged, lambda: real)
+            recorded_in_this_log(options, url, 3, real.incarnation, damaged, lambda: real)
         with pytest.raises(CorruptLog, match="a read was damaged"):
             stale_batch(options, url, 3, real.incarnation, damaged, lambda: real)
     # a re-read that agrees: the log was really created again
     restart = parse({"path": url, "onRecreatedLog": "restart"}, STREAM_READ)
-    assert check_same_log(restart, url, 3, real.incarnation, damaged, lambda: damaged) is False
+    assert recorded_in_this_log(restart, url, 3, real.incarnation, damaged, lambda: damaged) is False
     with pytest.raises(LogRecreated):
-        check_same_log(parse({"path": url}, STREAM_READ), url, 3, real.incarnation, damaged,
+        recorded_in_this_log(parse({"path": url}, STREAM_READ), url, 3, real.incarnation, damaged,
                        lambda: damaged)
 
 

@@ -260,7 +260,7 @@ class LogWriter:
         `clock` stamps the fragments (their UUIDv7 names) and txns, times the batch interval,
         the backoff of uploads and commits, and the hedging thresholds.
 
-        `dirty_log` (a `wal3_spark.logset.dirty.DirtyLog` of the log's parent prefix): record each
+        `dirty_log` (a `wal3_spark.logset.dirty.DirtyLog` of the prefix the log lies under): record each
         commit there. Records are written in the background, batched with those of other
         writers sharing the `DirtyLog` (`CommitResult.dirty` is the record's future); `flush`
         and `close` wait until the records of everything committed are durable."""

@@ -75,12 +75,12 @@ def dirty_store(prefix: ObjectStore) -> ObjectStore:
     return PrefixedStore(prefix, DIRTY_LOG_NAME)
 
 
-def parent_url(url: str) -> tuple[str, str]:
+def split_log_url(url: str) -> tuple[str, str]:
     """`(prefix URL, log name)` of a log URL (`s3://b/p/orders` -> `("s3://b/p", "orders")`)."""
     base = url.rstrip("/")
     prefix, sep, name = base.rpartition("/")
     if not sep or prefix.endswith(":/") or prefix.endswith(":"):
-        raise InvalidOption(f"the log at {url} has no parent prefix to hold a dirty log")
+        raise InvalidOption(f"the log at {url} lies under no prefix to hold a dirty log")
     return prefix, name
 
 
@@ -125,7 +125,7 @@ class DirtyLog:
     def name_of(self, log_url: str) -> str:
         """The name of the log at `log_url` in this dirty log's prefix; InvalidOption when the
         log is not directly under the prefix (its changes would be recorded for a wrong name)."""
-        prefix, name = parent_url(log_url)
+        prefix, name = split_log_url(log_url)
         if prefix != self.prefix.url.rstrip("/"):
             raise InvalidOption(
                 f"the log at {log_url} is not directly under {self.prefix.url}, the prefix of the "

@@ -26,7 +26,7 @@ from wal3_spark.format.manifest import Manifest
 from wal3_spark.format.stream_filter import check_filter_column
 from wal3_spark.log.committer import Committer
 from wal3_spark.log.fragment_io import FragmentFile
-from wal3_spark.logset.dirty import DirtyLog, parent_url
+from wal3_spark.logset.dirty import DirtyLog, split_log_url
 from wal3_spark.logset.logs import check_log_name
 from wal3_spark.spark.commit import commit_files, delete_files
 from wal3_spark.spark.options import Wal3Options
@@ -103,15 +103,15 @@ def dirty_log(options: Wal3Options, prefix: ObjectStore | None = None) -> Iterat
     if prefix is not None:  # already opened with the store options
         recording = DirtyLog(prefix)
     else:
-        recording = DirtyLog(parent_url(options.url)[0], options=dict(options.store_options) or None)
+        recording = DirtyLog(split_log_url(options.url)[0], options=dict(options.store_options) or None)
     with recording as recorder:
         yield recorder
 
 
 def check_dirty_log(options: Wal3Options) -> None:
-    """With `dirtyLog`, the log must have a parent prefix and a log name (before any task)."""
+    """With `dirtyLog`, the log must lie under a prefix and have a log name (before any task)."""
     if options.dirty_log:
-        check_log_name(parent_url(options.url)[1])
+        check_log_name(split_log_url(options.url)[1])
 
 
 def writer_name(options: Wal3Options) -> str:

@@ -67,7 +67,7 @@ from wal3_spark.spark.logset_reader import (
 )
 from wal3_spark.spark.options import Wal3Options
 from wal3_spark.spark.planning import resolve
-from wal3_spark.spark.recreated import check_same_log, stale_batch
+from wal3_spark.spark.recreated import recorded_in_this_log, stale_batch
 from wal3_spark.spark.schemas import spark_to_arrow
 from wal3_spark.spark.stream_reader import TriggerDelay, default_read_limit, limits_for
 
@@ -253,8 +253,8 @@ class LogSetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     tails[name] = begins[name]
                 continue
             manifest = manifests[name]
-            if not check_same_log(self.options, self.log_set.log_url(name), begins[name],
-                                  recorded[name], manifest, self._log_reader(name).manifest):
+            if not recorded_in_this_log(self.options, self.log_set.log_url(name), begins[name],
+                                        recorded[name], manifest, self._log_reader(name).manifest):
                 rejoins[name] = manifest.oldest_offset
                 self.tails[name] = manifest.next_offset
                 tails[name] = begins[name]

@@ -2,7 +2,7 @@
 
 A stream's offsets record, next to each log offset, the incarnation of the log it was read in
 (`{"offset": 12, "incarnation": "0192…"}`; a log set's per log). Before an offset is used
-against a manifest, `check_same_log` compares them: a log that was deleted and created again
+against a manifest, `recorded_in_this_log` compares them: a log that was deleted and created again
 fails the query naming it (`onRecreatedLog=fail`, the default), or is read again from its oldest
 offset (`restart`). Offsets written before incarnations existed carry none (`UNRECORDED`) and
 are trusted as they always were, unless they are beyond the tail.
@@ -50,8 +50,8 @@ def _fail_unless_restart(options: Wal3Options, url: str, offset: int, incarnatio
                            FAIL_FIX)
 
 
-def check_same_log(options: Wal3Options, url: str, offset: int, incarnation: object,
-                   manifest: Manifest, reread: Callable[[], Manifest] | None = None) -> bool:
+def recorded_in_this_log(options: Wal3Options, url: str, offset: int, incarnation: object,
+                         manifest: Manifest, reread: Callable[[], Manifest] | None = None) -> bool:
     """Whether `offset`, recorded in `incarnation`, belongs to the log `manifest` heads. When
     it does not (and `reread`, a second read of the manifest, agrees): LogRecreated with
     `onRecreatedLog=fail`, else False, with a warning naming the log (the caller restarts it at

@@ -52,7 +52,7 @@ from wal3_spark.spark.query_lag import BYTES_BEHIND
 from wal3_spark.spark.options import Wal3Options
 from wal3_spark.spark.planning import Wal3Partition, partitions_of, resolve, value_filters
 from wal3_spark.spark.read_tasks import read_partition
-from wal3_spark.spark.recreated import INCARNATION, check_same_log, recorded, stale_batch
+from wal3_spark.spark.recreated import INCARNATION, recorded_in_this_log, recorded, stale_batch
 from wal3_spark.spark.schemas import spark_to_arrow
 from wal3_spark.storage.base import ObjectStore
 
@@ -211,8 +211,8 @@ class Wal3StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         reader = self._reader()
         manifest = self._manifest = reader.manifest()
         begin = int(start["offset"])
-        if not check_same_log(self.options, self.options.url, begin, recorded(start), manifest,
-                              reader.manifest):
+        if not recorded_in_this_log(self.options, self.options.url, begin, recorded(start), manifest,
+                                    reader.manifest):
             # joins the new log at its oldest offset in a micro-batch that reads nothing
             return at(manifest.oldest_offset, manifest)
         tail = manifest.next_offset
