@@ -545,6 +545,29 @@ def test_20_local_store_urls(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> 
         open_store("file://otherhost/x")
 
 
+def test_20b_a_local_path_that_is_not_utf8_round_trips_through_its_url(tmp_path: Any) -> None:
+    """A directory named with a byte that is not UTF-8 (Python holds it as a surrogate) made
+    every command fail with a UnicodeEncodeError traceback (the URL quoted the surrogate), and
+    `file:///…/%FF` opened `…/\\ufffd`, another directory. The URL holds the path's bytes."""
+    import subprocess
+    import sys
+
+    from wal3_spark.log.reader import LogReader
+    from wal3_spark.log.writer import LogWriter
+
+    path = os.fsdecode(os.fsencode(str(tmp_path)) + b"/set\xff/log")
+    store = open_store(path)
+    assert store.url == f"file://{tmp_path}/set%FF/log"
+    LogWriter(path).append(b"a")
+    assert (tmp_path / os.fsdecode(b"set\xff") / "log" / "manifest" / "MANIFEST").exists()
+    assert LogReader(store.url).read_table().column("body").to_pylist() == [b"a"]
+    assert open_store(store.url).root == store.root
+    done = subprocess.run([sys.executable, "-m", "wal3_spark.cli", "info", os.fsencode(path)],
+                          capture_output=True, timeout=120, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert done.returncode == 0 and b"Traceback" not in done.stderr, done.stderr
+    assert b"set%FF/log" in done.stdout
+
+
 def test_21_memory_stores_share_objects_by_name() -> None:
     name = uuid.uuid4().hex
     a, b = open_store(f"memory://{name}"), open_store(f"memory://{name}")

@@ -72,7 +72,7 @@ def split_url(url: str) -> tuple[str, str, str]:
     if scheme == "file":
         if parts.netloc not in ("", "localhost"):
             raise InvalidUrl(f"file URL {url!r} names host {parts.netloc!r}; use file:///abs/path")
-        path = unquote(parts.path)
+        path = unquote(parts.path, errors="surrogateescape")  # `%FF` is the byte 0xff, as in a path
         _check_no_control(url, path)  # `%0A` decodes to a line end too
         return "file", "", os.path.abspath(path or "/")
     return scheme, parts.netloc, parts.path.strip("/")
@@ -89,8 +89,10 @@ def _check_no_control(url: str, text: str) -> None:
 
 
 def file_url(path: str) -> str:
-    """The `file://` URL of an absolute local path (percent-encoded, so `split_url` inverts it)."""
-    return "file://" + quote(path, safe="/")
+    """The `file://` URL of an absolute local path (percent-encoded, so `split_url` inverts it).
+    Its bytes are the filesystem's (`os.fsencode`): a name that is not UTF-8, which Python holds
+    as surrogates, is `%FF` and so on, not a UnicodeEncodeError."""
+    return "file://" + quote(os.fsencode(path), safe="/")
 
 
 def md5_etag(data: bytes) -> str:
