@@ -13,8 +13,8 @@ of the median CPU seconds that Spark's processes (the driver JVM, which runs the
 local mode, and its Python processes) spent, which a loaded machine disturbs far less.
 
 - write: `df.write.format("wal3")` vs `df.write.parquet`;
-- read: `spark.read.format("wal3")` into the `noop` sink (`verifyOnRead` on, the default, and
-  off), `sum(id), count(name)` and `count()`, each vs `spark.read.parquet`; and the transport
+- read: `spark.read.format("wal3")` into the `noop` sink (`verifyOnRead` on, the default: the
+  digest of each fragment's bytes; `records`: every record's setsum item too; and off), `sum(id), count(name)` and `count()`, each vs `spark.read.parquet`; and the transport
   floor: a Python source yielding the same Arrow batches from memory (`transport_floor`);
 - stream: a `Trigger.AvailableNow` drain of twice `--rows` (two appends, two Parquet writes)
   into `noop` vs `spark.readStream.parquet` of the same rows, with the same number of
@@ -172,16 +172,18 @@ def main(argv=None) -> int:
     def count(frame) -> None:
         frame.count()
 
-    def wal3(verify: bool = True):
-        return spark.read.format("wal3").option("verifyOnRead", str(verify).lower()).load(url)
+    def wal3(verify: str = "true"):
+        return spark.read.format("wal3").option("verifyOnRead", verify).load(url)
 
     if "read" in args.only:
         t = alternate({"parquet": lambda _: noop(spark.read.parquet(parquet)),
                        "wal3": lambda _: noop(wal3()),
-                       "unverified": lambda _: noop(wal3(verify=False)),
+                       "records": lambda _: noop(wal3(verify="records")),
+                       "unverified": lambda _: noop(wal3(verify="false")),
                        "floor": lambda _: noop(spark.read.format("wal3memory").load(url))},
                       args.repeat, jvm)
         rows.append(("read   full rows into noop", t["wal3"], t["parquet"]))
+        rows.append(("read   full rows, verifyOnRead=records", t["records"], t["parquet"]))
         rows.append(("read   full rows, verifyOnRead=false", t["unverified"], t["parquet"]))
         rows.append(("read   floor: batches from memory (transport)", t["floor"], t["parquet"]))
         for label, query in (("sum(id), count(name)", aggregate), ("count()", count)):

@@ -209,3 +209,94 @@ def test_06_json_nested_deeper_than_the_parser_goes_is_corrupt_not_a_crash(tmp_p
     with pytest.raises(CorruptLog, match="nested too deeply"):
         read_manifest(store)
     assert wal3_main(["info", url]) == 1
+
+
+def _digests(store) -> list[str | None]:
+    return [f.get("blake3") for f in json.loads(store.get(MANIFEST_KEY).data)["fragments"]]
+
+
+def _flip_last_data_byte(store, path: str) -> None:
+    """One bit of a fragment's bytes changed, in its column data (before the footer)."""
+    data = bytearray(store.get(path).data)
+    data[len(data) // 3] ^= 1
+    store.delete(path)
+    store.put_if_absent(path, bytes(data))
+
+
+@pytest.mark.parametrize("raw", [False, True], ids=["structured", "raw"])
+def test_07_every_fragment_pointer_records_the_blake3_of_its_bytes(raw):
+    """What makes the cheap read check possible: the writer's digest of the bytes it uploaded,
+    in each pointer of the manifest and of its snapshots, and readers that take it back."""
+    import blake3
+
+    store = nine_rows(f"memory://checked-{next(_names)}", raw=raw)
+    refs = [part.ref for part in LogReader(store).plan()]
+    assert len(refs) == 3
+    assert [ref.blake3 for ref in refs] == [blake3.blake3(store.get(r.path).data).hexdigest() for r in refs]
+    assert _digests(store)[-1] == refs[-1].blake3  # the manifest's own pointer, as stored
+    assert verify(store).ok
+
+
+@pytest.mark.parametrize("raw", [False, True], ids=["structured", "raw"])
+def test_08_a_verifying_read_checks_the_digest_and_names_it(raw):
+    """A changed byte fails every verifying read with CorruptLog naming the fragment and its
+    digest, before any decoding; `wal3 verify` reports it; an unverified read does not hash."""
+    store = nine_rows(f"memory://checked-{next(_names)}", raw=raw)
+    ref = LogReader(store).plan()[-1].ref
+    _flip_last_data_byte(store, ref.path)
+    for read in READERS.values():
+        if read is READERS["plan"]:
+            continue
+        with pytest.raises(CorruptLog, match=f"{ref.path}.*do not match their blake3"):
+            read(store)
+    report = verify(store)
+    assert not report.ok and any(ref.path in str(p) and "blake3" in str(p) for p in report.problems)
+
+
+def test_09_a_pointer_without_a_digest_is_verified_by_its_setsum():
+    """Logs written before the field (or by Chroma, whose writers drop it) stay readable and
+    verifiable: a pointer without `blake3` falls back to the setsum recomputed from its records,
+    which still catches a changed byte. A malformed digest is a damaged manifest, never a
+    reason to skip the check."""
+    store = nine_rows(f"memory://checked-{next(_names)}", appends=2)
+    edit(store, lambda doc: [f.pop("blake3") for f in doc["fragments"]])
+    assert _digests(store) == [None, None]
+    assert LogReader(store).read_table().num_rows == 6 and verify(store).ok
+    ref = LogReader(store).plan()[-1].ref
+    assert ref.blake3 is None
+    _flip_last_data_byte(store, ref.path)
+    with pytest.raises(CorruptLog, match=ref.path):
+        LogReader(store).read_table()
+    assert not verify(store).ok
+
+    other = nine_rows(f"memory://checked-{next(_names)}", appends=2)
+    edit(other, lambda doc: doc["fragments"][-1].update(blake3="ABC"))
+    with pytest.raises(CorruptLog, match="is not a digest"):
+        LogReader(other).read_table()
+
+
+def test_10_verify_and_records_reads_prove_every_record_where_the_digest_matches():
+    """The digest proves the bytes are the writer's; `wal3 verify`, a copy and
+    verifyOnRead=records recompute every record's setsum item as well, so a fragment whose
+    pointer carries another setsum than its records (a writer's fault the digest cannot see)
+    fails them while a default read passes it."""
+    from dataclasses import replace
+
+    from wal3_spark.format.setsum import Setsum
+    from wal3_spark.log.committer import Committer
+    from wal3_spark.log.fragment_io import load_fragment, write_fragments
+
+    store = nine_rows(f"memory://checked-{next(_names)}", appends=1)
+    manifest = LogReader(store).manifest()
+    table = pa.table({"i": pa.array([7, 8], pa.int64()), "s": ["p", "q"]})
+    (written,) = write_fragments(store, table.to_batches(), manifest.arrow_schema(),
+                                 fragment_bytes=1 << 20, item_hash=manifest.item_hash)
+    Committer(store).commit([replace(written, setsum=written.setsum + Setsum.of(b"x"))],
+                            schema=manifest.arrow_schema())
+    ref = LogReader(store).plan()[-1].ref
+    assert ref.blake3 == written.blake3
+    assert LogReader(store).read_table().num_rows == 5  # the bytes are the writer's
+    with pytest.raises(CorruptLog, match="does not match its setsum"):
+        load_fragment(store, ref, False, records=True, item_hash=manifest.item_hash)
+    report = verify(store)
+    assert not report.ok and any(ref.path in str(p) for p in report.problems)

@@ -156,14 +156,14 @@ def test_05_a_consumer_that_stops_early_knows_where_it_stopped():
 def test_06_every_fragment_is_verified_by_default_also_inside_duckdb_and_polars():
     store = log_of(f"memory://scan-{next(_names)}", fragments=3)
     refs = LogReader(store).manifest().fragments
-    # Same record count and offsets, other content: only the setsum tells.
+    # Same record count and offsets, other content: only the content check (its digest) tells.
     corrupt = store.get(refs[1].path)
     store.put_if_match(refs[1].path, store.get(refs[0].path).data, corrupt.etag)
-    with pytest.raises(CorruptLog, match="content does not match its setsum"):
+    with pytest.raises(CorruptLog, match="bytes do not match their blake3"):
         LogReader(store).scan().reader.read_all()
-    with pytest.raises(duckdb.Error, match=f"{refs[1].path}: content does not match its setsum"):
+    with pytest.raises(duckdb.Error, match=f"{refs[1].path}: its bytes do not match their blake3"):
         duckdb.from_arrow(LogReader(store).scan().reader).aggregate("count(*)").fetchall()
-    with pytest.raises(Exception, match=f"{refs[1].path}: content does not match its setsum"):
+    with pytest.raises(Exception, match=f"{refs[1].path}: its bytes do not match their blake3"):
         pl.scan_arrow_c_stream(LogReader(store).scan().reader).select(pl.len()).collect()
     unchecked = LogReader(store).scan(verify=False).reader.read_all()
     assert unchecked.column("order_id").to_pylist()[10:20] == list(range(10))

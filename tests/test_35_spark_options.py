@@ -20,6 +20,9 @@ def test_00_options_parse_case_insensitively_into_a_frozen_object():
                     "verifyOnRead": "false", "failOnDataLoss": "false"}, opts.READ)
     assert r.starting == ("offset", 42) and r.ending == ("offset", 50)
     assert not r.verify_on_read and not r.fail_on_data_loss
+    assert (r.verify_records, opts.parse({"path": "/x"}, opts.READ).verify_records) == (False, False)
+    v = opts.parse({"path": "/tmp/x", "verifyOnRead": " Records"}, opts.STREAM_READ)
+    assert v.verify_on_read and v.verify_records
     t = opts.parse({"path": "/tmp/x", "startingTimestamp": "1970-01-01T00:00:01Z"}, opts.STREAM_READ)
     assert t.starting == ("timestamp", 1_000_000)
     assert opts.parse({"path": "/x", "startingTimestamp": "1500"}, opts.READ).starting == ("timestamp", 1_500_000)
@@ -31,7 +34,7 @@ def test_00_options_parse_case_insensitively_into_a_frozen_object():
     ({"maxRecordsPerTrigger": "0"}, "does not apply"),
     ({"startingOffsets": "middle"}, "earliest or latest or an offset"),
     ({"startingOffsets": "0"}, "offsets start at 1"),
-    ({"verifyOnRead": "maybe"}, "expected true or false"),
+    ({"verifyOnRead": "maybe"}, "expected true, false or records"),
     ({"startingOffsets": "1", "startingTimestamp": "5"}, "not both"),
 ])
 def test_01_bad_options_fail_with_the_valid_list(options, match):

@@ -162,6 +162,20 @@ def parse_setsum(value: Any, obj: str, field: str) -> Setsum:
         raise CorruptLog("well-formed setsum", obj, f"{field} is not a setsum ({exc})") from None
 
 
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+
+
+def parse_digest(value: Any, obj: str, path: str) -> str | None:
+    """A fragment pointer's `blake3` field: absent (None), or 64 lowercase hex digits; anything
+    else is a damaged pointer (CorruptLog), never a reason to skip the check."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _DIGEST.fullmatch(value):
+        raise CorruptLog("a fragment's blake3 is 64 lowercase hex digits", obj,
+                         f"the blake3 of fragment {path} is not a digest: {shown(value)}")
+    return value
+
+
 def check_int(value: Any, obj: str, name: str) -> int:
     """The rule for every integer a log stores (offsets, counts, sizes, depths, txn versions, µs
     times): `is_u64`, else CorruptLog naming `name` in `obj`. Readers apply it to what they
@@ -200,6 +214,11 @@ class FragmentRef:
     #: column's values in the fragment, so a reader of a few keys skips it without a GET; None:
     #: no filter (the fragment is always read)
     filter: StreamFilter | None = None
+    #: wal3-spark extension (docs/format.md section 4, "Fragment digests"): the BLAKE3 digest
+    #: (64 lowercase hex digits) of the fragment object's bytes as its writer uploaded them, which
+    #: a verifying read checks instead of recomputing every record's setsum item; None: not
+    #: recorded (a fragment written before the field, or by Chroma), verified by its setsum
+    blake3: str | None = None
 
     @property
     def records(self) -> int:
@@ -214,6 +233,8 @@ class FragmentRef:
             "num_bytes": self.num_bytes,
             "setsum": self.setsum.hexdigest(),
         }
+        if self.blake3 is not None:
+            doc["blake3"] = self.blake3
         if self.filter is not None:
             doc["filter"] = self.filter.to_dict(self.setsum.hexdigest())
         return doc
@@ -245,6 +266,7 @@ class FragmentRef:
             num_bytes=require_field(data, "num_bytes", obj, int),
             setsum=setsum,
             filter=None if stored is None else StreamFilter.from_dict(stored, obj, path),
+            blake3=parse_digest(data.get("blake3"), obj, path),
         )
         ref.check_identity(obj)
         return ref
@@ -263,6 +285,7 @@ class FragmentRef:
         if self.filter is not None and not isinstance(self.filter, StreamFilter):
             raise CorruptLog("field type", obj, f"the stream filter of fragment {self.path} is not "
                              f"one: {self.filter!r}")
+        parse_digest(self.blake3, obj, self.path)
         self.check_identity(obj)
 
     def check_identity(self, obj: str) -> None:

@@ -69,6 +69,8 @@ class NewFragment(Protocol):
     item_hash: str | None
     #: its stream filter (docs/format.md section 4, "Stream filters"), or None
     filter: StreamFilter | None
+    #: the digest of its bytes (docs/format.md section 4, "Fragment digests"), or None
+    blake3: str | None
 
 
 @dataclass(frozen=True)
@@ -599,7 +601,7 @@ class Manifest:
         start = self.next_offset
         for frag in fragments:
             ref = FragmentRef(frag.path, frag.uuid, start, start + frag.records, frag.num_bytes,
-                              frag.setsum, getattr(frag, "filter", None))
+                              frag.setsum, getattr(frag, "filter", None), getattr(frag, "blake3", None))
             ref.check(MANIFEST_KEY)  # what a reader will check of it
             refs.append(ref)
             start = ref.limit

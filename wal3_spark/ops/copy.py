@@ -85,7 +85,7 @@ def copy_fragment(
     fragment with the same write time."""
     data = fetch_fragment(src, ref)
     try:
-        decoded = check_fragment_data(data, ref, raw, item_hash=item_hash)
+        decoded = check_fragment_data(data, ref, raw, records=True, item_hash=item_hash)
     except CorruptLog as exc:
         raise CopyError(
             f"refusing to copy {ref.path}: {exc} (run `wal3 verify {src.url}` for the full report)"
@@ -104,7 +104,8 @@ def copy_fragment(
     fragment_uuid = new_uuid7(encoded.timestamp_us)
     path = fragment_path(fragment_uuid)
     _put(dst, path, encoded.data)
-    return FragmentRef(path, str(fragment_uuid), start, limit, len(encoded.data), encoded.setsum)
+    return FragmentRef(path, str(fragment_uuid), start, limit, len(encoded.data), encoded.setsum,
+                       blake3=encoded.blake3)
 
 
 def _put(store: ObjectStore, key: str, data: bytes) -> None:

@@ -275,10 +275,12 @@ def check_fragment(
     store: ObjectStore, ref: FragmentRef, payload: pa.Schema | None, item_hash: str | None = None
 ) -> Problem | None:
     """Check one fragment as a verifying read does (`reader.load_fragment`, and its columns
-    against the manifest's schema `payload`, None for a raw log), and its stream filter against
-    its column (docs/format.md section 4, "Stream filters"), as a Problem."""
+    against the manifest's schema `payload`, None for a raw log), its setsum recomputed from
+    every record whether or not its digest matched (a scrub proves the records, not only the
+    bytes), and its stream filter against its column (docs/format.md section 4, "Stream
+    filters"), as a Problem."""
     try:
-        decoded = load_fragment(store, ref, payload is None, item_hash=item_hash)
+        decoded = load_fragment(store, ref, payload is None, records=True, item_hash=item_hash)
         check_columns_known(ref.path, decoded.payload.schema.names, payload)
         if ref.filter is not None:
             data = decoded.payload

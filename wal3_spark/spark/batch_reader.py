@@ -58,7 +58,8 @@ class Wal3BatchReader(DataSourceReader):
             return
         yield from read_partition(
             self.options.open_store(), partition.part, partition.payload, self.target,
-            verify=self.options.verify_on_read, item_hash=partition.item_hash,
+            verify=self.options.verify_on_read, records=self.options.verify_records,
+            item_hash=partition.item_hash,
             fail_on_data_loss=self.options.fail_on_data_loss, values=partition.values,
         )
 

@@ -214,6 +214,7 @@ def read_log_ranges(
     def load(r: LogRange) -> pa.RecordBatch:
         meta = partition.logs[r.log]
         batch = read_range(log_set.log_store(r.log), r.range, meta.payload, verify=options.verify_on_read,
+                           records=options.verify_records,
                            item_hash=meta.item_hash, fail_on_data_loss=options.fail_on_data_loss,
                            values=meta.values)
         return conform_to(batch, target, r.log)

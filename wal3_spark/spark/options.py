@@ -68,7 +68,8 @@ OPTIONS: dict[str, tuple[tuple[str, ...], str]] = {
                        "its offset was recorded fails the query, or is read from its oldest offset"),
     "maxPartitionBytes": ((READ, STREAM_READ), "fragment bytes bin-packed per input partition"),
     "minPartitions": ((READ, STREAM_READ), "split reads into at least this many partitions"),
-    "verifyOnRead": ((READ, STREAM_READ), "recompute each fragment's setsum as it is read"),
+    "verifyOnRead": ((READ, STREAM_READ), "true: check each fragment's digest (its setsum where it "
+                     "has none) as it is read; records: recompute every record's setsum too; false: neither"),
     "logs": ((READ, STREAM_READ), "read the logs under path named by these names or globs (* = all)"),
     "newLogOffsets": ((STREAM_READ,), "with logs: earliest | latest, where logs created later start"),
     "fullScanInterval": ((STREAM_READ,), "with logs: how often every manifest is read, e.g. 10m"),
@@ -194,6 +195,9 @@ class Wal3Options:
     max_partition_bytes: int = 128 * MB
     min_partitions: int | None = None
     verify_on_read: bool = True
+    #: verifyOnRead=records: recompute every fragment's setsum from its records as it is read,
+    #: even where the digest of its bytes matched (docs/format.md section 7)
+    verify_records: bool = False
     #: a log set: which logs under `url` (a prefix) it holds; None: `url` is one log
     logs: LogSelection | None = None
     #: a log set's per-log positions when `starting`/`ending` is ("logs", 0)
@@ -264,6 +268,20 @@ def parse_bool(text: str) -> bool:
     if low in ("false", "0", "no"):
         return False
     raise ValueError("expected true or false")
+
+
+#: verifyOnRead's third value: recompute every record's setsum item, as `wal3 verify` does
+VERIFY_RECORDS = "records"
+
+
+def parse_verify(text: str) -> bool | str:
+    """verifyOnRead: true, false or `VERIFY_RECORDS`."""
+    if text.strip().lower() == VERIFY_RECORDS:
+        return VERIFY_RECORDS
+    try:
+        return parse_bool(text)
+    except ValueError:
+        raise ValueError(f"expected true, false or {VERIFY_RECORDS}") from None
 
 
 def parse_positive(text: str) -> int:
@@ -429,7 +447,9 @@ def parse(options: Mapping[str, str], role: str) -> Wal3Options:
     take("onRecreatedLog", lambda v: _one_of(v, ("fail", "restart")))
     take("maxPartitionBytes", lambda v: _at_least(parse_size(v), 1, "maxPartitionBytes"))
     take("minPartitions", parse_positive)
-    take("verifyOnRead", parse_bool)
+    take("verifyOnRead", parse_verify)
+    if kw.get("verify_on_read") == VERIFY_RECORDS:
+        kw["verify_on_read"], kw["verify_records"] = True, True
     take("cursor", _cursor_name)
     take("tag", _tag_name)
     take("writerId", _writer_id)

@@ -34,6 +34,7 @@ def read_partition(
     target: pa.Schema,
     *,
     verify: bool,
+    records: bool = False,
     batch_rows: int = READ_BATCH_ROWS,
     item_hash: str | None = None,
     fail_on_data_loss: bool = True,
@@ -44,7 +45,7 @@ def read_partition(
     or skipped with a warning under failOnDataLoss=false (`read_range`)."""
 
     def load(r: ReadRange) -> pa.RecordBatch:
-        batch = read_range(store, r, payload, verify=verify, item_hash=item_hash,
+        batch = read_range(store, r, payload, verify=verify, records=records, item_hash=item_hash,
                            fail_on_data_loss=fail_on_data_loss, values=values)
         return conform(batch, target, against="query")
 
