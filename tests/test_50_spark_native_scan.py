@@ -168,7 +168,7 @@ def test_04_chroma_s3_logs_with_absolute_offsets(spark, tmp_path):
 
 
 def test_05_many_fragments_take_their_values_from_a_join_spark_drops_when_unused(spark, log_url, monkeypatch):
-    monkeypatch.setattr(scan, "CASE_LIMIT", 2)
+    monkeypatch.setattr(native_scan, "CASE_LIMIT", 2)
     for options in ({}, {"startingOffsets": 5, "endingOffsets": 25}):
         assert len(same_as_data_source(spark, log_url, **options)) == 20 + 9 * (not options)
     df = Wal3Log.forPath(spark, log_url).toDF()
@@ -387,7 +387,7 @@ def test_15_payload_columns_named_like_spark_metadata_or_the_scans_own(spark, tm
     """A payload column `_metadata` (any case) hides Spark's file metadata from SQL text, here
     a struct shaped like it; others take the names of the scan's temporary columns. Same rows
     as `format("wal3")`, through the per-file CASEs and through the join."""
-    monkeypatch.setattr(scan, "CASE_LIMIT", case_limit)
+    monkeypatch.setattr(native_scan, "CASE_LIMIT", case_limit)
     url = (tmp_path / "shadowing").as_uri()
     writer = LogWriter(url)
     for start in (0, 3):
