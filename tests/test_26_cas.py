@@ -249,3 +249,16 @@ def test_11_a_lost_write_is_looked_for_on_every_read_even_after_its_condition_we
     assert store.step == 2 and late.counts["landed"] == 1, late.counts  # the scenario happened
     assert result.outcome is Outcome.WRITTEN
     assert stored(inner) == ["a"]
+
+
+def test_12_an_ambiguous_write_while_preparing_is_not_taken_for_this_objects_own(inner):
+    """`prepare` writes what the new value needs (snapshots); an AmbiguousWrite it lets through is
+    about that write, sent before any of this object's bytes: it goes to the caller, and is not
+    looked for as a write of this object (there were no bytes of it to look for)."""
+
+    def prepare(value):
+        raise AmbiguousWrite("snapshot/x", "injected: the snapshot write timed out")
+
+    with pytest.raises(AmbiguousWrite, match="snapshot/x"):
+        tokens_object(inner).apply(lambda v: (v or []) + ["a"], prepare=prepare)
+    assert not inner.exists(KEY)

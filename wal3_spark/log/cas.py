@@ -217,7 +217,7 @@ class CasObject(Generic[T]):
                 current = self._read(deadline, delays, lost_on)
             except _Unreadable as exc:
                 return CasResult(Outcome.UNKNOWN, self.last, 0, 0, exc.__cause__)
-            except Exception as exc:  # noqa: BLE001 (a broken object, unless a lost write may land)
+            except Exception as exc:  # a broken object, unless a lost write may land
                 if lost_on is _NO_LOST_WRITE:
                     raise
                 return CasResult(Outcome.UNKNOWN, self.last, 0, 0, exc)
@@ -254,6 +254,7 @@ class CasObject(Generic[T]):
                     lost_on = _NO_LOST_WRITE  # its condition is gone: it can never land
             if out_of_time():
                 break
+            data: bytes | None = None  # the bytes of this round's write, once serialised
             try:
                 new = decide(current.value if current is not None else None)
                 if new is None:
@@ -280,6 +281,8 @@ class CasObject(Generic[T]):
                 conflicts, failures = conflicts + 1, failures + 1
                 logger.info("%s: %s changed under a decision (%s); reading it again", self.store.url, self.key, exc)
             except AmbiguousWrite as exc:
+                if data is None:  # raised while deciding or preparing: not this object's write
+                    raise
                 logger.warning("%s: %s; checking whether it landed", self.store.url, exc)
                 sent.append(data)
                 lost_on = _version(current)
@@ -289,7 +292,7 @@ class CasObject(Generic[T]):
                 failures, error = failures + 1, exc
                 logger.warning("%s: transient error writing %s: %s", self.store.url, self.key, exc)
                 self.clock.sleep(next(delays))
-            except Exception as exc:  # noqa: BLE001 (a refusal, unless a lost write may land)
+            except Exception as exc:  # a refusal, unless a lost write may land
                 if lost_on is _NO_LOST_WRITE:
                     raise
                 return result(Outcome.UNKNOWN, exc)
@@ -297,7 +300,7 @@ class CasObject(Generic[T]):
                 current = self._read(deadline, delays, lost_on)
             except _Unreadable as exc:
                 return result(Outcome.UNKNOWN, exc.__cause__)
-            except Exception as exc:  # noqa: BLE001 (a broken object, unless a lost write may land)
+            except Exception as exc:  # a broken object, unless a lost write may land
                 if lost_on is _NO_LOST_WRITE:
                     raise
                 return result(Outcome.UNKNOWN, exc)
