@@ -4,8 +4,8 @@ The public API is re-exported here lazily (PEP 562), so that importing one core 
 import them all, and executors pay only for what they use: the readers and writers of logs, the
 operations on whole logs (`verify`, `copy_log`, `collect_garbage`, `branch`, `delete_branch`,
 `checkpoint`) with their reports, and the values they hand back; the machinery under them (the
-committer, the CAS loop, the stores' internals) is imported from its module by those who need it. So is `__version__`, whose one source
-is pyproject.toml (`wal3 --version` prints it).
+committer, the CAS loop, the stores' internals) is imported from its module by those who need
+it. So is `__version__`, whose one source is pyproject.toml (`wal3 --version` prints it).
 """
 
 from __future__ import annotations

@@ -36,6 +36,7 @@ within the log's range) and a bad one is named with the values it may take.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
 import textwrap
@@ -138,10 +139,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         output.failed(args.command, exc)
         return EXIT_FAIL
     except BrokenPipeError:  # `wal3 cat ... | head`
-        try:
+        with contextlib.suppress(OSError):
             sys.stdout.close()
-        except OSError:
-            pass
         return EXIT_OK
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")

@@ -293,7 +293,7 @@ class TextOutput(Output):
 
     def logs(self, summaries: Sequence[LogSummary]) -> None:
         """One aligned row per log; LAG is the cursor furthest behind the tail."""
-        rows = [("LOG", "RECORDS", "BYTES", "OLDEST", "TAIL", "SEALED", "CURSORS", "LAG")]
+        rows: list[tuple[str, ...]] = [("LOG", "RECORDS", "BYTES", "OLDEST", "TAIL", "SEALED", "CURSORS", "LAG")]
         for s in summaries:
             if s.error is not None:
                 rows.append((s.name, "error: " + s.error))
@@ -401,7 +401,7 @@ def table(rows: Sequence[Sequence[str]]) -> str:
     aligned = [row for row in rows if len(row) == len(rows[0])]
     widths = [max(len(row[i]) for row in aligned) for i in range(len(rows[0]))]
     widths[0] = max(len(row[0]) for row in rows)
-    return "".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() + "\n" for row in rows)
+    return "".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)).rstrip() + "\n" for row in rows)
 
 
 def ago(seconds: float) -> str:
@@ -431,7 +431,7 @@ def _json_value(value: Any) -> Any:
         return base64.b64encode(bytes(value)).decode()
     if isinstance(value, dt.datetime):
         if value.tzinfo is None:
-            value = value.replace(tzinfo=dt.timezone.utc)
+            value = value.replace(tzinfo=dt.UTC)
         return value.isoformat()
     if isinstance(value, (dt.date, dt.time, dt.timedelta, decimal.Decimal)):
         return value.isoformat() if hasattr(value, "isoformat") else str(value)

@@ -68,7 +68,7 @@ def _parse_time(text: str) -> dt.datetime:
         when = dt.datetime.fromisoformat(text.strip())
     except ValueError:
         raise InvalidOption(f"time {text!r}: give an ISO 8601 time such as 2026-01-31T12:00:00Z") from None
-    return when if when.tzinfo is not None else when.replace(tzinfo=dt.timezone.utc)
+    return when if when.tzinfo is not None else when.replace(tzinfo=dt.UTC)
 
 
 def _int_arg(name: str, default: int | None) -> int | None:

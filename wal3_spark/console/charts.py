@@ -39,20 +39,20 @@ def _scale(value: float, low: float, high: float, out_low: float, out_high: floa
 
 def timeline(points: Sequence[FragmentPoint]) -> Chart:
     """Each fragment as a bar from its start offset to its limit at its write time."""
-    timed = [p for p in points if p.written_us is not None][-MAX_POINTS:]
+    timed = [(p, p.written_us) for p in points if p.written_us is not None][-MAX_POINTS:]
     if not timed:
         return Chart([], [], [])
-    t0, t1 = min(p.written_us for p in timed), max(p.written_us for p in timed)  # type: ignore[type-var]
-    o0, o1 = min(p.start for p in timed), max(p.limit for p in timed)
+    t0, t1 = min(w for _, w in timed), max(w for _, w in timed)
+    o0, o1 = min(p.start for p, _ in timed), max(p.limit for p, _ in timed)
     left, right, top, bottom = MARGIN, WIDTH - 8, 8, HEIGHT - 24
     marks = []
-    for p in timed:
-        x = _scale(p.written_us, t0, t1, left, right)  # type: ignore[arg-type]
+    for p, written_us in timed:
+        x = _scale(written_us, t0, t1, left, right)
         y_top, y_bottom = _scale(p.limit, o0, o1, bottom, top), _scale(p.start, o0, o1, bottom, top)
         marks.append((round(x - 1, 1), round(y_top, 1), 2.0, round(max(1.0, y_bottom - y_top), 1),
-                      f"[{p.start}, {p.limit}) written {utc_text(p.written_us / 1e6)}"))  # type: ignore[operator]
-    x_labels = [(left, utc_text(t0 / 1e6), "start"), (right, utc_text(t1 / 1e6), "end")]
-    y_labels = [(bottom, str(o0)), (top + 8, str(o1))]
+                      f"[{p.start}, {p.limit}) written {utc_text(written_us / 1e6)}"))
+    x_labels: list[tuple[float, str, str]] = [(left, utc_text(t0 / 1e6), "start"), (right, utc_text(t1 / 1e6), "end")]
+    y_labels: list[tuple[float, str]] = [(bottom, str(o0)), (top + 8, str(o1))]
     return Chart(marks, x_labels, y_labels)
 
 
@@ -62,10 +62,10 @@ def bars(values: Sequence[float], labels: Sequence[str]) -> Chart:
     high = max(values, default=0) or 1
     slot = (right - left) / max(1, len(values))
     marks = []
-    for i, (value, label) in enumerate(zip(values, labels)):
+    for i, (value, label) in enumerate(zip(values, labels, strict=True)):
         y = _scale(value, 0, high, bottom, top)
         marks.append((round(left + i * slot + 2, 1), round(y, 1), round(slot - 4, 1), round(bottom - y, 1),
                       f"{label}: {value:g}"))
     x_labels = [(round(left + i * slot + slot / 2, 1), label, "middle") for i, label in enumerate(labels)]
-    y_labels = [(bottom, "0"), (top + 8, f"{high:g}")]
+    y_labels: list[tuple[float, str]] = [(bottom, "0"), (top + 8, f"{high:g}")]
     return Chart(marks, x_labels, y_labels)

@@ -36,7 +36,7 @@ class _ThreadingServer(ThreadingMixIn, WSGIServer):
 class _Handler(WSGIRequestHandler):
     """Requests go to `logging` (shown with `wal3 -v`), not to stderr line by line."""
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
+    def log_message(self, format: str, *args: Any) -> None:  # `format`: the base's name
         logger.info("%s %s", self.address_string(), format % args)
 
 
@@ -127,8 +127,8 @@ class ConsoleServer:
 
     @property
     def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{'[' + host + ']' if ':' in str(host) else host}:{port}/"
+        host, port = str(self._server.server_address[0]), self._server.server_address[1]
+        return f"http://{'[' + host + ']' if ':' in host else host}:{port}/"
 
     def serve_forever(self) -> None:
         try:

@@ -27,6 +27,7 @@ Beyond Chroma's types, `enc` hashes the Arrow physical value (docs/format.md sec
 from __future__ import annotations
 
 import hashlib
+import itertools
 import struct
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -262,7 +263,7 @@ def _var_node(array: pa.Array, valid: np.ndarray | None, offset_type: type) -> _
 
 def _var_buffers(array: pa.Array, offset_type: type) -> tuple[np.ndarray, np.ndarray]:
     _, offsets_buf, data_buf = array.buffers()
-    offsets = np.frombuffer(
+    offsets: np.ndarray = np.frombuffer(
         offsets_buf, dtype=offset_type, count=len(array) + 1,
         offset=array.offset * np.dtype(offset_type).itemsize,
     )  # fmt: skip
@@ -344,7 +345,7 @@ def structured_setsum(
         item = blake3.blake3(header) if prehash else hashlib.sha3_256(header)
         for node in nodes:
             for piece in node.pieces(start, stop):
-                item.update(piece.reshape(-1).view(np.uint8))  # blake3 takes bytes only
+                item.update(piece.reshape(-1).view(np.uint8).data)  # blake3 takes bytes only
         digests.append(hashlib.sha3_256(item.digest()).digest() if prehash else item.digest())
     return Setsum.from_digests(digests)
 
@@ -375,6 +376,6 @@ def raw_setsum(offsets: np.ndarray, timestamps_us: np.ndarray | int, bodies: pa.
     )
     bounds, data = _var_buffers(items, np.int64)
     bounds = bounds.tolist()
-    view = memoryview(data)
+    view = data.data
     sha3 = hashlib.sha3_256
-    return Setsum.from_digests([sha3(view[a:b]).digest() for a, b in zip(bounds, bounds[1:])])
+    return Setsum.from_digests([sha3(view[a:b]).digest() for a, b in itertools.pairwise(bounds)])

@@ -1,7 +1,7 @@
 """Fragments: the immutable Parquet files that hold a log's records (docs/format.md section 3).
 
 The codec, and only the codec: no paths (`format`), no storage (the writer uploads,
-`writer.write_fragment`; the reader fetches, `reader.load_fragment`). Writers stream record
+`fragment_io.write_fragment`; the reader fetches, `fragment_io.load_fragment`). Writers stream record
 batches into a `FragmentBuilder`, which writes Parquet row groups into an in-memory buffer and
 folds each row group into the fragment's setsum as it goes, so memory stays bounded by the
 compressed fragment plus one row group of input.

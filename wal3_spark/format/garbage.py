@@ -25,6 +25,7 @@ Decisions (where Chroma's code differs, ours is stricter or collects more, never
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -342,7 +343,7 @@ def compute_garbage(
                 GARBAGE_KEY,
                 "sequence-number and UUID fragments are mixed below the cutoff",
             )
-        for lhs, rhs in zip(seq_nos, seq_nos[1:]):
+        for lhs, rhs in itertools.pairwise(seq_nos):
             if rhs != lhs + 1:
                 raise CorruptLog(
                     "dropped sequence numbers are contiguous", GARBAGE_KEY,
@@ -356,10 +357,8 @@ def compute_garbage(
             for f in manifest.fragments
             if f.limit > first_to_keep and isinstance(f.seq_no, str)
         ]
-        if remaining:
-            uuid_limit = str(min(remaining))
-        else:
-            uuid_limit = str(uuid.UUID(int=min(max(uuids).int + 1, (1 << 128) - 1)))
+        uuid_limit = (str(min(remaining)) if remaining
+                      else str(uuid.UUID(int=min(max(uuids).int + 1, (1 << 128) - 1))))
     return Garbage(
         snapshots_to_drop=tuple(acc.snapshots_to_drop),
         snapshots_to_make=tuple(acc.snapshots_to_make),

@@ -22,6 +22,7 @@ from wal3_spark.clock import micros
 from wal3_spark.errors import CorruptLog
 from wal3_spark.format.uuid7 import new_uuid7
 
+
 class _Marker:
     """A named stand-in for an incarnation that is not one. Pickled by name, so it is still
     itself after travelling between a Spark driver and its executors (`is` compares it)."""
@@ -66,9 +67,10 @@ def parse_incarnation(value: Any, obj: str, field: str = "incarnation") -> str |
     raise CorruptLog("an incarnation is a UUID", obj, f"{field!r} is not a UUID: {value!r}")
 
 
-def same_log(recorded: object, current: str | None, offset: int, tail: int) -> bool:
+def same_log(recorded: object, current: object, offset: int, tail: int) -> bool:
     """Whether an offset recorded with incarnation `recorded` still belongs to a log whose
-    manifest now has incarnation `current` and next offset `tail`.
+    manifest now has incarnation `current` (or whose later offset recorded it) and next offset
+    `tail`.
 
     - recorded `UNRECORDED` (a checkpoint or cursor older than incarnations): the same log,
       unless `offset` is beyond the tail, which a log never shrinks below (it was re-created);

@@ -13,7 +13,7 @@ import re
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from wal3_spark.errors import CorruptLog, CursorError
 from wal3_spark.format.incarnation import parse_incarnation
@@ -135,7 +135,7 @@ def parse_offset(value: Any, obj: str, field: str) -> int:
     return offset
 
 
-def is_u64(value: Any) -> bool:
+def is_u64(value: Any) -> TypeGuard[int]:
     """Whether `value` is a plain JSON integer a u64 holds (`true` is not 1, `1.0` not 1)."""
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_U64
 
@@ -192,7 +192,7 @@ def require_field(data: dict, name: str, obj: str, kind: type | tuple[type, ...]
     if not isinstance(data, dict) or name not in data:
         raise CorruptLog("required field present", obj, f"the required field {name!r} is missing")
     value = data[name]
-    if not isinstance(value, kind) or isinstance(value, bool) and kind is int:
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
         raise CorruptLog("field type", obj, f"{name!r} has the wrong type: {value!r}")
     if kind is int:
         check_int(value, obj, name)
@@ -327,7 +327,8 @@ class KnownRefs:
 
     def parse(self, data: dict[str, Any], obj: str) -> FragmentRef:
         """`FragmentRef.from_dict(data, obj)`, or the identical pointer parsed before."""
-        known = self._refs.get(data.get("path")) if isinstance(data, dict) else None
+        path = data.get("path") if isinstance(data, dict) else None
+        known = self._refs.get(path) if isinstance(path, str) else None
         if known is not None and known.to_dict() == data:
             return known
         ref = FragmentRef.from_dict(data, obj)

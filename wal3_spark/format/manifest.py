@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -17,7 +18,6 @@ import pyarrow as pa
 
 from wal3_spark.errors import CorruptLog
 from wal3_spark.format.incarnation import new_incarnation, parse_incarnation
-from wal3_spark.format.lineage import Parent
 from wal3_spark.format.layout import (
     BLAKE3,
     FIRST_OFFSET,
@@ -36,6 +36,7 @@ from wal3_spark.format.layout import (
     require_field,
     snapshot_key,
 )
+from wal3_spark.format.lineage import Parent
 from wal3_spark.format.setsum import Setsum
 from wal3_spark.format.stream_filter import StreamFilter
 from wal3_spark.format.uuid7 import uuid7_timestamp_us
@@ -58,19 +59,28 @@ class SnapshotOptions:
 
 
 class NewFragment(Protocol):
-    """What the committer needs of a written fragment (see `wal3_spark.log.writer.FragmentFile`)."""
+    """What the committer needs of a written fragment (see `wal3_spark.log.fragment_io.FragmentFile`)."""
 
-    path: str
-    uuid: str
-    records: int
-    num_bytes: int
-    setsum: Setsum
-    #: how its setsum's chunk items were hashed (`Manifest.append_item_hash`)
-    item_hash: str | None
-    #: its stream filter (docs/format.md section 4, "Stream filters"), or None
-    filter: StreamFilter | None
-    #: the digest of its bytes (docs/format.md section 4, "Fragment digests"), or None
-    blake3: str | None
+    # Read-only members (properties), so that a frozen dataclass such as FragmentFile is one.
+    @property
+    def path(self) -> str: ...
+    @property
+    def uuid(self) -> str: ...
+    @property
+    def records(self) -> int: ...
+    @property
+    def num_bytes(self) -> int: ...
+    @property
+    def setsum(self) -> Setsum: ...
+    @property
+    def item_hash(self) -> str | None:
+        """How its setsum's chunk items were hashed (`Manifest.append_item_hash`)."""
+    @property
+    def filter(self) -> StreamFilter | None:
+        """Its stream filter (docs/format.md section 4, "Stream filters"), or None."""
+    @property
+    def blake3(self) -> str | None:
+        """The digest of its bytes (docs/format.md section 4, "Fragment digests"), or None."""
 
 
 @dataclass(frozen=True)
@@ -120,7 +130,8 @@ def newest_written_us(refs: Iterable[FragmentRef]) -> int | None:
     """The newest write time (UUIDv7, µs) of `refs`; 0 for none, None when one of them has no
     UUIDv7 time (what `rolled_written_us` records)."""
     written = [uuid7_timestamp_us(str(ref.seq_no)) for ref in refs]
-    return None if None in written else max(written, default=0)
+    known = [w for w in written if w is not None]
+    return None if len(known) < len(written) else max(known, default=0)
 
 
 def _check_item_hash(item_hash: Any, raw: bool, obj: str) -> None:
@@ -141,7 +152,7 @@ def _sum_parts(snapshots: Iterable[SnapshotPointer], fragments: Iterable[Fragmen
 
 
 def _check_contiguous(obj: str, entries: Sequence[Any], what: str) -> None:
-    for lhs, rhs in zip(entries, entries[1:]):
+    for lhs, rhs in itertools.pairwise(entries):
         if lhs.limit != rhs.start:
             raise CorruptLog(
                 f"{what} are contiguous",

@@ -34,6 +34,7 @@ class Setsum:
     """An immutable setsum value; `+` and `-` are multiset union and difference."""
 
     __slots__ = ("_lanes",)
+    _lanes: tuple[int, ...]
 
     def __init__(self, lanes: Iterable[int] = (0,) * 8) -> None:
         lanes = tuple(int(x) % p for x, p in zip(lanes, PRIMES, strict=True))
@@ -83,7 +84,7 @@ class Setsum:
         if len(raw) != 32:
             raise ValueError(f"a setsum hexdigest is 64 hex characters, got {text!r}")
         lanes = _LANES.unpack(raw)
-        if any(lane >= prime for lane, prime in zip(lanes, PRIMES)):
+        if any(lane >= prime for lane, prime in zip(lanes, PRIMES, strict=True)):
             raise ValueError(f"setsum {text!r} has a lane >= its prime: not a valid setsum")
         return cls._reduced(lanes)
 
@@ -96,10 +97,10 @@ class Setsum:
         return self - Setsum.of(item)
 
     def __add__(self, other: Setsum) -> Setsum:
-        return Setsum._reduced(tuple((a + b) % p for a, b, p in zip(self._lanes, other._lanes, PRIMES)))
+        return Setsum._reduced(tuple((a + b) % p for a, b, p in zip(self._lanes, other._lanes, PRIMES, strict=True)))
 
     def __sub__(self, other: Setsum) -> Setsum:
-        return Setsum._reduced(tuple((a - b) % p for a, b, p in zip(self._lanes, other._lanes, PRIMES)))
+        return Setsum._reduced(tuple((a - b) % p for a, b, p in zip(self._lanes, other._lanes, PRIMES, strict=True)))
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Setsum) and self._lanes == other._lanes
@@ -135,7 +136,7 @@ class Setsum:
     def __repr__(self) -> str:
         return f"Setsum({self.hexdigest()})"
 
-    def __reduce__(self):  # pickled into Spark commit messages
+    def __reduce__(self) -> tuple[type[Setsum], tuple[tuple[int, ...]]]:  # pickled into Spark commit messages
         return (Setsum, (self._lanes,))
 
 

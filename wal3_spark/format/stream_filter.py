@@ -150,7 +150,7 @@ class StreamFilter:
         if keys:
             h1, h2 = _hashes(keys)
             bitmap[_bit_indices(h1, h2, hashes, m).ravel()] = True
-        return cls(column, hashes, base64.b64encode(np.packbits(bitmap, bitorder="little")).decode())
+        return cls(column, hashes, base64.b64encode(np.packbits(bitmap, bitorder="little").data).decode())
 
     @functools.cached_property
     def bits(self) -> bytes:

@@ -113,7 +113,7 @@ def source_tree() -> Path | None:
 
 def warn_if_driver_local(spark: SparkSession, url: str) -> None:
     """Warn when a cluster's executors are to write or read a log in this machine's filesystem."""
-    master = spark.sparkContext.master
+    master = spark.sparkContext.master or ""
     if is_local_master(master) or urlparse(url).scheme not in ("", "file"):
         return
     logger.warning(

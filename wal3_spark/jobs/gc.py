@@ -20,9 +20,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from wal3_spark.cli.arguments import endpoint_arg, seconds_arg, share_arg
 from wal3_spark.jobs import common
+
+if TYPE_CHECKING:
+    from wal3_spark.storage.base import ObjectStore
 
 MANIFEST_SUFFIX = "manifest/MANIFEST"
 
@@ -40,7 +45,7 @@ def find_logs_recursive(prefix: str, options: dict[str, str]) -> list[str]:
     return roots
 
 
-def collect_one(target, settings: dict) -> dict:  # type: ignore[no-untyped-def]
+def collect_one(target: str | ObjectStore, settings: dict) -> dict:
     """Collect one log (a URL or a store); never raises (the error goes into the result)."""
     from wal3_spark.errors import LogNotFound, Wal3Error
     from wal3_spark.ops.garbage_collector import collect_garbage
@@ -114,12 +119,13 @@ def main(argv: list[str] | None = None) -> int:
         "force": args.force,
     }
     from wal3_spark.errors import Wal3Error
+    from wal3_spark.logset import prefix_gc
     from wal3_spark.logset.dirty import dirty_store
     from wal3_spark.logset.logs import LogSet
-    from wal3_spark.logset import prefix_gc
     from wal3_spark.storage import open_store
 
     try:
+        targets: Sequence[str | ObjectStore]
         if args.recursive:
             prefix, run = None, None
             targets = find_logs_recursive(args.prefix, options)
@@ -148,15 +154,15 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             spark.stop()
     labels = run.names if run is not None else targets
-    collected = [(label, r) for label, r in zip(labels, results) if "skipped" not in r]
+    collected = [(label, r) for label, r in zip(labels, results, strict=True) if "skipped" not in r]
     results = [r for _, r in collected]
     for result in results:
         print(json.dumps(result))
     failed = [r for r in results if not r["ok"]]
     how = "every log" if run is None or run.full_scan else "the logs changed since the last run"
     print(f"{len(results)} logs ({how}), {len(failed)} failed", file=sys.stderr)
-    if run is not None and not args.dry_run:
-        names = [label for label, r in collected if not r["ok"]]
+    if run is not None and prefix is not None and not args.dry_run:
+        names = [label for label, r in collected if not r["ok"] and isinstance(label, str)]
         try:
             dirty = prefix_gc.finish(prefix, run, names, grace_s=args.grace, writer="wal3 gc job")
         except Wal3Error as exc:
@@ -165,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
         if dirty is not None:
             print(json.dumps({"url": dirty_store(prefix).url, "ok": dirty.error is None,
                               "dirty": dirty.to_dict()}))
-            failed += [] if dirty.error is None else [dirty]
+            if dirty.error is not None:
+                return 1
     return 1 if failed else 0
 
 

@@ -26,7 +26,7 @@ from wal3_spark.cli.arguments import positive_arg
 from wal3_spark.jobs import common
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--source", required=True, help="source log URL (a prefix with --source-logs)")

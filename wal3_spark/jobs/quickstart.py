@@ -8,7 +8,8 @@
 Steps: generate `--rows` orders and append them in two batch jobs (each one manifest
 compare-and-swap), stream the log back with Trigger.AvailableNow in bounded micro-batches while a
 wal3 cursor follows the committed offsets, read its last ten records in batch by their offsets
-(`startingOffsets`, which plans only the fragments that hold them), then verify the whole log (every fragment's setsum recomputed).
+(`startingOffsets`, which plans only the fragments that hold them), then verify the whole log
+(every fragment's setsum recomputed).
 """
 
 from __future__ import annotations
@@ -43,13 +44,13 @@ def main(argv: list[str] | None = None) -> int:
         url = Path(url).resolve().as_uri()
 
     spark = common.session("wal3-quickstart", logs=[url])
-    from pyspark.sql import functions as F
+    from pyspark.sql import DataFrame, functions as F
 
     from wal3_spark.log.reader import LogReader
     from wal3_spark.ops.verify import verify
     from wal3_spark.storage import open_store
 
-    def orders(start: int, n: int):
+    def orders(start: int, n: int) -> DataFrame:
         return spark.range(start, start + n, numPartitions=args.partitions).select(
             F.col("id").alias("order_id"),
             (F.col("id") % 1000).alias("customer_id"),
@@ -80,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     batches = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
     streamed = spark.sql("SELECT count(*) n, count(DISTINCT _offset) d, min(_offset) lo, "
                          "max(_offset) hi, sum(amount) total FROM quickstart_stream").first()
+    assert streamed is not None  # an aggregate has a row
     t_stream = SYSTEM.monotonic() - t0
 
     batch = spark.read.format("wal3").options(**options).load(url)
@@ -95,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
 
     cursor = CursorStore(store).get(args.cursor)
     report = verify(store)
-    expected_total = orders(0, args.rows).agg(F.sum("amount")).first()[0]
+    expected_total = orders(0, args.rows).agg(F.sum("amount")).collect()[0][0]
 
     ok = (
         streamed.n == args.rows and streamed.d == args.rows and streamed.lo == 1

@@ -21,7 +21,7 @@ from wal3_spark.cli.arguments import positive_arg
 from wal3_spark.jobs import common
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     common.add_log_or_set(p, "stream every log of the log set under this prefix")

@@ -60,7 +60,7 @@ def verify_set(args: argparse.Namespace, options: dict[str, str]) -> int:
     return 1 if failed else 0
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     common.add_log_or_set(p, "verify every log of the log set under this prefix")

@@ -20,6 +20,7 @@ drops as an orphan. `wal3 checkpoint` (`wal3_spark.ops.checkpoint`) makes a bran
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
@@ -40,8 +41,8 @@ from wal3_spark.format.setsum import Setsum
 from wal3_spark.format.uuid7 import new_uuid7
 from wal3_spark.log.cas import Outcome
 from wal3_spark.log.committer import manifest_object
-from wal3_spark.log.manifest_reader import read_manifest
 from wal3_spark.log.holds import list_pins, settle
+from wal3_spark.log.manifest_reader import read_manifest
 from wal3_spark.log.parents import parent_store
 from wal3_spark.log.reader import iter_ranges
 from wal3_spark.storage import StoreLike, resolve_store
@@ -195,12 +196,13 @@ def _check_reaches(src: ObjectStore, dst: ObjectStore, manifest: Manifest) -> No
     destination opened with settings that reach another server (another endpoint with the same
     bucket) would read nothing of its parent, and the parent's collection, finding no branch at
     that URL, would drop the pin as an orphan and the parent's records with it."""
+    seen: Manifest | None
     try:
-        seen = read_manifest(parent_store(dst, src.url))
+        seen = found = read_manifest(parent_store(dst, src.url))
     except Wal3Error as exc:
         seen, problem = None, str(exc)
     else:
-        problem = f"found another log there (incarnation {seen.incarnation}, not {manifest.incarnation})"
+        problem = f"found another log there (incarnation {found.incarnation}, not {manifest.incarnation})"
     if seen is None or seen.incarnation != manifest.incarnation:
         raise BranchError(
             f"cannot branch {src.url} into {dst.url}: opened with the destination's store settings, "
@@ -216,10 +218,8 @@ def release_pin(store: ObjectStore, parent: Parent) -> None:
 
 
 def _release(store: ObjectStore, key: str) -> None:
-    try:
+    with contextlib.suppress(ObjectNotFound):
         store.delete(key)
-    except ObjectNotFound:
-        pass
 
 
 def delete_branch(

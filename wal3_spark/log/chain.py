@@ -213,12 +213,13 @@ class ManifestChain(Generic[P]):
         last = self._proven()
         if last is None:
             return
-        for _ in range(last + 1):
-            link = self._links.popleft()
+        landed = [self._links.popleft() for _ in range(last + 1)]
+        for link in landed:
             if link.answer.done() and not _succeeded(link):
                 logger.warning("%s: a pipelined manifest write was answered %r, but a write chained "
                             "on it landed, so it landed too", self.store.url, link.answer.exception())
             self._resolved.append(Resolved(link.payload, link.start))
+        link = landed[-1]
         etag = link.answer.result()
         if etag != link.predicted and self._depth > 1:
             logger.warning("%s: the store's ETag for a manifest write is not the MD5 of its bytes "

@@ -22,6 +22,7 @@ Outcomes of `commit` (docs/design.md section 3):
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
@@ -296,7 +297,7 @@ class Committer:
             if already is not None:
                 placed["already"] = already
                 return None
-            if app_id is not None:
+            if app_id is not None and version is not None:
                 txn = current.txns.get(app_id)
                 if txn is not None and txn.version >= version:
                     return None
@@ -305,7 +306,8 @@ class Committer:
             check_still_there(self.store, None if absent else current, incarnation, fragments, self.url)
             placed.setdefault("since", current.next_offset)
             placed["start"] = current.next_offset
-            txn_entry = (app_id, Txn(version, micros(self.clock))) if app_id is not None else None
+            txn_entry = ((app_id, Txn(version, micros(self.clock)))
+                         if app_id is not None and version is not None else None)
             changed = new_schema is not None and new_schema != current.arrow_schema()
             if not fragments and txn_entry is None and not changed and not absent:
                 return None  # nothing to record: rewriting the same state could repeat bytes (ABA)
@@ -319,7 +321,7 @@ class Committer:
                 return False
             if not paths:  # nothing to find: an idempotent empty commit recorded its version
                 txn = current.txns.get(app_id) if app_id is not None else None
-                return txn is not None and txn.version >= version
+                return txn is not None and version is not None and txn.version >= version
             try:
                 start = _locate(self.store, current, set(paths), placed["since"])
             except DataLost as exc:
@@ -405,8 +407,9 @@ class Committer:
         """Where `fragments` sit in the log (read now), at or after offset `since`, through the
         snapshot tree when they may have been rolled into it; None when they are not there. For
         a pipelined write answered with a refusal: a refusal the store gave after writing (or an
-        error it could not classify) must not fail appends that are in the log. The read is remembered (the next commit is
-        conditioned on it). Raises what reading raises, `PartlyCommitted` for a partial list."""
+        error it could not classify) must not fail appends that are in the log. The read is
+        remembered (the next commit is conditioned on it). Raises what reading raises,
+        `PartlyCommitted` for a partial list."""
         loaded = self._manifest.load()
         if loaded is None:
             return None
@@ -489,7 +492,7 @@ def _collected_prefix(
     if (
         head <= 0
         or [ref.path for ref in found] != paths[head:]
-        or any(a.limit != b.start for a, b in zip(found, found[1:]))
+        or any(a.limit != b.start for a, b in itertools.pairwise(found))
         or found[0].start != manifest.own_oldest_offset
         or len(may_be_collected(manifest, fragments[:head])) != head
     ):
@@ -541,11 +544,11 @@ def _committed_at(
     if not found:
         return None, rolled_written_us
     if [ref.path for ref in found] != paths or any(
-        a.limit != b.start for a, b in zip(found, found[1:])
+        a.limit != b.start for a, b in itertools.pairwise(found)
     ):
-        start = _collected_prefix(store, manifest, fragments, found)
-        if start is not None:
-            return start, rolled_written_us
+        collected_from = _collected_prefix(store, manifest, fragments, found)
+        if collected_from is not None:
+            return collected_from, rolled_written_us
         raise PartlyCommitted(
             f"{len(found)} of this commit's {len(paths)} fragments (e.g. {found[0].path} at offset "
             f"{found[0].start}) are already in the log at {store.url}, not as this commit; "

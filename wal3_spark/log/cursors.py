@@ -24,7 +24,7 @@ read none of it), so it never wedges anything nor lets GC drop what its consumer
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from wal3_spark.clock import SYSTEM, Clock, micros
@@ -101,7 +101,7 @@ def _valid_name(name: str) -> bool:
     return True
 
 
-def _parse(key: str):
+def _parse(key: str) -> Callable[[bytes], Cursor | BrokenCursor]:
     def parse(data: bytes) -> Cursor | BrokenCursor:
         try:
             return Cursor.from_dict(loads(data, key), key)
@@ -411,7 +411,8 @@ class CursorStore:
             )
         return manifest
 
-    def _apply(self, name: str, offset: int, obj: CasObject, decide) -> CursorState:
+    def _apply(self, name: str, offset: int, obj: CasObject[Cursor | BrokenCursor],
+               decide: Callable[[Cursor | BrokenCursor | None], Cursor | BrokenCursor | None]) -> CursorState:
         result = obj.apply(decide)
         if result.outcome is Outcome.UNKNOWN:
             raise CursorError(

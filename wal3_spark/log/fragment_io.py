@@ -1,11 +1,11 @@
 """Fragment I/O, the part of a log an executor runs: upload a fragment, fetch one, check it
 against the manifest's pointer, and read a range of its records.
 
-Spark tasks import this module alone (`spark/write_tasks`, `spark/read_tasks`; the driver commits with `spark/commit`), never the driver's
-`LogWriter` or `LogReader`. Decoding (`wal3_spark.format.fragment`: pyarrow.parquet, the setsum's
-chunk encoding and pyarrow.compute) is imported on first decode: the driver side of a read needs
-none of it, and a streaming query's source runs in a fresh Python process per query that only
-plans (`wal3_spark.spark.source`).
+Spark tasks import this module alone (`spark/write_tasks`, `spark/read_tasks`; the driver commits
+with `spark/commit`), never the driver's `LogWriter` or `LogReader`. Decoding
+(`wal3_spark.format.fragment`: pyarrow.parquet, the setsum's chunk encoding and pyarrow.compute) is
+imported on first decode: the driver side of a read needs none of it, and a streaming query's source
+runs in a fresh Python process per query that only plans (`wal3_spark.spark.source`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -168,7 +168,8 @@ class FragmentFile:
     #: manifest entry; None: not known (nothing is checked on read but its setsum)
     blake3: str | None = None
 
-    def __reduce__(self):  # positional: no field names in every Spark commit message
+    def __reduce__(self) -> tuple[type[FragmentFile], tuple[Any, ...]]:
+        # positional: no field names in every Spark commit message
         return (
             FragmentFile,
             (self.path, self.uuid, self.records, self.num_bytes, self.setsum, self.timestamp_us,
@@ -280,7 +281,8 @@ def fragment_footer(store: ObjectStore, ref: FragmentRef) -> pq.FileMetaData:
     try:
         return pq.read_metadata(pa.BufferReader(b"PAR1" + tail[-size:]))
     except (OSError, pa.ArrowException) as exc:
-        raise CorruptLog("a fragment is a Parquet file", ref.path, f"its Parquet footer does not parse ({exc})") from None
+        raise CorruptLog("a fragment is a Parquet file", ref.path,
+                         f"its Parquet footer does not parse ({exc})") from None
 
 
 def fetch_fragment(store: ObjectStore, ref: FragmentRef) -> bytes:

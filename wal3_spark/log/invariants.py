@@ -63,8 +63,8 @@ def check_new_fragments(fragments: Sequence[NewFragment]) -> None:
         )
         if problem is None:
             try:
-                FragmentRef(frag.path, frag.uuid, FIRST_OFFSET, FIRST_OFFSET + records, num_bytes,
-                            frag.setsum).check(MANIFEST_KEY)
+                FragmentRef(frag.path, frag.uuid, FIRST_OFFSET, FIRST_OFFSET + frag.records,
+                            frag.num_bytes, frag.setsum).check(MANIFEST_KEY)
             except CorruptLog as exc:
                 problem = exc.problem
         if problem is not None:

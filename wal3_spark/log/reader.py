@@ -383,9 +383,10 @@ class LogReader:
         `start_time`/`end_time` (datetimes; naive means UTC) replace `start`/`limit` with the
         first offset written at or after them (by fragment write time, as Spark's
         `startingTimestamp`); `max_records` caps the range. The range is fixed now, against one
-        manifest read (or `manifest`, when the caller has one). A start below the oldest offset raises DataLost (or, with
-        `fail_on_data_loss=False`, skips ahead with a warning); with `verify` (the default) a
-        fragment whose recomputed setsum differs from the manifest's fails the read.
+        manifest read (or `manifest`, when the caller has one). A start below the oldest offset
+        raises DataLost (or, with `fail_on_data_loss=False`, skips ahead with a warning); with
+        `verify` (the default) a fragment whose recomputed setsum differs from the manifest's fails
+        the read.
         """
         manifest = manifest or self.manifest()
         start = self._offset_or_time(manifest, "start", start, start_time)

@@ -52,6 +52,6 @@ def timestamp_us(when: dt.datetime) -> int:
     if not isinstance(when, dt.datetime):
         raise InvalidOption(f"{when!r} is not a time: give a datetime.datetime (naive means UTC)")
     if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.timezone.utc)
-    delta = when - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+        when = when.replace(tzinfo=dt.UTC)
+    delta = when - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds

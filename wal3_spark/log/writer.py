@@ -22,10 +22,11 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures._base import PENDING
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any, TypeAlias
 
 import pyarrow as pa
 
@@ -58,7 +59,7 @@ logger = logging.getLogger(__name__)
 _BACKOFF_BASE_S = 0.1
 _BACKOFF_CAP_S = 2.0
 
-Appendable = bytes | Sequence[bytes] | pa.Table | pa.RecordBatch
+Appendable: TypeAlias = bytes | Sequence[bytes] | pa.Table | pa.RecordBatch
 
 
 @dataclass(frozen=True)
@@ -127,10 +128,11 @@ class _Condition(threading.Condition):
     def release(self) -> None:
         self._lock.release()
 
-    def _release_save(self):  # type: ignore[no-untyped-def]  (the RLock's own state)
+    # The RLock's private methods Condition calls (typeshed does not declare them).
+    def _release_save(self) -> Any:  # the RLock's own state
         return self._lock._release_save()  # type: ignore[attr-defined]
 
-    def _acquire_restore(self, state) -> None:  # type: ignore[no-untyped-def]
+    def _acquire_restore(self, state: Any) -> None:
         self._lock._acquire_restore(state)  # type: ignore[attr-defined]
 
     def _is_owned(self) -> bool:
@@ -474,7 +476,7 @@ class LogWriter:
                     run.files = run.format.write(
                         self.store, run.batches(run.format.schema), self.fragment_bytes, self.clock
                     )
-            except BaseException as exc:  # fails exactly this run's appends
+            except BaseException as exc:  # noqa: BLE001 - fails exactly this run's appends
                 run.error = exc
         with self._progress:
             batch.uploaded = True
@@ -577,8 +579,8 @@ def _to_append(data: Appendable) -> _Append:
         return _Append(raw, None, len(raw), sum(len(b) for b in raw), _AppendFuture())
     batches, schema = to_batches(data)
     if schema is None:  # a table with a single binary `body` column: raw records
-        bodies = tuple(b for batch in batches for b in batch.column(0).to_pylist())
-        return _Append(bodies, None, len(bodies), sum(len(b) for b in bodies), _AppendFuture())
+        column = tuple(b for batch in batches for b in batch.column(0).to_pylist())
+        return _Append(column, None, len(column), sum(len(b) for b in column), _AppendFuture())
     return _Append(batches, schema, sum(b.num_rows for b in batches), sum(b.nbytes for b in batches), _AppendFuture())
 
 

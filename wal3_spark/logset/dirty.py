@@ -79,7 +79,7 @@ def split_log_url(url: str) -> tuple[str, str]:
     """`(prefix URL, log name)` of a log URL (`s3://b/p/orders` -> `("s3://b/p", "orders")`)."""
     base = url.rstrip("/")
     prefix, sep, name = base.rpartition("/")
-    if not sep or prefix.endswith(":/") or prefix.endswith(":"):
+    if not sep or prefix.endswith((":/", ":")):
         raise InvalidOption(f"the log at {url} lies under no prefix to hold a dirty log")
     return prefix, name
 
@@ -236,8 +236,9 @@ def changes_since(
     Reads the dirty log (one manifest GET, then one GET per dirty-log fragment appended since
     `position`) when there is one and the last full scan is younger than `full_scan_every_s`;
     otherwise (no position yet, no dirty log, a scan due, a dirty log that cannot be read or
-    that ends before `position`) does a full scan: the dirty log's tail first, then every selected manifest in parallel, so that
-    any commit the scan missed has its record after the position returned.
+    that ends before `position`) does a full scan: the dirty log's tail first, then every selected
+    manifest in parallel, so that any commit the scan missed has its record after the position
+    returned.
     """
     now_us = micros(clock)
     try:
@@ -299,7 +300,7 @@ def _merge(batches: Iterable[pa.RecordBatch], start: int) -> dict[str, int]:
         names = batch.column("log").to_pylist()
         values = batch.column("tail").to_pylist()
         rollups = batch.column("rollup").to_pylist()
-        for name, tail, rollup in zip(names, values, rollups):
+        for name, tail, rollup in zip(names, values, rollups, strict=True):
             if rollup is not None and rollup <= start:
                 continue
             if tail > tails.get(name, 0):

@@ -16,8 +16,8 @@ from typing import Any
 from wal3_spark.clock import micros
 from wal3_spark.errors import LogNotFound, Wal3Error
 from wal3_spark.format.manifest import Manifest
-from wal3_spark.log.cursors import BrokenCursor, CursorState, CursorStore
 from wal3_spark.log.cursor_lag import CursorLag, bytes_from, cursor_lags
+from wal3_spark.log.cursors import BrokenCursor, CursorState, CursorStore
 from wal3_spark.log.reader import LogReader, SnapshotCache
 from wal3_spark.log.tree import TreeCounts, last_written_us, tree_counts
 from wal3_spark.logset.dirty import GC_CURSOR, dirty_store, rolled_up_to

@@ -68,9 +68,9 @@ def families(status: Status) -> Iterator[GaugeMetricFamily]:
     readable = [s for s in status.logs if s.error is None]
     for name, help_, figure in LOG_GAUGES:
         yield _gauge(name, help_, ["log"], (([s.name], figure(s)) for s in readable))
-    for name, help_, figure in CURSOR_GAUGES:
+    for name, help_, cursor_figure in CURSOR_GAUGES:
         yield _gauge(name, help_, ["log", "cursor"],
-                     (([s.name, c.name], figure(c)) for s in readable for c in s.cursors))
+                     (([s.name, c.name], cursor_figure(c)) for s in readable for c in s.cursors))
     yield _gauge("wal3_cursor_broken",
                  "1 for a cursor that cannot be used as it is (unreadable, beyond the tail, or stale: "
                  "set before the log was created again), else 0; `wal3 cursor list` says why.",

@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from wal3_spark.clock import SYSTEM, Clock, micros

@@ -33,10 +33,12 @@ from wal3_spark.format.manifest import (
 from wal3_spark.format.setsum import Setsum
 from wal3_spark.log.branches import release_pin
 from wal3_spark.log.committer import Committer, roll_snapshots, write_snapshot
+from wal3_spark.log.fragment_io import ReadRange
 from wal3_spark.log.parents import parent_store
 from wal3_spark.log.reader import iter_ranges
 from wal3_spark.ops.copy import copy_fragment
 from wal3_spark.storage import StoreLike, resolve_store
+from wal3_spark.storage.base import ObjectStore
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +83,7 @@ def checkpoint(
     if manifest.reads_parent:
         parts = list(iter_ranges(store, manifest, manifest.oldest_offset, parent.offset))
 
-        def copy_one(part) -> FragmentRef:  # noqa: ANN001 (a ReadRange of the parent)
+        def copy_one(part: ReadRange) -> FragmentRef:
             assert part.root is not None
             return copy_fragment(parent_store(store, part.root), store, part.ref, manifest.is_raw,
                                  manifest.item_hash, (part.start, part.limit))
@@ -113,7 +115,7 @@ def checkpoint(
     return report
 
 
-def _standalone(store, current: Manifest, copied: list[FragmentRef],  # noqa: ANN001
+def _standalone(store: ObjectStore, current: Manifest, copied: list[FragmentRef],
                 options: SnapshotOptions) -> Manifest:
     """`current` with `copied` (the parent's records it read) in front of its own, and no parent."""
     setsum = current.setsum + Setsum.sum(f.setsum for f in copied)

@@ -78,7 +78,7 @@ def copy_fragment(
     src: ObjectStore, dst: ObjectStore, ref: FragmentRef, raw: bool, item_hash: str | None,
     rows: tuple[int, int] | None = None,
 ) -> FragmentRef:
-    """Copy one fragment after the checks a verifying read makes (`reader.load_fragment`: record
+    """Copy one fragment after the checks a verifying read makes (`fragment_io.load_fragment`: record
     count, where its stored offsets start, setsum under the log's `item_hash`), so a corrupt
     source fails the copy instead of being silently "repaired" by a rewrite. `rows`: only the
     offsets [start, limit) of it (a branch point inside a parent's fragment), rewritten as a new
@@ -117,7 +117,7 @@ def _put(store: ObjectStore, key: str, data: bytes) -> None:
         except ObjectNotFound:
             raise CopyError(f"could not write {key} to {store.url}") from None
         if existing != data:
-            raise CopyError(f"{store.url}/{key} exists with other bytes; copy to an empty location")
+            raise CopyError(f"{store.url}/{key} exists with other bytes; copy to an empty location") from None
 
 
 def copy_log(
@@ -168,7 +168,7 @@ def copy_log(
             copied.append(ref)
             if progress is not None:
                 progress(done, len(refs))
-    report.rewritten = sum(1 for a, b in zip(refs, copied) if a.path != b.path)
+    report.rewritten = sum(1 for a, b in zip(refs, copied, strict=True) if a.path != b.path)
 
     first = copied[0].start if copied else manifest.next_offset
     setsum = Setsum.sum(f.setsum for f in copied)

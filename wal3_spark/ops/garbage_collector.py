@@ -30,10 +30,13 @@ finished by the next one. Nothing the current manifest references is ever delete
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 
 from wal3_spark.clock import SYSTEM, Clock, micros, utc_text
 from wal3_spark.errors import (
@@ -282,7 +285,7 @@ class GarbageCollector:
                 if report.first_to_keep != garbage.first_to_keep:
                     self._measure(report, manifest, garbage)  # another run's (or a crashed one's)
                 try:
-                    self.committer.update(lambda m: self._apply(m, garbage))
+                    self.committer.update(functools.partial(self._apply, garbage=garbage))
                 except GarbageStale as exc:
                     logger.warning("%s: %s; computing it again", self.url, exc)
                     report.notes.append(f"stale garbage reset: {exc}")
@@ -299,6 +302,7 @@ class GarbageCollector:
                     continue  # another collector moved it on: look again
                 garbage = marked
                 self._step(report, "mark")
+            assert garbage.applied_epoch_us is not None  # marked above, or by an earlier run
             delete_after = garbage.applied_epoch_us / 1e6 + self.grace_s
             if self.clock.now() < delete_after:
                 report.pending, report.delete_after = garbage.summary(), delete_after
@@ -350,10 +354,8 @@ class GarbageCollector:
                 report.pins_dropped.append(hold.key)
                 if not dry_run:
                     logger.info("%s: dropping %s: its branch does not read through it", self.url, hold.key)
-                    try:
+                    with contextlib.suppress(ObjectNotFound):
                         self.store.delete(hold.key)
-                    except ObjectNotFound:
-                        pass
                 continue
             report.holds[hold.key] = hold.start
 
@@ -571,7 +573,7 @@ def collect_garbage(
     options: Mapping[str, str] | None = None,
     keep_from: int | None = None,
     dry_run: bool = False,
-    **kwargs,
+    **kwargs: Any,
 ) -> GCReport:
     """Run garbage collection on the log at `log` (a URL or an ObjectStore)."""
     return GarbageCollector(log, options=options, **kwargs).run(keep_from=keep_from, dry_run=dry_run)

@@ -13,6 +13,8 @@ current manifest when that happens, a few times, before reporting them as `colle
 
 from __future__ import annotations
 
+import functools
+import itertools
 import logging
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -108,12 +110,15 @@ def verify(
     by the default checker (`parallelism` threads in this process)."""
     store = resolve_store(log, options)
     check = checker or _threads(parallelism, progress)
-    for attempt in range(1, ATTEMPTS + 1):
-        report = _verify_once(store, check if check_fragments else None)
-        if not any(p.kind == "collected" for p in report.problems):
-            break
+    attempt = 1
+    report = _verify_once(store, check if check_fragments else None)
+    while any(p.kind == "collected" for p in report.problems):
         logger.info("%s: garbage collection deleted objects verify was checking (attempt %d of %d)",
-                 store.url, attempt, ATTEMPTS)
+                    store.url, attempt, ATTEMPTS)
+        if attempt == ATTEMPTS:
+            break
+        attempt += 1
+        report = _verify_once(store, check if check_fragments else None)
     return report
 
 
@@ -151,7 +156,7 @@ def _verify_once(store: ObjectStore, check: FragmentChecker | None) -> VerifyRep
     if check is None:  # without the data, each stream filter's check digest at least
         for ref in refs:
             if ref.filter is not None:
-                _check(report, "corrupt", lambda ref=ref: ref.filter.checked(ref.setsum.hexdigest(), ref.path))
+                _check(report, "corrupt", functools.partial(ref.filter.checked, ref.setsum.hexdigest(), ref.path))
 
     if check is not None:
         problems = check(store, refs, manifest.arrow_schema(), manifest.item_hash)
@@ -187,7 +192,7 @@ def _check_parent(store: ObjectStore, manifest: Manifest, report: VerifyReport,
             "the pin this branch holds in its parent is missing: the parent's garbage collection "
             f"may remove records the branch reads; checkpoint the branch (`wal3 checkpoint {store.url}`)"))
     covered = [parent.start] + [x for p in parts for x in (p.start, p.limit)] + [parent.offset]
-    if any(a != b for a, b in zip(covered[::2], covered[1::2])):
+    if any(a != b for a, b in zip(covered[::2], covered[1::2], strict=True)):
         report.problems.append(Problem("invariant", where, f"the parent's fragments do not cover "
                                        f"[{parent.start}, {parent.offset}) contiguously"))
     total = Setsum.sum(p.ref.setsum for p in parts)
@@ -250,7 +255,7 @@ def _walk(
 
 def _check_order(report: VerifyReport, refs: list[FragmentRef], manifest: Manifest) -> None:
     """The whole tree, flattened, is one contiguous run of fragments ending at the tail."""
-    for lhs, rhs in zip(refs, refs[1:]):
+    for lhs, rhs in itertools.pairwise(refs):
         if lhs.limit != rhs.start:
             report.problems.append(
                 Problem("invariant", MANIFEST_KEY, f"fragments are not contiguous: {lhs.path} ends at "
@@ -274,7 +279,7 @@ def _check_order(report: VerifyReport, refs: list[FragmentRef], manifest: Manife
 def check_fragment(
     store: ObjectStore, ref: FragmentRef, payload: pa.Schema | None, item_hash: str | None = None
 ) -> Problem | None:
-    """Check one fragment as a verifying read does (`reader.load_fragment`, and its columns
+    """Check one fragment as a verifying read does (`fragment_io.load_fragment`, and its columns
     against the manifest's schema `payload`, None for a raw log), its setsum recomputed from
     every record whether or not its digest matched (a scrub proves the records, not only the
     bytes), and its stream filter against its column (docs/format.md section 4, "Stream

@@ -11,10 +11,11 @@ match a filter on `_timestamp` are skipped.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from types import FrameType
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceReader, Filter
+from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
 from pyspark.sql.types import StructType
 
 from wal3_spark.log.reader import LogReader
@@ -53,8 +54,8 @@ class Wal3BatchReader(DataSourceReader):
                             o.fail_on_data_loss, values, skipping)
         return partitions_of(manifest, ranges, o.max_partition_bytes, o.min_partitions, values)
 
-    def read(self, partition: Wal3Partition) -> Iterator[pa.RecordBatch]:
-        if not hasattr(partition, "part"):  # Spark's stand-in when partitions() found nothing
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, Wal3Partition):  # Spark's stand-in when partitions() found nothing
             return
         yield from read_partition(
             self.options.open_store(), partition.part, partition.payload, self.target,
@@ -90,7 +91,7 @@ def pushdown_enabled() -> bool:
     the flag is not passed to the data source. Look for it on the calling frames; when it is not
     found (another PySpark version, or the pushdown worker itself) assume pushdown is on.
     """
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     for _ in range(8):
         if frame is None:
             break
@@ -100,7 +101,11 @@ def pushdown_enabled() -> bool:
     return True
 
 
-def reader_class(plain: type[DataSourceReader] = Wal3BatchReader,
-                 pushdown: type[DataSourceReader] = Wal3PushdownReader) -> type[DataSourceReader]:
+#: a batch reader's class: made from the parsed options and the schema
+ReaderClass = Callable[[Wal3Options, StructType], DataSourceReader]
+
+
+def reader_class(plain: ReaderClass = Wal3BatchReader,
+                 pushdown: ReaderClass = Wal3PushdownReader) -> ReaderClass:
     """`pushdown` (a reader implementing pushFilters) when Spark plans with filter pushdown."""
     return pushdown if pushdown_enabled() else plain

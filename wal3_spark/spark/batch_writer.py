@@ -13,7 +13,7 @@ import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self, cast
 
 import pyarrow as pa
 from pyspark import TaskContext
@@ -159,7 +159,7 @@ class FragmentSink:
 
     @classmethod
     def create(cls, options: Wal3Options, schema: StructType, overwrite: bool, *,
-               system_columns: bool = False) -> FragmentSink:
+               system_columns: bool = False) -> Self:
         check_not_overwrite(overwrite, options.url)
         target, manifest = prepare(options, schema)
         return cls(options, target, manifest.next_offset, system_columns,
@@ -216,12 +216,13 @@ class Wal3BatchWriter(FragmentSink, DataSourceArrowWriter):
     older one) is skipped and its fragments deleted; that makes foreachBatch pipelines
     exactly-once. An empty DataFrame still records its version."""
 
-    def commit(self, messages: Sequence[Wal3CommitMessage | None]) -> None:
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        mine = cast("list[Wal3CommitMessage | None]", messages)  # what write returned
         o = self.options
         if o.writer_id is not None:
-            self.commit_messages(messages, app_id=o.writer_id, version=o.writer_version)
-        elif self.files(messages):  # an empty DataFrame appends nothing (prepare created the log)
-            self.commit_messages(messages)
+            self.commit_messages(mine, app_id=o.writer_id, version=o.writer_version)
+        elif self.files(mine):  # an empty DataFrame appends nothing (prepare created the log)
+            self.commit_messages(mine)
 
-    def abort(self, messages: Sequence[Wal3CommitMessage | None]) -> None:
-        self.abort_messages(messages)
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        self.abort_messages(cast("list[Wal3CommitMessage | None]", messages))

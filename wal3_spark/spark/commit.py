@@ -55,7 +55,7 @@ def collected(store: ObjectStore, paths: set[str]) -> set[str]:
     collection has since dropped from the manifest, which readers of a manifest from before its
     apply step may read until its delete step (docs/design.md section 14). Read after the
     manifest (`published`): garbage applied before that read is still listed here, or its grace
-    has passed (the order `gc._held` relies on too)."""
+    has passed (the order `GarbageCollector._held` relies on too)."""
     if not paths:
         return set()
     try:

@@ -62,7 +62,7 @@ class Rotation:
 def water_fill(available: Mapping[str, int], total: int, order: list[str]) -> dict[str, int]:
     """Records per log: max-min fair shares of `total` (no log gets more than it has); the
     remainder rounding leaves goes one by one to logs in `order` (least recently served first)."""
-    share = {name: 0 for name in available}
+    share = dict.fromkeys(available, 0)
     remaining = total
     waiting = sorted((n for n in available if available[n] > 0), key=lambda n: available[n])
     while waiting and remaining >= len(waiting):

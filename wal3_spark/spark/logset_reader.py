@@ -74,8 +74,8 @@ def union_payload(manifests: Mapping[str, Manifest]) -> pa.Schema | None:
     between logs, or raw logs mixed with structured ones, fail naming two of the logs.
     """
     raw = sorted(n for n, m in manifests.items() if m.is_raw and m.acc_bytes > 0)
-    structured = {n: m.arrow_schema() for n, m in sorted(manifests.items())
-                  if m.arrow_schema() is not None}
+    schemas = {n: m.arrow_schema() for n, m in sorted(manifests.items())}
+    structured = {n: schema for n, schema in schemas.items() if schema is not None}
     if raw and structured:
         other = next(iter(structured))
         raise SchemaMismatch(
@@ -304,8 +304,8 @@ class LogSetBatchReader(DataSourceReader):
             self.offsets, self.times, o.fail_on_data_loss, values, skipping,
         )
 
-    def read(self, partition: LogSetPartition) -> Iterator[pa.RecordBatch]:
-        if not hasattr(partition, "ranges"):  # Spark's stand-in when partitions() found nothing
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, LogSetPartition):  # Spark's stand-in when partitions() found nothing
             return
         yield from read_log_ranges(self.options, partition, self.target)
 

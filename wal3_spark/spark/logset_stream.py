@@ -37,9 +37,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from typing import cast
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceStreamReader
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -52,12 +53,11 @@ from wal3_spark.errors import DataLost, LogNotFound, LogRecreated
 from wal3_spark.format.incarnation import UNRECORDED, same_log
 from wal3_spark.format.layout import FIRST_OFFSET
 from wal3_spark.format.manifest import Manifest
-from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.cursor_lag import bytes_from
+from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.reader import LogReader, SnapshotCache, iter_ranges
 from wal3_spark.logset.dirty import DirtyPosition, changes_since
 from wal3_spark.spark.fair_share import Chunk, Rotation, admit
-from wal3_spark.spark.query_lag import BYTES_BEHIND
 from wal3_spark.spark.logset_reader import (
     LogSetPartition,
     log_values,
@@ -67,6 +67,7 @@ from wal3_spark.spark.logset_reader import (
 )
 from wal3_spark.spark.options import Wal3Options
 from wal3_spark.spark.planning import resolve
+from wal3_spark.spark.query_lag import BYTES_BEHIND
 from wal3_spark.spark.recreated import recorded_in_this_log, stale_batch
 from wal3_spark.spark.schemas import spark_to_arrow
 from wal3_spark.spark.stream_reader import TriggerDelay, default_read_limit, limits_for
@@ -312,7 +313,7 @@ class LogSetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._warn_once(name, "missing", "%s has no manifest any more; the stream keeps its "
                         "offset and goes on with the other logs", self.log_set.log_url(name))
 
-    def _warn_once(self, name: str, what: str, message: str, *args) -> None:
+    def _warn_once(self, name: str, what: str, message: str, *args: object) -> None:
         if (name, what) not in self.warned:
             self.warned.add((name, what))
             logger.warning(message, *args)
@@ -380,7 +381,8 @@ class LogSetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- executors ------------------------------------------------------------------------
 
-    def read(self, partition: LogSetPartition) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        partition = cast(LogSetPartition, partition)  # Spark hands back what partitions() made
         yield from read_log_ranges(self.options, partition, self.target)
 
     def stop(self) -> None:

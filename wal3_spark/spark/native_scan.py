@@ -14,7 +14,7 @@ fragment written before a `mergeSchema` append reads the newer columns as null),
 (the fragment's start in the manifest plus the row's position in its file, Parquet's
 `_metadata.row_index`, which costs no decoding) and `_timestamp` (the fragment's `timestamp_us`,
 the value `format("wal3")` returns: taken from the fragment's UUIDv7 path where that provably
-equals it, in structured logs (`reader.exact_path_timestamp_us`), else read from the file's
+equals it, in structured logs (`fragment_io.exact_path_timestamp_us`), else read from the file's
 column). Rows outside the range in the first and last fragment are filtered by row index. A
 payload column named `_metadata` hides Spark's file metadata from SQL text; the scan then
 reaches it through `DataFrame.metadataColumn`.
@@ -36,8 +36,7 @@ from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame, functions as F
 from pyspark.sql.types import DataType, DecimalType, StructField, StructType
 
 from wal3_spark.errors import CorruptLog, InvalidOption, ScanUnsupported
@@ -274,8 +273,8 @@ def _per_file_values(
     """
     if len(files) <= CASE_LIMIT:
         names = [_sql_string(f.name) for f in files]
-        start = " ".join(f"WHEN {name} THEN {f.start}" for name, f in zip(names, files))
-        time_us = " ".join(f"WHEN {name} THEN {f.timestamp_us or 0}" for name, f in zip(names, files))
+        start = " ".join(f"WHEN {name} THEN {f.start}" for name, f in zip(names, files, strict=True))
+        time_us = " ".join(f"WHEN {name} THEN {f.timestamp_us or 0}" for name, f in zip(names, files, strict=True))
         return (
             df,
             f"CASE {meta}.file_name {start} END + {meta}.row_index",
@@ -330,13 +329,14 @@ class Wal3Log:
         found._reader().manifest()  # a missing log fails here, naming the URL
         return found
 
-    def toDF(self, **options: Any) -> DataFrame:  # noqa: N802 - named after Delta's toDF
+    def toDF(self, **options: Any) -> DataFrame:  # named after Delta's toDF
         """The log's records in the range the options name (`startingOffsets`, `endingOffsets`,
         `startingTimestamp`, `endingTimestamp`, `failOnDataLoss`: as for `format("wal3")`),
         by default all of them; with `filterColumn` and `filterValues`, only the rows whose
-        column holds one of the values, from the fragments whose stream filters may hold them. A fragment garbage collection deletes between this call and the
-        query's action fails the query with Spark's missing-file error naming it, or with
-        `failOnDataLoss=false` is skipped (Spark's `ignoreMissingFiles`)."""
+        column holds one of the values, from the fragments whose stream filters may hold them. A
+        fragment garbage collection deletes between this call and the query's action fails the query
+        with Spark's missing-file error naming it, or with `failOnDataLoss=false` is skipped
+        (Spark's `ignoreMissingFiles`)."""
         unknown = sorted(set(options) - set(RANGE_OPTIONS))
         if unknown:
             raise InvalidOption(

@@ -341,8 +341,8 @@ def parse_timestamp_us(text: str) -> int:
     except ValueError:
         raise ValueError("expected milliseconds since the epoch or an ISO-8601 timestamp") from None
     if ts.tzinfo is None:
-        ts = ts.replace(tzinfo=_dt.timezone.utc)
-    delta = ts - _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+        ts = ts.replace(tzinfo=_dt.UTC)
+    delta = ts - _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
@@ -358,7 +358,7 @@ def _parse_position(text: str, allowed: tuple[str, ...]) -> tuple[str, int]:
         try:  # JSON such as {"offset": 42}
             doc = json.loads(text)
             offset = int(doc["offset"])
-        except Exception:
+        except (ValueError, KeyError, TypeError, RecursionError):
             raise ValueError(
                 f"expected {' or '.join(allowed)} or an offset (an integer >= 1)"
                 + _position_hint(text)) from None
@@ -605,7 +605,7 @@ def parse_filter_values(text: str) -> tuple[Any, ...]:
     except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
         raise ValueError('expected one value, or a JSON array such as ["acme", "globex"]') from None
     if not isinstance(values, list) or not all(
-            isinstance(v, str) or isinstance(v, int) and not isinstance(v, bool) for v in values):
+            isinstance(v, str) or (isinstance(v, int) and not isinstance(v, bool)) for v in values):
         raise ValueError("expected a JSON array of strings or integers")
     return tuple(values)
 

@@ -14,6 +14,7 @@ import math
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -30,8 +31,8 @@ from pyspark.sql.datasource import (
 from wal3_spark.errors import FilterError
 from wal3_spark.format.layout import FragmentRef
 from wal3_spark.format.manifest import Manifest
-from wal3_spark.format.stream_filter import ValueFilter
 from wal3_spark.format.schema import OFFSET_COLUMN, TIMESTAMP_COLUMN
+from wal3_spark.format.stream_filter import ValueFilter
 from wal3_spark.log.fragment_io import (
     ReadRange,
     exact_path_timestamp_us,
@@ -68,7 +69,7 @@ def to_us(value: object) -> int | None:
     if isinstance(value, _dt.datetime):
         if value.tzinfo is None:  # PySpark hands TimestampType literals over in local time
             value = value.astimezone()
-        delta = value - _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+        delta = value - _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
         return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
     return None
 
@@ -85,9 +86,10 @@ def narrow(filters: Iterable[Filter], offsets: Bounds, times: Bounds) -> None:
             if is_offset else to_us
         if isinstance(f, In):
             values = [conv(v) for v in f.value]
-            if values and all(v is not None for v in values):
-                bounds.lower(min(values))
-                bounds.upper(max(values) + 1)
+            known = [v for v in values if v is not None]
+            if values and len(known) == len(values):
+                bounds.lower(min(known))
+                bounds.upper(max(known) + 1)
             continue
         v = conv(getattr(f, "value", None))
         if v is None:
@@ -205,11 +207,24 @@ def _known_timestamp_us(store: ObjectStore, ref: FragmentRef, structured: bool) 
 # ------------------------------------------------------------------------------ partitions
 
 
+class Packable(Protocol):
+    """What `pack` needs of a range: its fragment and its number of records (a `ReadRange`, or a
+    log set's range of one of its logs)."""
+
+    @property
+    def ref(self) -> FragmentRef: ...
+    @property
+    def records(self) -> int: ...
+
+
+R = TypeVar("R", bound=Packable)
+
+
 @dataclass(frozen=True)
-class Part:
+class Part(Generic[R]):
     """One input partition's work: contiguous fragment ranges (never re-planned on executors)."""
 
-    ranges: tuple[ReadRange, ...]
+    ranges: tuple[R, ...]
 
     @property
     def records(self) -> int:
@@ -221,7 +236,7 @@ class Wal3Partition(InputPartition):
     rows wanted of them (`values`: filterColumn/filterValues; None: all); nothing is
     re-planned."""
 
-    def __init__(self, index: int, part: Part, payload: pa.Schema | None,
+    def __init__(self, index: int, part: Part[ReadRange], payload: pa.Schema | None,
                  item_hash: str | None, values: ValueFilter | None = None) -> None:
         super().__init__(index)
         self.index = index
@@ -231,13 +246,13 @@ class Wal3Partition(InputPartition):
         self.values = values
 
 
-def range_bytes(r: ReadRange) -> int:
+def range_bytes(r: Packable) -> int:
     """The bytes a range costs to read (the whole fragment is fetched)."""
     return max(1, r.ref.num_bytes)
 
 
-def pack(ranges: Sequence[ReadRange], max_partition_bytes: int,
-         min_partitions: int | None = None) -> list[Part]:
+def pack(ranges: Sequence[R], max_partition_bytes: int,
+         min_partitions: int | None = None) -> list[Part[R]]:
     """Bin-pack consecutive ranges into balanced partitions of at most about
     `max_partition_bytes`, and into at least `min_partitions` (default: the driver's cores) when
     the read is big enough (Spark's file-split rule, with its 4 MB open cost as the floor).
@@ -256,9 +271,9 @@ def pack(ranges: Sequence[ReadRange], max_partition_bytes: int,
     if wanted > cores:
         wanted = math.ceil(wanted / cores) * cores
     wanted = max(1, min(wanted, len(ranges)))
-    parts: list[list[ReadRange]] = [[] for _ in range(wanted)]
+    parts: list[list[R]] = [[] for _ in range(wanted)]
     seen = 0
-    for r, size in zip(ranges, sizes):
+    for r, size in zip(ranges, sizes, strict=True):
         # the partition whose share of the bytes holds this range's midpoint: contiguous, even
         index = min(wanted - 1, int((seen + size / 2) * wanted / total))
         parts[index].append(r)

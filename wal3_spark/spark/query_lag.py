@@ -242,9 +242,11 @@ def _collector(listener: LagLogger) -> Any:
                             family.add_metric([query, str(b.index)], value)
                 yield family
             records = GaugeMetricFamily("wal3_spark_log_offsets_behind_latest", "Records behind the "
-                                        "tail of one log of a log-set source.", labels=["query", "source", "log"])
+                                        "tail of one log of a log-set source.",
+                                        labels=["query", "source", "log"])
             size = GaugeMetricFamily("wal3_spark_log_bytes_behind_latest", "Bytes of the fragments "
-                                     "one log of a log-set source still has to read.", labels=["query", "source", "log"])
+                                     "one log of a log-set source still has to read.",
+                                     labels=["query", "source", "log"])
             for query, backlogs in latest.items():
                 for b in (b for b in backlogs if b.is_log_set):
                     for log_name, behind in b.behind.items():

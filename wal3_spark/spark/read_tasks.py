@@ -29,7 +29,7 @@ READ_BATCH_ROWS = int(os.environ.get("WAL3_READ_BATCH_ROWS", 1 << 16))
 
 def read_partition(
     store: ObjectStore,
-    part: Part,
+    part: Part[ReadRange],
     payload: pa.Schema | None,
     target: pa.Schema,
     *,
@@ -58,11 +58,14 @@ def prefetched(
     """`load` of each range in order, in slices of at most `batch_rows`, the next range loaded
     while Spark consumes this one: fetching, decoding and verifying overlap with Spark's work
     (Parquet decoding and SHA3 release the GIL), and at most two fragments are in memory."""
+    if not ranges:
+        return
     with ThreadPoolExecutor(1, thread_name_prefix="wal3-prefetch") as pool:
-        pending = pool.submit(load, ranges[0]) if ranges else None
+        pending = pool.submit(load, ranges[0])
         for i in range(len(ranges)):
             batch = pending.result()
-            pending = pool.submit(load, ranges[i + 1]) if i + 1 < len(ranges) else None
+            if i + 1 < len(ranges):
+                pending = pool.submit(load, ranges[i + 1])
             for lo in range(0, batch.num_rows, batch_rows):
                 yield batch.slice(lo, batch_rows)
             del batch

@@ -33,7 +33,7 @@ FAIL_FIX = (
 def recorded(doc: Mapping, key: str = INCARNATION) -> object:
     """The incarnation an offset document records (`UNRECORDED` when it has no such key: a
     checkpoint written before incarnations)."""
-    return doc[key] if key in doc else UNRECORDED
+    return doc.get(key, UNRECORDED)
 
 
 def _confirm(manifest: Manifest, reread: Callable[[], Manifest] | None) -> None:

@@ -19,11 +19,12 @@ streaming sink route.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self, cast
 
 import numpy as np
 import pyarrow as pa
@@ -115,7 +116,7 @@ def split_by(batch: pa.RecordBatch, column: str) -> Iterator[tuple[str, pa.Recor
     rows = payload.take(order)
     cuts = [0, *(np.flatnonzero(np.diff(ids)) + 1).tolist(), len(ids)]
     names = encoded.dictionary.to_pylist()
-    for lo, hi in zip(cuts, cuts[1:]):
+    for lo, hi in itertools.pairwise(cuts):
         if hi > lo:
             yield names[ids[lo]], rows.slice(lo, hi - lo)
 
@@ -130,7 +131,7 @@ class RoutingSink:
         self.appended = appended
 
     @classmethod
-    def create(cls, options: Wal3Options, schema: StructType, overwrite: bool) -> RoutingSink:
+    def create(cls, options: Wal3Options, schema: StructType, overwrite: bool) -> Self:
         check_not_overwrite(overwrite, options.url)
         column = options.log_column
         assert column is not None
@@ -230,7 +231,7 @@ class RoutingSink:
         try:
             with dirty_log(self.options, log_set.store) as recorder, ThreadPoolExecutor(
                     min(log_set.max_workers, len(logs)), thread_name_prefix="wal3-commit") as pool:
-                outcomes = dict(zip(logs, pool.map(lambda n: commit(n, recorder), logs)))
+                outcomes = dict(zip(logs, pool.map(lambda n: commit(n, recorder), logs), strict=True))
         finally:
             log_set.store.close()
         failed = {name: exc for name, exc in outcomes.items() if exc is not None}
@@ -274,7 +275,7 @@ class Router:
         routed = list(split_by(batch, column))
         new = [name for name, _ in routed if name not in self.destinations]
         found = self.pool.map(lambda name: self.sink.destination(self.log_set, name), new)
-        self.destinations.update(zip(new, found))
+        self.destinations.update(zip(new, found, strict=True))
         full = []
         for name, rows in routed:
             target = self.destinations[name].target
@@ -324,23 +325,25 @@ class Router:
 class RoutingBatchWriter(RoutingSink, DataSourceArrowWriter):
     """`writerId` + `writerVersion` make the routed append idempotent per log."""
 
-    def commit(self, messages: Sequence[RoutedCommitMessage | None]) -> None:
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        mine = cast("list[RoutedCommitMessage | None]", messages)  # what write returned
         o = self.options
         if o.writer_id is not None:
-            self.commit_messages(messages, app_id=o.writer_id, version=o.writer_version)
+            self.commit_messages(mine, app_id=o.writer_id, version=o.writer_version)
         else:
-            self.commit_messages(messages)
+            self.commit_messages(mine)
 
-    def abort(self, messages: Sequence[RoutedCommitMessage | None]) -> None:
-        self.abort_messages(messages)
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        self.abort_messages(cast("list[RoutedCommitMessage | None]", messages))
 
 
 class RoutingStreamWriter(RoutingSink, DataSourceStreamArrowWriter):
     """Exactly-once per log: each micro-batch commits with version = batchId in every log's
     `txns`, so a replayed batch commits only to the logs its first attempt did not reach."""
 
-    def commit(self, messages: Sequence[RoutedCommitMessage | None], batchId: int) -> None:
-        self.commit_messages(messages, app_id=self.options.writer_id, version=int(batchId))
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        mine = cast("list[RoutedCommitMessage | None]", messages)  # what write returned
+        self.commit_messages(mine, app_id=self.options.writer_id, version=int(batchId))
 
-    def abort(self, messages: Sequence[RoutedCommitMessage | None], batchId: int) -> None:
-        self.abort_messages(messages)
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        self.abort_messages(cast("list[RoutedCommitMessage | None]", messages))

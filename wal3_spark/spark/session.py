@@ -93,5 +93,5 @@ def activate_session(spark: Any) -> None:
     jsession = spark._jsparkSession
     try:
         jvm.org.apache.spark.sql.classic.SparkSession.setActiveSession(jsession)
-    except Exception:  # Spark < 4 kept SparkSession in org.apache.spark.sql
+    except Exception:  # noqa: BLE001 - a Py4J error: Spark < 4 kept SparkSession in org.apache.spark.sql
         jvm.org.apache.spark.sql.SparkSession.setActiveSession(jsession)

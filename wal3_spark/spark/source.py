@@ -32,8 +32,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from wal3_spark.spark import options as opts
-from wal3_spark.spark import table
+from wal3_spark.spark import options as opts, table
 
 
 class Wal3DataSource(DataSource):

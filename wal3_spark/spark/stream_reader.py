@@ -4,11 +4,11 @@ Offsets are `{"offset": N, "incarnation": I}`: the next log offset to read, and 
 the log it belongs to (`wal3_spark.spark.recreated`), so a micro-batch (start, end] in Spark's
 terms reads log offsets [start, end). A log deleted and created again since fails the query
 (`onRecreatedLog=fail`) or is joined again at its oldest offset in a micro-batch of its own,
-which reads nothing (`restart`), so that a replay after a restart reads exactly the same. A log offset is one record, so Spark's exactly-once
-offsets can never split a record. `latestOffset` applies admission control
-(maxRecordsPerTrigger / maxBytesPerTrigger / maxFragmentsPerTrigger, which Spark sees as
-ReadMaxRows / ReadMaxBytes / ReadMaxFiles) and, under Trigger.AvailableNow, never passes the tail
-recorded by `prepareForTriggerAvailableNow`. With minRecordsPerTrigger (Kafka's
+which reads nothing (`restart`), so that a replay after a restart reads exactly the same. A log
+offset is one record, so Spark's exactly-once offsets can never split a record. `latestOffset`
+applies admission control (maxRecordsPerTrigger / maxBytesPerTrigger / maxFragmentsPerTrigger, which
+Spark sees as ReadMaxRows / ReadMaxBytes / ReadMaxFiles) and, under Trigger.AvailableNow, never
+passes the tail recorded by `prepareForTriggerAvailableNow`. With minRecordsPerTrigger (Kafka's
 minOffsetsPerTrigger), `latestOffset` holds a micro-batch back until that many new records are
 in the log or maxTriggerDelay has passed since the last batch; Spark's ReadMinRows carries no
 delay, so the reader keeps that clock itself. `partitions` bin-packs the batch's fragment ranges;
@@ -22,11 +22,13 @@ found missing at read time and reported as DataLost from a fresh manifest).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Iterable, Iterator, Sequence
+from typing import cast
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceStreamReader
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -43,16 +45,16 @@ from wal3_spark.errors import DataLost, LogRecreated
 from wal3_spark.format.incarnation import UNRECORDED, same_log
 from wal3_spark.format.layout import KnownRefs
 from wal3_spark.format.manifest import Manifest
+from wal3_spark.log.cursor_lag import bytes_from
 from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.fragment_io import ReadRange
-from wal3_spark.log.cursor_lag import bytes_from
 from wal3_spark.log.reader import LogReader, SnapshotCache, iter_ranges
 from wal3_spark.spark.fair_share import Limits
-from wal3_spark.spark.query_lag import BYTES_BEHIND
 from wal3_spark.spark.options import Wal3Options
 from wal3_spark.spark.planning import Wal3Partition, partitions_of, resolve, value_filters
+from wal3_spark.spark.query_lag import BYTES_BEHIND
 from wal3_spark.spark.read_tasks import read_partition
-from wal3_spark.spark.recreated import INCARNATION, recorded_in_this_log, recorded, stale_batch
+from wal3_spark.spark.recreated import INCARNATION, recorded, recorded_in_this_log, stale_batch
 from wal3_spark.spark.schemas import spark_to_arrow
 from wal3_spark.storage.base import ObjectStore
 
@@ -190,10 +192,10 @@ class Wal3StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.available_now_limit = manifest.next_offset
         self.available_now_incarnation = manifest.incarnation
 
-    def getDefaultReadLimit(self):
+    def getDefaultReadLimit(self) -> ReadLimit:
         return default_read_limit(self.options)
 
-    def reportLatestOffset(self):
+    def reportLatestOffset(self) -> dict:
         # Spark calls this right after latestOffset, in the same trigger. The bytes behind are
         # a report only (progress shows it; nothing reads it back): spark/query_lag.py publishes them
         manifest = self._manifest or self._reader().manifest()
@@ -202,12 +204,12 @@ class Wal3StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             latest[BYTES_BEHIND] = bytes_from(self.store, manifest, self._end, self._snapshots)
         return latest
 
-    def latestOffset(self, start: dict, limit) -> dict:
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         end = self._latest(start, limit)
         self._end = int(end["offset"])
         return end
 
-    def _latest(self, start: dict, limit) -> dict:
+    def _latest(self, start: dict, limit: ReadLimit) -> dict:
         reader = self._reader()
         manifest = self._manifest = reader.manifest()
         begin = int(start["offset"])
@@ -274,15 +276,14 @@ class Wal3StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def stop(self) -> None:
         if self._store is not None:
-            try:
+            with contextlib.suppress(Exception):
                 self._store.close()
-            except Exception:
-                pass
             self._store = None
 
     # -- executors ------------------------------------------------------------------------
 
-    def read(self, partition: Wal3Partition) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        partition = cast(Wal3Partition, partition)  # Spark hands back what partitions() made
         yield from read_partition(
             self.options.open_store(), partition.part, partition.payload, self.target,
             verify=self.options.verify_on_read, records=self.options.verify_records,
@@ -290,7 +291,7 @@ class Wal3StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             fail_on_data_loss=self.options.fail_on_data_loss, values=partition.values,
         )
 
-    def __getstate__(self):
+    def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state["_store"] = None
         state["_manifest"] = None

@@ -9,16 +9,17 @@ a failure (its commit landed but the checkpoint did not record it) finds its ver
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from typing import cast
 
-from pyspark.sql.datasource import DataSourceStreamArrowWriter
+from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
 from wal3_spark.spark.batch_writer import FragmentSink, Wal3CommitMessage
 
 
 class Wal3StreamWriter(FragmentSink, DataSourceStreamArrowWriter):
-    def commit(self, messages: Sequence[Wal3CommitMessage | None], batchId: int) -> None:
-        self.commit_messages(messages, app_id=self.options.writer_id, version=int(batchId))
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        mine = cast("list[Wal3CommitMessage | None]", messages)  # what write returned
+        self.commit_messages(mine, app_id=self.options.writer_id, version=int(batchId))
 
-    def abort(self, messages: Sequence[Wal3CommitMessage | None], batchId: int) -> None:
-        self.abort_messages(messages)
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        self.abort_messages(cast("list[Wal3CommitMessage | None]", messages))

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyspark.sql.types import StructField, StructType
 
+import wal3_spark.spark.options as opts
 from wal3_spark.errors import InvalidOption, LogNotFound, SchemaMismatch
 from wal3_spark.format.manifest import Manifest
 from wal3_spark.format.schema import (
@@ -36,7 +37,6 @@ from wal3_spark.format.schema import (
     parse_schema,
     reconcile,
 )
-import wal3_spark.spark.options as opts
 
 SYSTEM_COLUMNS = (OFFSET_COLUMN, TIMESTAMP_COLUMN)
 #: `_offset` metadata keys that locate a table's log
@@ -151,7 +151,8 @@ def table_manifest(log: TableLog) -> Manifest:
 
 
 def _refuse(name: str, why: str) -> InvalidOption:
-    valid = ["path", SCHEMA_OPTION, METADATA_COLUMNS_OPTION] + [n for n in opts.store_option_names() if not opts.is_secret(n)]
+    valid = ["path", SCHEMA_OPTION, METADATA_COLUMNS_OPTION] + [
+        n for n in opts.store_option_names() if not opts.is_secret(n)]
     return InvalidOption(f"wal3 table option {name}: {why}. Valid options for CREATE TABLE … "
                          f"USING wal3: {', '.join(valid)}")
 
@@ -161,12 +162,12 @@ def table_schema(read_schema: StructType, log: TableLog) -> StructType:
     DEFAULT NULL (what an INSERT gives them), with comments, and the log's location in
     `_offset`'s metadata. Without metadata columns, only the payload columns, the location in
     the first one's metadata."""
-    location = {LOG_KEY: log.url, STORE_OPTIONS_KEY: dict(log.store_options)}
+    location: dict[str, object] = {LOG_KEY: log.url, STORE_OPTIONS_KEY: dict(log.store_options)}
     if not log.metadata_columns:
         first, *rest = [f for f in read_schema.fields if f.name not in SYSTEM_COLUMNS]
         return StructType([StructField(first.name, first.dataType, first.nullable,
                                        {**first.metadata, **location}), *rest])
-    notes = {
+    notes: dict[str, dict[str, object]] = {
         OFFSET_COLUMN: {"comment": f"the record's offset in the wal3 log {log.url}, assigned by "
                                    "the log: INSERTs name their columns (INSERT INTO t (a, b) … or "
                                    "INSERT INTO t BY NAME …), or the table is created with "

@@ -53,5 +53,5 @@ def delete_quietly(store: ObjectStore, paths: Sequence[str]) -> None:
     for path in paths:
         try:
             store.delete(path)
-        except Exception as exc:  # garbage collection removes what is left
+        except Exception as exc:  # noqa: BLE001 - garbage collection removes what is left
             logger.warning("could not delete unreferenced fragment %s: %s", path, exc)

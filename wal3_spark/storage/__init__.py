@@ -14,37 +14,38 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import TypeGuard
 
 from wal3_spark.errors import InvalidOption, InvalidUrl
+from wal3_spark.storage.azure import AZURE_OPTIONS, AzureSettings, AzureStore, parse_abfs_authority
 from wal3_spark.storage.base import Blob, ObjectMeta, ObjectStore
 from wal3_spark.storage.common import join_url, split_url
+from wal3_spark.storage.gcs import GCS_OPTIONS, GCSSettings, GCSStore
 from wal3_spark.storage.local import LocalStore
 from wal3_spark.storage.memory import MemoryStore
 from wal3_spark.storage.readonly import ReadOnlyStore, read_only_of
-from wal3_spark.storage.azure import AZURE_OPTIONS, AzureSettings, AzureStore, parse_abfs_authority
-from wal3_spark.storage.gcs import GCS_OPTIONS, GCSSettings, GCSStore
 from wal3_spark.storage.s3 import S3_OPTIONS, S3Settings, S3Store
 
 __all__ = [
     "STORE_OPTIONS",
-    "check_store_options",
-    "store_option_names",
     "AzureSettings",
     "AzureStore",
+    "Blob",
     "GCSSettings",
     "GCSStore",
-    "Blob",
     "LocalStore",
     "MemoryStore",
     "ObjectMeta",
     "ObjectStore",
     "S3Settings",
     "S3Store",
-    "join_url",
     "StoreLike",
-    "open_store",
+    "check_store_options",
+    "join_url",
     "open_like",
+    "open_store",
     "resolve_store",
+    "store_option_names",
 ]
 
 _S3_SCHEMES = ("s3", "s3a", "s3n")
@@ -160,8 +161,9 @@ def open_like(store: ObjectStore, url: str) -> ObjectStore:
 
 def _open_with_settings(store: ObjectStore, url: str) -> ObjectStore:
     inner = store
-    while not isinstance(inner, (S3Store, GCSStore, AzureStore)) and getattr(inner, "inner", None) is not None:
-        inner = inner.inner  # a wrapper (retries, hedging, a log set's prefix): its client's store
+    # a wrapper (retries, hedging, a log set's prefix) has its client's store as `inner`
+    while not isinstance(inner, (S3Store, GCSStore, AzureStore)) and (wrapped := getattr(inner, "inner", None)):
+        inner = wrapped
     scheme, authority, path = split_url(url)
     if isinstance(inner, S3Store) and scheme in _S3_SCHEMES:
         return S3Store(authority, path, inner.settings)
@@ -193,7 +195,7 @@ def resolve_store(target: StoreLike, options: Mapping[str, str] | None = None) -
     return open_store(target, options)
 
 
-def _is_store(target: object) -> bool:
+def _is_store(target: object) -> TypeGuard[ObjectStore]:
     """Whether `target` is used as a store without subclassing `ObjectStore` (a wrapper that
     forwards what it does not override): it has the two conditional writes and a URL."""
     return all(callable(getattr(target, name, None)) for name in ("get", "put_if_absent", "put_if_match")) and (

@@ -257,7 +257,7 @@ class AzureStore(ClientStore):
         def attempt() -> str:
             try:
                 result = self._container().get_blob_client(full).upload_blob(body, overwrite=True, **kwargs)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - _write_error names each kind, or wraps it
                 raise self._write_error(exc, key, condition) from None
             etag = result.get("etag")
             if not etag:
@@ -335,7 +335,8 @@ class AzureStore(ClientStore):
 
         def collect(container: Any) -> list[str]:
             names = set()
-            for item in container.walk_blobs(name_starts_with=start, delimiter="/", results_per_page=self.list_page_size):
+            for item in container.walk_blobs(name_starts_with=start, delimiter="/",
+                                             results_per_page=self.list_page_size):
                 name = item.name[len(start) :]
                 if name.endswith("/") and name.strip("/"):
                     names.add(name.rstrip("/"))

@@ -133,7 +133,7 @@ class ObjectStore(abc.ABC):
             return False
         return True
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - a store without clients has nothing to release
         """Release clients and connections (optional)."""
 
     def __repr__(self) -> str:

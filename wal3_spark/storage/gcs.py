@@ -347,7 +347,8 @@ class GCSStore(ClientStore):
 
 def _meta(key: str, item: Mapping[str, Any]) -> ObjectMeta:
     updated = str(item.get("updated", "1970-01-01T00:00:00Z")).replace("Z", "+00:00")
-    return ObjectMeta(key, int(item.get("size", 0)), str(item["generation"]), datetime.fromisoformat(updated).timestamp())
+    return ObjectMeta(key, int(item.get("size", 0)), str(item["generation"]),
+                      datetime.fromisoformat(updated).timestamp())
 
 
 def _error_body(response: Any) -> dict[str, Any]:

@@ -240,7 +240,7 @@ class HedgedStore(ForwardingStore):
                 return self._read_back(key, data, errors)
             raise next(e for e in errors if isinstance(e, PreconditionFailed))
         ambiguous = [e for e in errors if isinstance(e, AmbiguousWrite)]
-        raise ambiguous[0] if ambiguous else errors[0]
+        raise ambiguous[0] if ambiguous else next(e for e in errors if e is not None)
 
     def _read_back(self, key: str, data: bytes, errors: list[BaseException | None]) -> str:
         try:

@@ -35,6 +35,7 @@ import os
 import stat
 import uuid
 from collections.abc import Iterator
+from typing import BinaryIO
 
 from wal3_spark.errors import (
     AccessDenied,
@@ -53,7 +54,7 @@ from wal3_spark.storage.common import (
 _CHUNK = 1 << 20
 
 
-def _file_md5(f) -> str:  # type: ignore[no-untyped-def]
+def _file_md5(f: BinaryIO) -> str:
     digest = hashlib.md5(usedforsecurity=False)
     while chunk := f.read(_CHUNK):
         digest.update(chunk)
@@ -121,7 +122,7 @@ class _ListedMeta(ObjectMeta):
         if name != "etag":
             raise AttributeError(name)
         try:
-            with open(self._path, "rb") as f:  # type: ignore[attr-defined]
+            with open(self._path, "rb") as f:
                 etag = _file_md5(f)
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             raise ObjectNotFound(self.key) from None
@@ -229,6 +230,18 @@ class LocalStore(ObjectStore):
 
     # ----------------------------------------------------------------------------- writes
 
+    def _write_temp_making_dirs(self, directory: str, name: str, data: bytes) -> str:
+        """`_write_temp`, making `directory` first (again, when a delete pruned it meanwhile)."""
+        attempts = 0
+        while True:
+            try:
+                os.makedirs(directory, exist_ok=True)
+                return self._write_temp(directory, name, data)
+            except FileNotFoundError:  # a delete pruned an empty directory meanwhile
+                attempts += 1
+                if attempts == 100:
+                    raise
+
     def _write_temp(self, directory: str, name: str, data: bytes) -> str:
         tmp = os.path.join(directory, f".{name}.tmp-{uuid.uuid4().hex}")
         try:
@@ -271,14 +284,7 @@ class LocalStore(ObjectStore):
         with self._os_errors(operation, key):
             path = self._path(key)
             directory, name = os.path.split(path)
-            for attempt in range(100):
-                try:
-                    os.makedirs(directory, exist_ok=True)
-                    tmp = self._write_temp(directory, name, data)
-                    break
-                except FileNotFoundError:  # a delete pruned an empty directory meanwhile
-                    if attempt == 99:
-                        raise
+            tmp = self._write_temp_making_dirs(directory, name, data)
             try:
                 os.link(tmp, path)
             except FileExistsError:

@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 from botocore.exceptions import (
     BotoCoreError,
     ClientError,
+    ConnectionError as BotoConnectionError,
     ConnectTimeoutError,
     EndpointConnectionError,
     HTTPClientError,
@@ -42,7 +43,6 @@ from botocore.exceptions import (
     NoCredentialsError,
     ProxyConnectionError,
 )
-from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from wal3_spark.errors import (
     AccessDenied,

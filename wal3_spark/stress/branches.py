@@ -14,9 +14,9 @@ Three worker processes, each killed with SIGKILL at random and started again:
 The supervisor (this process, never killed) checks every branch every few seconds: its records
 below the branch point are exactly the parent's records there, as the operator read them from
 the parent right after creating the branch (or, when a kill cut that note, as the parent held
-them when the supervisor first saw the branch); its own records are each written once by the operator, and every acknowledged
-one is there. At the end: every branch verifies, and after a last collection the root holds
-exactly the pins of the branches that read it.
+them when the supervisor first saw the branch); its own records are each written once by the
+operator, and every acknowledged one is there. At the end: every branch verifies, and after a last
+collection the root holds exactly the pins of the branches that read it.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from wal3_spark.errors import LogNotFound, Wal3Error
 from wal3_spark.format.layout import MANIFEST_KEY
 from wal3_spark.log.branches import branch, delete_branch
 from wal3_spark.log.cursors import CursorStore
-from wal3_spark.log.manifest_reader import read_manifest
 from wal3_spark.log.holds import list_pins
+from wal3_spark.log.manifest_reader import read_manifest
 from wal3_spark.log.reader import LogReader
 from wal3_spark.log.writer import LogWriter
 from wal3_spark.ops.checkpoint import checkpoint
@@ -267,7 +267,7 @@ class Checker:
             if parent is None:
                 return None  # its creation note was cut by a kill, and it was checkpointed since
             upper = LogReader(open_store(parent.log)).read_table(parent.start, parent.offset)
-            mine = [b for o, b in zip(offsets, bodies) if o < parent.offset]
+            mine = [b for o, b in zip(offsets, bodies, strict=True) if o < parent.offset]
             if upper.column("body").to_pylist() != mine or (offsets and offsets[0] != parent.start):
                 return f"{name}: its records below {parent.offset} differ from its parent's"
             seen = _Seen(manifest.incarnation, parent.offset, parent.start, _digest(mine))
@@ -275,12 +275,12 @@ class Checker:
             self.stats.branches_seen += 1
         if manifest.incarnation != seen.incarnation:
             return f"{name}: another log under its name"
-        below = [b for o, b in zip(offsets, bodies) if o < seen.offset]
+        below = [b for o, b in zip(offsets, bodies, strict=True) if o < seen.offset]
         if offsets and offsets[0] != seen.start:
             return f"{name}: starts at {offsets[0]}, not {seen.start}"
         if _digest(below) != seen.below:
             return f"{name}: its records below the branch point {seen.offset} changed"
-        own = [b.decode() for o, b in zip(offsets, bodies) if o >= seen.offset]
+        own = [b.decode() for o, b in zip(offsets, bodies, strict=True) if o >= seen.offset]
         seqs = [int(b.split(":", 1)[1]) for b in own if b.startswith(name + ":")]
         if len(seqs) != len(own):
             return f"{name}: holds records it was never given"

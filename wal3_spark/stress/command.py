@@ -83,7 +83,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"seconds of load before the final verification (default {defaults.duration_s:.0f})")
     p.add_argument("--run-dir", type=Path,
                    help="where journals, reader states, stats and logs go (default: a new temporary directory)")
-    p.add_argument("--seed", type=integer(0, MAX_U64, "a seed"), default=defaults.seed, help="seed of every random choice (default 0)")
+    p.add_argument("--seed", type=integer(0, MAX_U64, "a seed"), default=defaults.seed,
+                   help="seed of every random choice (default 0)")
     p.add_argument("--writers", type=_count(1), default=defaults.writers)
     p.add_argument("--readers", type=_count(1), default=defaults.readers)
     p.add_argument("--collectors", type=_count(0), default=defaults.collectors)
@@ -148,7 +149,8 @@ def main(args: argparse.Namespace, out: IO[str], options: dict[str, str],
         )
         return EXIT_USAGE
     if getattr(args, "logs", None) and (args.s3 or emulated):
-        sys.stderr.write("wal3 stress: error: --logs runs on a URL or a local directory, not with --s3, --gcs or --azure\n")
+        sys.stderr.write("wal3 stress: error: --logs runs on a URL or a local directory, "
+                         "not with --s3, --gcs or --azure\n")
         return EXIT_USAGE
     try:
         if args.url and split_url(args.url)[0] == "memory":

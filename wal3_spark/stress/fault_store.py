@@ -15,9 +15,9 @@ import threading
 from collections.abc import Callable
 
 from wal3_spark.storage import ObjectStore, open_store
-from wal3_spark.testing import FaultyStore, LateLandingStore
 from wal3_spark.stress.config import StressConfig
 from wal3_spark.stress.damage import ManifestDamage
+from wal3_spark.testing import FaultyStore, LateLandingStore
 
 #: a late write chosen to land "random"ly lands within this many more requests
 LATE_AFTER_REQUESTS = 8

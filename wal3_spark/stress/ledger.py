@@ -91,7 +91,7 @@ class IntervalSet:
             self.ends.insert(i, x + 1)
 
     def spans(self) -> list[list[int]]:
-        return [[a, b] for a, b in zip(self.starts, self.ends)]
+        return [[a, b] for a, b in zip(self.starts, self.ends, strict=True)]
 
 
 @dataclass
@@ -121,7 +121,7 @@ class Pending:
     def from_json(cls, d: dict) -> Pending:
         records = None if d["records"] is None else [tuple(r) for r in d["records"]]
         seen = {int(i): [tuple(x) for x in v] for i, v in d["seen"].items()}
-        return cls(records, d["outcome"], d["start"], d["limit"], seen)  # type: ignore[arg-type]
+        return cls(records, d["outcome"], d["start"], d["limit"], seen)
 
 
 class Ledger:

@@ -199,7 +199,7 @@ class _Writers:
     def _submit(self, writer: LogWriter, name: str, appends: list[list[str]]) -> list[Wal3Error | None]:
         futures = [writer.submit(_bodies(name, ids)) for ids in appends]
         outcomes: list[Wal3Error | None] = []
-        for ids, future in zip(appends, futures):
+        for ids, future in zip(appends, futures, strict=True):
             try:
                 done = future.result()
             except Wal3Error as exc:
@@ -307,7 +307,8 @@ class _Reader:
                 before = cursors.incarnation()
                 scan = cursors.scan_from(CURSOR, max_records=self.config.read_chunk, on_recreated_log="restart")
                 rows = [(o, b) for batch in scan.reader
-                        for o, b in zip(batch.column(OFFSET_COLUMN).to_pylist(), batch.column("body").to_pylist())]
+                        for o, b in zip(batch.column(OFFSET_COLUMN).to_pylist(),
+                                        batch.column("body").to_pylist(), strict=True)]
                 after = cursors.incarnation()
             except LogNotFound:
                 return total  # deleted meanwhile: it is read again once it changes
@@ -357,7 +358,7 @@ if __name__ == "__main__":  # the reader process: python -m wal3_spark.stress.lo
 
 
 def run_logset_stress(config: LogSetStressConfig, run_dir: Path, out: IO[str] | None = None) -> Tally:
-    """Run the writers, the re-creations and the reader for `config.duration_s`, then let the
+    """Run the writers, the re-creations and the reader for `LogSetStressConfig.duration_s`, then let the
     reader drain the set and judge what it delivered."""
     run_dir.mkdir(parents=True, exist_ok=True)
     prefix = open_store(config.url)
@@ -370,14 +371,14 @@ def run_logset_stress(config: LogSetStressConfig, run_dir: Path, out: IO[str] | 
     recreations = [0]
     threads = [threading.Thread(target=writers.run, args=(w,)) for w in range(config.writers)]
     threads.append(threading.Thread(target=_fault_loop, args=(config, stop, recreations)))
-    for t in threads:
-        t.start()
+    for thread in threads:
+        thread.start()
     try:
         stop.wait(config.duration_s)
     finally:
         stop.set()
-        for t in threads:
-            t.join()
+        for thread in threads:
+            thread.join()
         writers.dirty.close()
         (run_dir / STOP).touch()
         status = reader.wait()
@@ -386,7 +387,7 @@ def run_logset_stress(config: LogSetStressConfig, run_dir: Path, out: IO[str] | 
     survivors = {name: read_manifest(prefix_store(prefix, name)).incarnation for name in config.names()}
     with (run_dir / DELIVERED).open() as f:
         deliveries = [tuple(json.loads(line)) for line in f]
-    t = tally(writers.acks, writers.unknown, deliveries, survivors)  # type: ignore[arg-type]
+    t = tally(writers.acks, writers.unknown, deliveries, survivors)
     counts = json.loads((run_dir / READER).read_text())
     t.recreations = recreations[0]
     t.acknowledged_pipelined = writers.pipelined

@@ -24,6 +24,7 @@ from typing import Any
 from wal3_spark.clock import SYSTEM
 from wal3_spark.errors import CorruptLog, Wal3Error
 from wal3_spark.format.layout import MANIFEST_KEY
+from wal3_spark.format.manifest import Manifest
 from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.fragment_io import read_range
 from wal3_spark.log.reader import LogReader
@@ -126,7 +127,7 @@ class StressReader:
                           "to [%d, %d)", self.slot, start, start, self.ledger.position)
         return self.ledger.position > start
 
-    def _read_parts(self, manifest, limit: int, deadline: float) -> bool:
+    def _read_parts(self, manifest: Manifest, limit: int, deadline: float) -> bool:
         """Read [position, limit) into the ledger; True when the deadline cut it short."""
         for part in self.reader.plan(self.ledger.position, limit, manifest=manifest):
             try:
@@ -141,7 +142,7 @@ class StressReader:
                 continue
             self.failures.pop(part.ref.path, None)
             offsets = batch.column("_offset").to_pylist()
-            for offset, body in zip(offsets, batch.column("body").to_pylist()):
+            for offset, body in zip(offsets, batch.column("body").to_pylist(), strict=True):
                 self.ledger.observe(offset, body)
             if SYSTEM.monotonic() >= deadline:
                 return True  # persist this much before a kill -9 can take it away

@@ -21,15 +21,15 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import os
 import logging
+import os
 import random
 import signal
 import subprocess
 import sys
 from collections import Counter
-from dataclasses import dataclass, replace
 from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Protocol
 
@@ -47,8 +47,6 @@ from wal3_spark.stress.config import StressConfig
 from wal3_spark.stress.journal import mark_killed
 from wal3_spark.stress.reader import cursor_name
 from wal3_spark.stress.rundir import RunDir, read_json, write_json
-from wal3_spark.testing.seaweedfs import SeaweedProcess
-from wal3_spark.testing.emulators import AzuriteProcess, FakeGcsProcess
 from wal3_spark.stress.summary import (
     DAMAGE_MANIFEST,
     DAMAGE_REFUSED,
@@ -59,6 +57,8 @@ from wal3_spark.stress.summary import (
     Summary,
     gather,
 )
+from wal3_spark.testing.emulators import AzuriteProcess, FakeGcsProcess
+from wal3_spark.testing.seaweedfs import SeaweedProcess
 
 logger = logging.getLogger(__name__)
 
@@ -435,7 +435,7 @@ def run_stress(config: StressConfig, run_dir: Path, *, s3: bool = False, emulato
                out: IO[str] = sys.stdout) -> Summary:
     """Run a stress test; with `s3`, on a SeaweedFS started under `run_dir/seaweed`, with
     `emulator` ("gcs" or "azure") on fake-gcs-server or Azurite keeping its objects under
-    `run_dir/<emulator>`: restarted during the run, whatever `config.url` says."""
+    `run_dir/<emulator>`: restarted during the run, whatever `StressConfig.url` says."""
     run = RunDir(run_dir).create()
     if emulator is not None:
         return _on_emulator(config, run, emulator, out)

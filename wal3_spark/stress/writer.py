@@ -121,7 +121,7 @@ class StressWriter:
         if regime.api == "append":
             try:
                 result = self.writer.append(bodies)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - every failure is journaled as this append's outcome
                 self._failed(number, exc)
             else:
                 self.journal.write(Outcome(number, ACK, result.start, result.limit))

@@ -212,7 +212,8 @@ class FakeGcsProcess(EmulatorProcess):
         port = self.port()
         endpoint = f"http://127.0.0.1:{port}"
         log_path = self.log_dir / "fake-gcs-server.log"
-        backend = ["-backend", "filesystem", "-filesystem-root", str(self.data_dir)] if self.persistent else ["-backend", "memory"]
+        backend = (["-backend", "filesystem", "-filesystem-root", str(self.data_dir)] if self.persistent
+                   else ["-backend", "memory"])
         cmd = [
             find_fake_gcs_server(), "-scheme", "http", *backend, "-host", "127.0.0.1",
             "-port", str(port), "-external-url", endpoint, "-log-level", "warn",

@@ -31,6 +31,7 @@ fail in lockstep.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import threading
@@ -205,10 +206,8 @@ class FaultyStore(InjectingStore):
             raise AmbiguousWrite(key, "injected 5xx (the write did not happen)")
         if kind == "timeout_after_write":
             self._inject(kind)
-            try:
+            with contextlib.suppress(PreconditionFailed):  # the caller cannot see the outcome
                 write()
-            except PreconditionFailed:
-                pass  # the caller cannot see the outcome of a timed-out request
             raise AmbiguousWrite(key, "injected timeout after the write was sent")
         if kind == "precondition_storm" and (not create or self.inner.exists(key)):
             self._inject(kind)

@@ -26,12 +26,16 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from wal3_spark.clock import SYSTEM
+
+if TYPE_CHECKING:  # the boto3-stubs types of the test extra
+    from mypy_boto3_s3 import S3Client
 
 logger = logging.getLogger(__name__)
 
@@ -114,7 +118,7 @@ def free_ports(count: int) -> list[int]:
     return ports
 
 
-def _s3_client(endpoint: str) -> object:
+def _s3_client(endpoint: str) -> S3Client:
     return boto3.session.Session().client(
         "s3",
         endpoint_url=endpoint,
@@ -130,19 +134,19 @@ def _s3_client(endpoint: str) -> object:
     )
 
 
-def _ready(client: object) -> bool:
+def _ready(client: S3Client) -> bool:
     """True once the bucket exists and an object round-trips (volumes are allocated lazily)."""
     try:
-        client.create_bucket(Bucket=BUCKET)  # type: ignore[attr-defined]
+        client.create_bucket(Bucket=BUCKET)
     except ClientError as exc:
         if exc.response["Error"]["Code"] != "BucketAlreadyOwnedByYou":
             return False
     except BotoCoreError:
         return False
     try:
-        client.put_object(Bucket=BUCKET, Key="_ready", Body=b"ok")  # type: ignore[attr-defined]
-        body = client.get_object(Bucket=BUCKET, Key="_ready")["Body"].read()  # type: ignore[attr-defined]
-        client.delete_object(Bucket=BUCKET, Key="_ready")  # type: ignore[attr-defined]
+        client.put_object(Bucket=BUCKET, Key="_ready", Body=b"ok")
+        body = client.get_object(Bucket=BUCKET, Key="_ready")["Body"].read()
+        client.delete_object(Bucket=BUCKET, Key="_ready")
     except (ClientError, BotoCoreError):
         return False
     return body == b"ok"

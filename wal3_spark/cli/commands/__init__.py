@@ -30,7 +30,9 @@ class AddCommand(Protocol):
     """`main`'s way to add a command: its parser comes back, with the options every command
     takes and, for `json` (names in `output.JSON_SHAPES`), `--json` and its documentation."""
 
-    def __call__(self, name: str, fn: Command, help_: str, *, json: tuple[str, ...] = ()) -> argparse.ArgumentParser: ...
+    def __call__(
+        self, name: str, fn: Command, help_: str, *, json: tuple[str, ...] = ()
+    ) -> argparse.ArgumentParser: ...
 
 
 def store_options(args: argparse.Namespace) -> dict[str, str]:

@@ -8,8 +8,8 @@ from wal3_spark.cli.arguments import offset_arg, url_arg
 from wal3_spark.cli.commands import EXIT_OK, AddCommand, Command, open_log_store
 from wal3_spark.cli.output import Output
 from wal3_spark.errors import CursorError, Wal3Error
-from wal3_spark.log.cursors import CursorState, CursorStore
 from wal3_spark.log.cursor_lag import cursor_lags
+from wal3_spark.log.cursors import CursorState, CursorStore
 from wal3_spark.log.reader import LogReader
 
 

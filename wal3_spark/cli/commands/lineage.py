@@ -58,7 +58,8 @@ def _check_tag_usage(args: argparse.Namespace) -> None:
                             f"`wal3 tag {args.url} --list`")
     if args.name is None and given:
         raise InvalidOption(f"{' and '.join(given)} without a tag NAME: give it (`wal3 tag {args.url} "
-                            f"NAME {given[0]}{' N' if given[0] == '--at' else ''}`); `wal3 tag {args.url} --list` lists the tags")
+                            f"NAME {given[0]}{' N' if given[0] == '--at' else ''}`); "
+                            f"`wal3 tag {args.url} --list` lists the tags")
     if args.delete and (args.at is not None or args.hold):
         raise InvalidOption("--delete takes neither --at nor --hold (tags never move): "
                             f"`wal3 tag {args.url} {args.name} --delete`")

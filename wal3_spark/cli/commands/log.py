@@ -13,8 +13,8 @@ from wal3_spark.errors import CorruptLog, InvalidOption, LogNotFound, Wal3Error
 from wal3_spark.format.garbage import load_garbage
 from wal3_spark.format.manifest import Manifest
 from wal3_spark.log.committer import Committer
-from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.cursor_lag import cursor_lags
+from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.holds import list_pins
 from wal3_spark.log.reader import LogReader, iter_fragments
 from wal3_spark.log.tags import TagStore
@@ -152,7 +152,9 @@ def seal(args: argparse.Namespace, output: Output) -> int:
 def register(add: AddCommand) -> None:
     p = add("init", init, "create a log (raw, or structured with --schema)", json=("init",))
     p.add_argument("url", type=url_arg)
-    p.add_argument("--schema", type=schema_arg, help='columns with Arrow or Spark SQL types, e.g. "id: int64, name: string not null" or "id BIGINT, name STRING"')
+    p.add_argument("--schema", type=schema_arg,
+                   help='columns with Arrow or Spark SQL types, e.g. "id: int64, name: string not null" '
+                        'or "id BIGINT, name STRING"')
 
     p = add("info", info, "show offsets, counts, setsum balance, schema, cursors, seal, garbage "
             "(of a log; of the log set, for a prefix that holds logs)", json=("info", "info PREFIX"))
