@@ -1,6 +1,6 @@
 """What a Prometheus scrape of a log set costs: requests to the store per scrape of
 `wal3 exporter`'s /metrics, on a log set on SeaweedFS with appenders and consumers running.
-docs/design.md section 28 records its output.
+docs/design/61-scrape-cost.md records its output.
 
     ./dev python benchmarks/scrape_cost.py [--logs 1000] [--active 20] [--scrapes 12] [--every 5]
 

@@ -217,7 +217,7 @@ def test_10_scrub_rejects_a_fragment_referenced_twice_even_when_the_setsum_balan
 def test_11_property_rolled_written_us_bounds_every_rolled_fragment(times, fthreshold, sthreshold):
     """Fragments committed in any order of write time: the manifest's `rolled_written_us` is the
     newest write time of the fragments its snapshots hold (what lets a commit skip the snapshot
-    walk exactly: docs/design.md section 3), through rollups of pointers and a round trip."""
+    walk exactly: docs/design/20-committing.md), through rollups of pointers and a round trip."""
     options = SnapshotOptions(snapshot_rollover_threshold=sthreshold, fragment_rollover_threshold=fthreshold)
     store: dict[str, Snapshot] = {}
     manifest = Manifest.empty("w")

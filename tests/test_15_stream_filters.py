@@ -1,4 +1,4 @@
-"""Stream filters (docs/design.md section 26): a Bloom filter of one column's values in each
+"""Stream filters (docs/design/16-stream-filters.md): a Bloom filter of one column's values in each
 fragment's manifest entry lets a reader of a few keys skip the fragments without them, with no
 GET; the rows of the fragments read are filtered exactly; fragments without a filter, or with a
 filter of another column, are read as before."""

@@ -72,7 +72,7 @@ def test_00_fake_gcs_server_ignores_preconditions_on_media_uploads_so_the_store_
 ) -> None:
     """Why every write is a multipart upload: on the emulator a media upload conditioned on
     `ifGenerationMatch=0` overwrites an existing object (GCS itself would answer 412). Should
-    the emulator start honouring it, this test says so and docs/design.md can drop the note."""
+    the emulator start honouring it, this test says so and docs/design/02-gcs-and-azure.md can drop the note."""
     gcs_store.put_if_absent("k", b"first")
     name = f"{gcs_store.prefix}/k"
     assert _media_upload(gcs, name, b"media", 0) == 200  # accepted although the object exists

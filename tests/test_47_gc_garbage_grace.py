@@ -6,7 +6,7 @@ than the orphan grace, judged by the fragment's own age. The fragments an apply 
 dropped are unreferenced and, being below every cursor, usually old, so the same run deleted
 them at once, instead of after the grace interval that readers still working from the manifest
 before the apply rely on (docs/operations.md, "delete" step). The rule now: a fragment the
-pending garbage drops is never an orphan (docs/design.md section 14).
+pending garbage drops is never an orphan (docs/design/32-orphan-horizon.md).
 """
 
 from __future__ import annotations

@@ -67,7 +67,7 @@ def test_01_log_filters_read_only_the_named_logs(spark, tmp_path):
     store.put_if_match(MANIFEST_KEY, b"{not json", store.get(MANIFEST_KEY).etag)
 
     # a DataFrame per query: with pushdown on, Spark 4.3 reuses a DataFrame's last pushed-down
-    # plan for its later queries (docs/design.md section 22)
+    # plan for its later queries (docs/design/54-spark-batch-caching-and-pushdown.md)
     def df():
         return spark.read.format("wal3").schema(
             "id long, src string, _log string not null, _offset long not null, "
@@ -84,7 +84,7 @@ def test_01_log_filters_read_only_the_named_logs(spark, tmp_path):
 
 def test_02_a_reused_log_set_dataframe_answers_every_query_under_the_shipped_configuration(spark, tmp_path):
     """With filter pushdown on, `df.count()` after `df.where("_log = 'b'")` returned b's 20
-    rows: Spark 4.3 reused the plan the filtered query pushed (docs/design.md section 22)."""
+    rows: Spark 4.3 reused the plan the filtered query pushed (docs/design/54-spark-batch-caching-and-pushdown.md)."""
     prefix = (tmp_path / "set").as_uri()
     make_logs(prefix, {"a": 10, "b": 20, "c": 30})
     df = read_set(spark, prefix)

@@ -171,3 +171,39 @@ def test_03_every_backticked_name_of_the_code_exists():
         "backticked names of the project's code that do not exist (moved or renamed?); name them where "
         "they are defined, or an object's attribute by its class (`LogScan.position`):\n" + "\n".join(missing)
     )
+
+
+# ------------------------------------------------------------------ design notes, one per decision
+
+NOTES = sorted((ROOT / "docs" / "design").glob("[0-9]*.md"))
+
+
+def test_04_each_design_note_names_the_modules_it_governs_and_they_point_back():
+    """docs/design/NN-topic.md: one decision per note, numbered by layer; its **Governs:** line
+    names modules of the package, whose docstrings point to the note (docs/design/index.md)."""
+    index = (ROOT / "docs" / "design" / "index.md").read_text()
+    problems = []
+    numbers = [n.name[:2] for n in NOTES]
+    problems += [f"two notes numbered {x}" for x in sorted({x for x in numbers if numbers.count(x) > 1})]
+    for note in NOTES:
+        where = f"docs/design/{note.name}"
+        if not re.fullmatch(r"\d\d-[a-z0-9-]+\.md", note.name):
+            problems.append(f"{where}: name it NN-topic.md")
+        lines = note.read_text().splitlines()
+        governs = next((line for line in lines[:6] if line.startswith("**Governs:**")), None)
+        if not lines or not lines[0].startswith("# ") or governs is None:
+            problems.append(f"{where}: a '# Title' line, then a '**Governs:**' line naming its modules")
+            continue
+        modules = re.findall(r"`([\w.]+)`", governs)
+        if not modules:
+            problems.append(f"{where}: the **Governs:** line names no module")
+        for module in modules:
+            if importlib.util.find_spec(module) is None:
+                problems.append(f"{where}: governs `{module}`, which is not a module")
+                continue
+            doc = inspect.getdoc(importlib.import_module(module)) or ""
+            if where not in doc:
+                problems.append(f"{module}'s docstring does not point to {where}")
+        if f"]({note.name})" not in index:
+            problems.append(f"docs/design/index.md does not list {where}")
+    assert NOTES and not problems, "\n".join(problems)

@@ -163,7 +163,7 @@ class DataLost(Wal3Error):
 
 class LogRecreated(Wal3Error):
     """A log was deleted and created again under the same URL since a consumer recorded an
-    offset in it: the offset belongs to the earlier log (docs/design.md section 23)."""
+    offset in it: the offset belongs to the earlier log (docs/design/17-incarnations.md)."""
 
     def __init__(self, url: str, offset: int, recorded: str, current: str, fix: str) -> None:
         super().__init__(
@@ -199,14 +199,14 @@ class PartlyCommitted(Wal3Error, ValueError):
 
 class PastOrphanHorizon(CommitFailed):
     """A commit refused because some of its fragments were written before the manifest's orphan
-    horizon: garbage collection may have deleted them as orphans (docs/design.md section 14).
+    horizon: garbage collection may have deleted them as orphans (docs/design/32-orphan-horizon.md).
     Nothing was committed; a distinct type so that callers (and `wal3 stress`) can tell an
     append that lost the race with GC's orphan sweep from one that ran out of attempts."""
 
 
 class AlreadyCollected(Wal3Error):
     """A commit refused because its fragments were (most likely) placed by an earlier commit and
-    garbage collection has since collected them (docs/design.md section 3): the pending garbage
+    garbage collection has since collected them (docs/design/20-committing.md): the pending garbage
     lists them (`pending`), or their files are gone. Nothing was written; appending them again
     would deliver their records twice or reference a deleted file. Not a `CommitFailed`: the
     caller must not delete them (readers of older manifests may still read pending garbage) and

@@ -5,4 +5,6 @@ shows, computed from the core's modules), `charts` (the SVG geometry of the char
 `verify_runs` (verifications running in the background with their progress), `app` (the Flask
 application: routes and templates) and `server` (the threaded HTTP server `wal3 console`
 runs).
+
+Design: docs/design/60-console.md.
 """

@@ -22,6 +22,9 @@ Beyond Chroma's types, `enc` hashes the Arrow physical value (docs/format.md sec
 - type null: validity bytes only (all 0);
 - dictionary, run-end-encoded, extension and view types: as their decoded/storage values, so an
   encoding choice never changes the setsum; unions are refused (Parquet cannot store them).
+
+Design: docs/design/12-setsum-encoding.md, docs/design/14-structured-logs.md,
+docs/design/15-blake3-item-hash.md.
 """
 
 from __future__ import annotations

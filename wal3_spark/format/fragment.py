@@ -13,6 +13,8 @@ fragments hashed otherwise than the log.
 Readers `decode_fragment` the bytes, `recompute_setsum` to verify them against the manifest, and
 conform the payload to the log's current schema (`schema.conform`: fragments written before a
 schema evolution lack the newer nullable columns).
+
+Design: docs/design/13-fragment-timestamps.md.
 """
 
 from __future__ import annotations

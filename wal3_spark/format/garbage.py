@@ -21,6 +21,8 @@ Decisions (where Chroma's code differs, ours is stricter or collects more, never
   replaces it at the same place (`snapshot_for_root`), so pointer depths stay ordered;
 - `first_to_keep` is the start of the first record kept (the limit of the last dropped fragment),
   which becomes the manifest's `initial_offset`.
+
+Design: docs/design/30-unreferenced-files-are-garbage.md.
 """
 
 from __future__ import annotations
@@ -383,7 +385,7 @@ def garbage_applied(manifest: Manifest, garbage: Garbage) -> bool:
 
 def collected_bound(manifest: Manifest, garbage: Garbage, now_us: int | None = None) -> int:
     """The manifest's `collected_written_us` once `garbage` is applied: no fragment collected so
-    far, these included, was written after it (docs/design.md section 3). A fragment of unknown
+    far, these included, was written after it (docs/design/20-committing.md). A fragment of unknown
     age counts as written at 0, so the bound exists (a committer looks for such fragments
     whenever it does). A log collected before the field (`collected` non-empty, no bound) does
     not know when the fragments collected then were written: they were written before now, so

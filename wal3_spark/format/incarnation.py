@@ -1,4 +1,4 @@
-"""A log's incarnation: an identity that survives its name (docs/design.md section 23).
+"""A log's incarnation: an identity that survives its name (docs/design/17-incarnations.md).
 
 A log deleted and created again under the same URL starts at offset 1 again, so an offset a
 consumer kept (a stream's checkpoint, a cursor) would silently skip the new log's first records,
@@ -45,7 +45,7 @@ UNRECORDED = _Marker("UNRECORDED")
 #: log did not exist yet (a routing sink's new log, which the commit creates), or the tasks of one
 #: job saw different ones. The commit then takes whichever incarnation it finds, or none, once it
 #: has checked that every fragment is still there (a log deleted since took them with it;
-#: docs/design.md section 23)
+#: docs/design/17-incarnations.md)
 UNPINNED = _Marker("UNPINNED")
 
 

@@ -3,6 +3,8 @@
 Field names and key order follow Chroma's wal3 serialisation exactly (docs/format.md sections 1, 4
 and 8), so that a manifest we read and write back is byte-identical and Chroma can read ours.
 Offsets are plain ints here; on storage they are `{"offset": N}`.
+
+Design: docs/design/11-byte-identical-json.md.
 """
 
 from __future__ import annotations
@@ -396,7 +398,7 @@ class Cursor:
     writer: str
     #: wal3-spark extension: the incarnation of the log the offset was set in (its manifest's
     #: `incarnation`); None: not recorded (a cursor set before incarnations, or on a log without
-    #: one). docs/design.md section 23
+    #: one). docs/design/17-incarnations.md
     incarnation: str | None = None
 
     def to_dict(self) -> dict[str, Any]:

@@ -6,6 +6,8 @@ A branch reads its parent's records below the branch point through the parent's 
 so the parent's garbage collection must keep them: the pin is what it honours, as it honours a
 cursor. A pin names its branch, so that a pin whose branch was never published (its creator
 died between the two writes) can be told from a live one and dropped (`wal3_spark.log.branches`).
+
+Design: docs/design/26-branches-and-tags.md.
 """
 
 from __future__ import annotations

@@ -3,6 +3,10 @@
 Everything here is computation without I/O: placing fragments at the tail, rolling snapshots,
 checking invariants. The managers (writer, reader, gc) load a value, decide with these methods,
 then compare-and-swap; that split is what makes the protocol testable without storage.
+
+Design: docs/design/10-manifest-is-a-pure-value.md, docs/design/11-byte-identical-json.md,
+docs/design/14-structured-logs.md, docs/design/15-blake3-item-hash.md,
+docs/design/22-snapshot-rollover.md, docs/design/32-orphan-horizon.md.
 """
 
 from __future__ import annotations
@@ -325,26 +329,26 @@ class Manifest:
     #: or None for logs created before the field (and always for raw logs). Fixed at creation.
     item_hash: str | None = None
     txns: Mapping[str, Txn] = field(default_factory=dict)
-    #: wal3-spark extension (docs/design.md section 14): garbage collection may have deleted
+    #: wal3-spark extension (docs/design/32-orphan-horizon.md): garbage collection may have deleted
     #: unreferenced fragments created before this time (µs since the epoch), so no commit may
     #: reference them any more
     orphan_horizon_us: int | None = None
-    #: wal3-spark extension (docs/design.md section 3): no fragment the snapshots hold (at or
+    #: wal3-spark extension (docs/design/20-committing.md): no fragment the snapshots hold (at or
     #: after the oldest offset) was written (its UUIDv7 time, µs) after this; None with snapshots
     #: present: not known (a log compacted before the field, or by another writer). A commit of
     #: fragments written after it finds any earlier commit of them among `fragments` alone
     rolled_written_us: int | None = None
-    #: wal3-spark extension (docs/design.md section 3): garbage collection never collected a
+    #: wal3-spark extension (docs/design/20-committing.md): garbage collection never collected a
     #: fragment written (its UUIDv7 time, µs; 0 for one of unknown age) after this; None: it
     #: collected none (or, with `collected` non-empty, not known: a log collected before the
     #: field). A commit of fragments written after it cannot be a re-commit of collected ones
     collected_written_us: int | None = None
-    #: wal3-spark extension (docs/design.md section 23): the log's identity, a UUIDv7 recorded
+    #: wal3-spark extension (docs/design/17-incarnations.md): the log's identity, a UUIDv7 recorded
     #: when the log is created and kept by every later manifest, so that consumers tell a log
     #: deleted and created again under the same name from the one they read; None: a log
     #: created before the field (its identity is unknown; it never gets one)
     incarnation: str | None = None
-    #: wal3-spark extension (docs/design.md section 25): a branch's parent, whose records
+    #: wal3-spark extension (docs/design/26-branches-and-tags.md): a branch's parent, whose records
     #: [parent.start, parent.offset) are this log's first ones; None: not a branch (or one
     #: checkpointed since)
     parent: Parent | None = None
@@ -639,7 +643,7 @@ class Manifest:
 
         `fewer` rolls that many children fewer than the threshold: a variant with another setsum,
         hence another path, for when the path of the usual one holds a different snapshot with
-        the same setsum (docs/design.md section 4). None once no variant is left (a snapshot of
+        the same setsum (docs/design/22-snapshot-rollover.md). None once no variant is left (a snapshot of
         pointers needs two children: one child would share its setsum and path).
         """
         for depth in sorted({s.depth for s in self.snapshots}, reverse=True):

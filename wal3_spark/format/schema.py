@@ -5,6 +5,8 @@ nullability may widen (the log's column becomes nullable), a column the log has 
 it is nullable (it reads as null), and new nullable columns are added only when the writer asks
 for it (`merge_schema`, Spark's `mergeSchema`). A raw log (`body` only, no schema in the
 manifest) never changes.
+
+Design: docs/design/14-structured-logs.md.
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ crate `setsum` 0.7 that Chroma's wal3 uses (docs/format.md section 2).
 Each item is hashed with SHA3-256; the digest is read as eight little-endian u32 lanes, each
 reduced modulo its own prime, and sets add lane-wise. Because addition commutes, executors can sum
 their own records and the driver only adds the results.
+
+Design: docs/design/12-setsum-encoding.md.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Stream filters: a small Bloom filter of one column's values per fragment (docs/format.md
-section 4, "Stream filters", docs/design.md section 26).
+section 4, "Stream filters", docs/design/16-stream-filters.md).
 
 A log that multiplexes many streams (tenants, keys) is read one stream at a time by readers
 that would otherwise fetch every fragment. A fragment written with a filter column carries, in

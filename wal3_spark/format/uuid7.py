@@ -5,6 +5,8 @@ fragment was written from its path alone, without a GET: time seeks and timestam
 pushdown can skip fragments by listing the manifest. Putting the sub-millisecond microseconds in
 `rand_a` (RFC 9562 section 6.2, method 3, with a 1000-step instead of a 4096-step fraction)
 makes the exact `timestamp_us` recoverable; the 62 random bits of `rand_b` keep paths unique.
+
+Design: docs/design/13-fragment-timestamps.md.
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ def session(app: str, master: str | None = None, conf: dict[str, str] | None = N
     if master is not None:
         builder = builder.master(master)
     # off whatever the cluster's defaults say: with pushdown on, a DataFrame reused after a
-    # filtered query returns the filtered rows (docs/design.md section 22); the jobs read
+    # filtered query returns the filtered rows (docs/design/54-spark-batch-caching-and-pushdown.md); the jobs read
     # ranges with startingOffsets/endingOffsets
     builder = builder.config("spark.sql.python.filterPushdown.enabled", "false")
     environment, settings = executor_environment(master or submitted_master())

@@ -1,4 +1,4 @@
-"""Creating and deleting branches (docs/design.md section 25): a log whose first records are
+"""Creating and deleting branches (docs/design/26-branches-and-tags.md): a log whose first records are
 another log's `[oldest, offset)`, read through the parent's own fragments, never copied.
 
 Creating one is three steps, each safe to crash after:

@@ -19,7 +19,7 @@ it was sent with. So after an ambiguous write conditioned on version V (an ETag,
    nothing. Writing again conditioned on V is safe all the same: of two writes conditioned on one
    version at most one lands, and the next read tells which;
 3. if the read shows another version, the lost request can never land (its condition is gone for
-   good: every write of these objects changes their bytes, see docs/design.md section 3), so the
+   good: every write of these objects changes their bytes, see docs/design/20-committing.md), so the
    decision taken on the new version is definite.
 
 When the deadline or the attempt limit comes while a lost request may still land (2), the outcome

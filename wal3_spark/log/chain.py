@@ -8,7 +8,7 @@ manifest is built on the one in flight and sent conditioned on that predicted ET
 applies the links in order when they arrive in order; each costs one round trip, and they
 overlap.
 
-Why it is safe (docs/design.md section 20):
+Why it is safe (docs/design/21-pipelined-manifest-writes.md):
 - a link lands only on the exact bytes of its predecessor (If-Match on their MD5). Manifests
   never return to earlier bytes, and the predecessor names fragment paths only this writer
   made, so those bytes exist only if the predecessor landed: **a link that succeeded proves
@@ -201,7 +201,7 @@ class ManifestChain(Generic[P]):
         """The index of the last link that succeeded, which proves every link before it landed,
         whatever their own answers said (a 412 or "not sent" after a resent request, a refusal
         given after writing, a timeout): its condition, the MD5 of its predecessor's bytes,
-        held only if the predecessor landed (docs/design.md section 20)."""
+        held only if the predecessor landed (docs/design/21-pipelined-manifest-writes.md)."""
         last = None
         for i, link in enumerate(self._links):
             if _succeeded(link):
@@ -243,7 +243,7 @@ class ManifestChain(Generic[P]):
 
     def _resolve_in_order(self, items: list[_Item[P]]) -> None:
         """Commit (or resolve) each item in order, no success among them (those were
-        acknowledged). Rules (docs/design.md section 20), walking the links in chain order:
+        acknowledged). Rules (docs/design/21-pipelined-manifest-writes.md), walking the links in chain order:
         - a link known never to land (never sent, a 412, not sent), and every link after it
           (chained on bytes that never exist), is committed again by the ordinary
           compare-and-swap, consecutive ones together while they share a schema (one round trip

@@ -8,7 +8,7 @@ landed) is `wal3_spark.log.cas`; this module supplies the decisions. Every manif
 scrubbed first, so a bug here cannot publish a manifest that does not balance or that references
 a fragment twice.
 
-Outcomes of `commit` (docs/design.md section 3):
+Outcomes of `commit` (docs/design/20-committing.md):
 - a `CommitResult`: the fragments are in the log, once, at [start, limit);
 - `CommitFailed`, `LogSealed`, `SchemaMismatch`: definitely not committed, and no write that may
   still land is outstanding: the caller may delete the fragments;
@@ -17,6 +17,9 @@ Outcomes of `commit` (docs/design.md section 3):
 - `CommitOutcomeUnknown`: a manifest write may still land. The caller must delete nothing (the
   fragments may be data; if they are not, garbage collection removes them as orphans) and must
   not blindly retry with new fragments (the records could appear twice).
+
+Design: docs/design/10-manifest-is-a-pure-value.md, docs/design/20-committing.md,
+docs/design/22-snapshot-rollover.md, docs/design/31-garbage-and-commit-time.md.
 """
 
 from __future__ import annotations
@@ -340,8 +343,8 @@ class Committer:
                                           in_flight=in_flight)
         except (StorageError, CorruptLog, DataLost) as exc:
             # raised, not an UNKNOWN outcome: no manifest write of this commit may land. A
-            # reader's error or a store's refusal is not an append's outcome (docs/design.md
-            # section 3): CommitFailed, its cause in the message
+            # reader's error or a store's refusal is not an append's outcome
+            # (docs/design/20-committing.md): CommitFailed, its cause in the message
             raise CommitFailed.nothing_written(self.url, exc) from exc
         if result.outcome is Outcome.UNKNOWN:
             raise CommitOutcomeUnknown(_unknown_message(self.url, paths, app_id, version)) from result.cause
@@ -505,7 +508,7 @@ def _collected_prefix(
 
 def _may_be_rolled(manifest: Manifest, fragments: Sequence[NewFragment]) -> bool:
     """Whether an earlier commit of `fragments` may sit in `manifest`'s snapshots, so that
-    looking among its own fragments would not find it (docs/design.md section 3). A fragment
+    looking among its own fragments would not find it (docs/design/20-committing.md). A fragment
     is committed after it is written and rolled after it is committed, so once rolled the
     newest write time of the snapshots' fragments (`rolled_written_us`) is at least its own:
     fragments written after that bound are in no snapshot, however young or old they are and
@@ -596,13 +599,13 @@ def write_snapshot(store: ObjectStore, snapshot: Snapshot, *, horizon_us: int | 
     With `horizon_us` (the orphan horizon of the manifest the snapshot is for), a snapshot found
     there that was written before the horizon is not trusted either (False): a commit attempt
     that lost its race left it unreferenced, and garbage collection may be deleting it as an
-    orphan (docs/design.md section 14).
+    orphan (docs/design/32-orphan-horizon.md).
 
     False when the path holds a *different* snapshot with the same setsum: the same fragments
     rolled at other offsets by a commit attempt that lost its race (a fragment's setsum does not
     depend on where it sits). Chroma takes any existing file as the one it meant; trusting it
     here would publish a pointer to offsets the file does not hold. Callers roll a variant
-    instead (`roll_snapshots`, docs/design.md section 4).
+    instead (`roll_snapshots`, docs/design/22-snapshot-rollover.md).
     """
     snapshot.scrub()
     data = snapshot.to_bytes()

@@ -12,6 +12,8 @@ fragments holding any offset at or after it (fragments are fetched whole). A sna
 `num_bytes` already sums its whole subtree, so only the snapshots that straddle the cursor are
 loaded, at most one per depth: a cursor far behind on a log of millions of fragments costs a few
 snapshot GETs, not the whole tree.
+
+Design: docs/design/25-cursor-lag.md.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ digits and underscores, e.g. `cursor/bad-name.json` written by hand), or that is
 and shown as broken, replaced by a forced `move`, removed by `delete`, and a reason for garbage
 collection to refuse (it may be pinning data), but never a reason for anything else to fail.
 
-A cursor records the incarnation of the log it was set in (docs/design.md section 23). One set
+A cursor records the incarnation of the log it was set in (docs/design/17-incarnations.md). One set
 in an earlier incarnation (the log was deleted and created again since) is *stale*: listed as
 such, replaced by the next `advance` or `move` without `--force` (its offset means nothing in
 the new log), and counted by garbage collection as pinning the whole new log (its consumer has

@@ -6,6 +6,9 @@ with `spark/commit`), never the driver's `LogWriter` or `LogReader`. Decoding
 (`wal3_spark.format.fragment`: pyarrow.parquet, the setsum's chunk encoding and pyarrow.compute) is
 imported on first decode: the driver side of a read needs none of it, and a streaming query's source
 runs in a fresh Python process per query that only plans (`wal3_spark.spark.source`).
+
+Design: docs/design/13-fragment-timestamps.md, docs/design/15-blake3-item-hash.md,
+docs/design/23-readers-and-garbage-collection.md.
 """
 
 from __future__ import annotations
@@ -84,7 +87,7 @@ def output_schema(payload: pa.Schema | None) -> pa.Schema:
 class ReadRange:
     """One fragment and the part of it [start, limit) a read wants. `root`: the URL of the log
     the fragment belongs to when it is not the log read (a branch reading its parent's records,
-    docs/design.md section 25); None: the log read."""
+    docs/design/26-branches-and-tags.md); None: the log read."""
 
     ref: FragmentRef
     start: int
@@ -247,7 +250,7 @@ def exact_path_timestamp_us(ref: FragmentRef, structured: bool) -> int | None:
     None (the file's column is the truth, as `format("wal3")` reads it).
 
     Only wal3-spark writes structured logs, and every structured fragment's UUIDv7 encodes its
-    `timestamp_us` to the microsecond (docs/design.md, section 5). Raw logs may hold fragments
+    `timestamp_us` to the microsecond (docs/design/13-fragment-timestamps.md). Raw logs may hold fragments
     written by Chroma at UUID paths whose `rand_a` is not a microsecond count, or whose UUID was
     made at another moment than the rows' `timestamp_us`: nothing in the path tells them from
     ours, so their time is in the file only (the native scan reads its column; `_timestamp`

@@ -6,6 +6,8 @@ applies it reads the holds again (`lowest_hold`): a hold written meanwhile reset
 hold's creator, after writing it, reads the garbage and the manifest (`settle`): whatever a
 collection already decided is seen there. One of the two always sees the other (each writes,
 then reads what the other writes), so no collection drops what a new hold names.
+
+Design: docs/design/26-branches-and-tags.md.
 """
 
 from __future__ import annotations

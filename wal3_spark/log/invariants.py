@@ -1,5 +1,5 @@
 """The rules an append must satisfy, checked by the committer against the very manifest it
-compare-and-swaps (docs/design.md sections 3 and 14).
+compare-and-swaps (docs/design/20-committing.md and docs/design/32-orphan-horizon.md).
 
 Each rule is one function named after what it guarantees, raising the error that tells the
 caller what to do; the committer calls them in the order they are listed here. They are kept
@@ -7,6 +7,9 @@ together, apart from the compare-and-swap machinery, so the protocol's promises 
 can be read (and tested) one by one. Most are pure checks of the manifest and the fragments;
 `check_not_collected` reads the pending garbage and looks for files, because only storage can
 tell a collected fragment from one never committed.
+
+Design: docs/design/17-incarnations.md, docs/design/20-committing.md,
+docs/design/32-orphan-horizon.md.
 """
 
 from __future__ import annotations
@@ -76,7 +79,7 @@ def check_same_log(current: Manifest | None, incarnation: object, url: str) -> N
     """Fragments commit only into the log they were written for (`CommitFailed`): deleting a
     log (its whole prefix) takes the fragments written for it with it, so committing them into
     the log created again under the name would acknowledge records that are not there
-    (docs/design.md section 23). `incarnation` is the one the writer saw when it decided where
+    (docs/design/17-incarnations.md). `incarnation` is the one the writer saw when it decided where
     the fragments go: the commit needs exactly that one (None: a log created before
     incarnations). `UNPINNED` is `check_still_there`'s; `UNRECORDED` checks nothing (a caller
     that does not say). Checked first: nothing else about another log matters."""
@@ -134,7 +137,7 @@ def check_orphan_horizon(manifest: Manifest, fragments: Sequence[NewFragment], u
     GC raises the manifest's orphan horizon (by compare-and-swap) before it deletes any
     unreferenced fragment created before it; a commit checks the horizon of the very manifest
     it compare-and-swaps against, so either GC saw the fragments referenced, or the commit sees
-    the horizon and refuses (docs/design.md section 14). A fragment whose age is unknown (not a
+    the horizon and refuses (docs/design/32-orphan-horizon.md). A fragment whose age is unknown (not a
     UUIDv7) counts as older than any horizon.
     """
     horizon = manifest.orphan_horizon_us
@@ -190,7 +193,7 @@ def check_not_collected(store: ObjectStore, manifest: Manifest, fragments: Seque
     does not hold them: the pending garbage lists them, or their files are gone. Appending them
     again would deliver their records twice.
 
-    Sound because of the order of GC's steps (docs/design.md section 3): the garbage listing a
+    Sound because of the order of GC's steps (docs/design/20-committing.md): the garbage listing a
     fragment is written before the apply step removes it from the manifest, and reset only after
     the delete step deleted it. A fragment that `manifest` no longer holds because of an apply
     was listed before `manifest` was read (or, with a remembered manifest, before this commit's
@@ -238,7 +241,7 @@ def check_not_collected(store: ObjectStore, manifest: Manifest, fragments: Seque
 
 def may_be_collected(manifest: Manifest, fragments: Sequence[NewFragment]) -> list[NewFragment]:
     """The fragments an earlier commit may have placed and garbage collection since collected
-    (docs/design.md section 3): those written (UUIDv7 time; 0 when unknown) at or before the
+    (docs/design/20-committing.md): those written (UUIDv7 time; 0 when unknown) at or before the
     newest write time of any fragment GC ever collected (`collected_written_us`); a fragment is
     committed after it is written and collected after it is committed, so the fragments written
     after the bound cannot be among them. All of them when the bound is not known: a log

@@ -1,4 +1,4 @@
-"""The store of a log another log names: a branch's parent (docs/design.md section 25).
+"""The store of a log another log names: a branch's parent (docs/design/26-branches-and-tags.md).
 
 A branch records its parent's URL; its readers (on the driver and on every executor) reach the
 parent's fragments with the branch store's own settings (`open_like`), one store per parent per

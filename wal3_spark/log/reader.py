@@ -15,6 +15,9 @@ snapshot that straddled its cutoff (the offsets asked for are all still there).
 
 Fetching, checking and decoding fragments is `wal3_spark.log.fragment_io`'s: the driver side of a
 read (the manifest, plans, offsets) never decodes.
+
+Design: docs/design/16-stream-filters.md, docs/design/23-readers-and-garbage-collection.md,
+docs/design/24-reading-without-spark.md.
 """
 
 from __future__ import annotations
@@ -336,7 +339,7 @@ class LogReader:
 
         With `filter_column` and `filter_values`: only the records whose column holds one of
         the values, exactly; fragments whose stream filter rules them out are not fetched
-        (docs/design.md section 26). `_offset` stays each record's offset in the log."""
+        (docs/design/16-stream-filters.md). `_offset` stays each record's offset in the log."""
         manifest = manifest or self.manifest()
         payload = manifest.arrow_schema()
         values = self.value_filter(manifest, filter_column, filter_values)

@@ -5,6 +5,8 @@ The range is fixed when the scan is planned (against one manifest), and fragment
 verified and decoded only as the consumer pulls batches, one fragment at a time: memory stays
 about one fragment whatever the range. `position` follows what the consumer has taken, so a
 consumer reading from a cursor knows where to move it, also when it stopped early.
+
+Design: docs/design/24-reading-without-spark.md.
 """
 
 from __future__ import annotations

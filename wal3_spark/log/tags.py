@@ -1,4 +1,4 @@
-"""Tags (docs/design.md section 25): a named offset of a log, `tag/<name>.json` beside its
+"""Tags (docs/design/26-branches-and-tags.md): a named offset of a log, `tag/<name>.json` beside its
 cursors, so that a read of the tag returns the same records every time, as Delta's
 `versionAsOf` does for a table.
 

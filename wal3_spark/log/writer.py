@@ -14,6 +14,8 @@ Two ways to append:
 Both upload through `write_fragment` (as the Spark sink's tasks do): create-if-absent at a fresh
 UUIDv7 path, retried, and the `FragmentFile` it returns is all the committer needs and small
 enough to travel from a Spark executor to the driver.
+
+Design: docs/design/16-stream-filters.md, docs/design/21-pipelined-manifest-writes.md.
 """
 
 from __future__ import annotations
@@ -256,7 +258,7 @@ class LogWriter:
     ) -> None:
         """`filter_column`: give every fragment this writer writes a stream filter of that
         column's values (a string, binary or integer column of the log), so that readers of a
-        few of its values skip the fragments without them (docs/design.md section 26); a column
+        few of its values skip the fragments without them (docs/design/16-stream-filters.md); a column
         the log lacks, or of another type, fails the first append with FilterError.
 
         `clock` stamps the fragments (their UUIDv7 names) and txns, times the batch interval,
@@ -326,7 +328,7 @@ class LogWriter:
 
     def append(self, data: Appendable) -> CommitResult:
         """Write `data` as fragments and commit them; returns the offsets it got. Ends in one of
-        the three outcomes (docs/design.md section 3): the offsets, `CommitFailed` (nothing
+        the three outcomes (docs/design/20-committing.md): the offsets, `CommitFailed` (nothing
         written; also when the log could not be read or a fragment not written) or
         `CommitOutcomeUnknown`, besides the refusals that name their cause (`SchemaMismatch`,
         `LogSealed`, ...)."""

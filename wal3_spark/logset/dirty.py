@@ -2,7 +2,7 @@
 
 As in Chroma's wal3 design ("Multiple wal3 Instances"), appenders that opt in record, once per
 commit, which log they appended to in a *dirty log*, itself a wal3 log under the prefix; readers of
-the log set then read the dirty log instead of every manifest. docs/design.md section 18 has the
+the log set then read the dirty log instead of every manifest. docs/design/40-log-sets-and-the-dirty-log.md has the
 reasoning; the contract:
 
 - **Where**: `<prefix>/_dirty`, a structured wal3 log (`DIRTY_SCHEMA`): `log` (the log's name),
@@ -110,7 +110,7 @@ class DirtyLog:
         self.store = dirty_store(self.prefix)
         # Records of one process share fragments, and every record that lands while a manifest
         # write is in flight shares the next one (the manifest is the contended object): one
-        # manifest write at a time, not pipelined (docs/design.md section 20), since every
+        # manifest write at a time, not pipelined (docs/design/21-pipelined-manifest-writes.md), since every
         # appender of the prefix writes it, and latency matters less here than its writes.
         self._writer = LogWriter(self.store, writer=writer, batch_interval_s=batch_interval_s,
                                  max_manifest_writes=1)

@@ -17,6 +17,8 @@ the contract the log-set Spark source and the routing sink build on:
   needs no listing at all.
 - **Reading manifests** runs `max_workers` GETs at a time. A log's failure (a corrupt
   manifest, a store error) is reported for that log only; the others are still read.
+
+Design: docs/design/40-log-sets-and-the-dirty-log.md.
 """
 
 from __future__ import annotations

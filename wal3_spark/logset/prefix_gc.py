@@ -16,6 +16,8 @@ Reading the tail before choosing the logs is what makes skipping safe: a commit 
 lies past that tail is picked by the next run. A change without a record (a crash between a
 commit and its record, a writer without the dirty log) waits for a later append to that log or
 a `full_scan` run; garbage collection that is late is never unsafe.
+
+Design: docs/design/40-log-sets-and-the-dirty-log.md.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 collector and exposition), for `wal3 exporter` and the console's `/metrics`.
 
 Every metric is a gauge computed at scrape time from a `StatusModel`, so a scrape costs what a
-`status()` costs: nothing within the model's TTL, else one refresh (docs/design.md section 28).
+`status()` costs: nothing within the model's TTL, else one refresh (docs/design/61-scrape-cost.md).
 Labels: `log` (the log's name: its last URL segment for a single log) and, per cursor,
 `cursor`. A figure that is not known (the last commit's time of a log whose fragments carry no
 write time, a broken cursor's offset) is left out rather than reported as 0.

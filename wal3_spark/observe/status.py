@@ -22,7 +22,7 @@ GET, plus one GET per dirty-log fragment appended since the last refresh) and re
 
 Snapshots are immutable, so the loaded ones and each subtree's counts are kept for the life of
 the model (`SummaryCaches`): a log's snapshots are read once, not once per refresh.
-docs/design.md ("What a scrape costs") measures it on 1,000 logs.
+docs/design/61-scrape-cost.md measures it on 1,000 logs.
 """
 
 from __future__ import annotations

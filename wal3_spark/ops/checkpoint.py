@@ -1,4 +1,4 @@
-"""Checkpointing a branch (docs/design.md section 25): copy the parent's records it reads into
+"""Checkpointing a branch (docs/design/26-branches-and-tags.md): copy the parent's records it reads into
 it, so that it no longer needs its parent, then release its pin. Afterwards it is an ordinary log.
 
 Steps, each safe to crash after:

@@ -18,14 +18,17 @@ that are older than the orphan grace interval (failed or aborted appends, snapsh
 commit attempts that lost their race or never landed), which is never shorter than
 `MIN_ORPHAN_GRACE_S` whatever `grace_s` says. What the pending garbage lists is never an orphan:
 what it drops is unreferenced from the apply on, but readers of older manifests may read it
-until the delete step (docs/design.md section 14). Before deleting any, GC raises the manifest's
+until the delete step (docs/design/32-orphan-horizon.md). Before deleting any, GC raises the manifest's
 orphan horizon past them by compare-and-swap, and committers refuse to reference fragments older
 than the horizon of the manifest they compare-and-swap against, and roll another snapshot than
 one written before it: so an object GC deletes is either referenced by no commit, or its commit
-fails cleanly or does without it (docs/design.md section 14).
+fails cleanly or does without it (docs/design/32-orphan-horizon.md).
 
 Each step is idempotent and recognisable from storage, so a run that crashes after any step is
 finished by the next one. Nothing the current manifest references is ever deleted.
+
+Design: docs/design/30-unreferenced-files-are-garbage.md, docs/design/31-garbage-and-commit-time.md,
+docs/design/32-orphan-horizon.md.
 """
 
 from __future__ import annotations

@@ -9,6 +9,8 @@ failures). Problems are classified by the exception's type and attributes, never
 Garbage collection may delete objects of the manifest verify read while it runs; the reader
 then reports them as garbage-collected (`DataLost`), not missing. Verify starts over with the
 current manifest when that happens, a few times, before reporting them as `collected`.
+
+Design: docs/design/30-unreferenced-files-are-garbage.md.
 """
 
 from __future__ import annotations

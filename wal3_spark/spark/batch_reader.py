@@ -3,7 +3,7 @@
 The driver reads the manifest once, resolves startingOffsets/endingOffsets (or timestamps) and
 bin-packs the range's fragments into input partitions; executors only fetch and decode. With
 filter pushdown on (off as the project ships it: Spark 4.3 reuses a DataFrame's last pushed
-plan for its later queries, docs/design.md section 22), filters on `_offset` narrow the range
+plan for its later queries, docs/design/54-spark-batch-caching-and-pushdown.md), filters on `_offset` narrow the range
 and fragments whose write time (from the UUIDv7 in their path, without reading them) cannot
 match a filter on `_timestamp` are skipped.
 """

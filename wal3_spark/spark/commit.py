@@ -53,7 +53,7 @@ def published(store: ObjectStore, paths: set[str], since: int) -> set[str]:
 def collected(store: ObjectStore, paths: set[str]) -> set[str]:
     """Which of `paths` the pending garbage lists: fragments a commit published and garbage
     collection has since dropped from the manifest, which readers of a manifest from before its
-    apply step may read until its delete step (docs/design.md section 14). Read after the
+    apply step may read until its delete step (docs/design/32-orphan-horizon.md). Read after the
     manifest (`published`): garbage applied before that read is still listed here, or its grace
     has passed (the order `GarbageCollector._held` relies on too)."""
     if not paths:

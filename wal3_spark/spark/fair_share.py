@@ -12,6 +12,8 @@ cold ones wait forever. So:
 
 `Rotation` remembers, on the driver, which trigger last served each log. It is not in the
 checkpoint: after a restart every log is equally stale, which is still fair.
+
+Design: docs/design/52-logset-stream-and-routing-sink.md.
 """
 
 from __future__ import annotations

@@ -30,6 +30,8 @@ reads, for every log, its offsets [start, end). What each decision rests on:
   incarnation.
 - **`cursor`** moves that cursor on every log whose offset a committed batch advanced.
 - **Partitions** pack the fragment ranges of many logs together (`logset_reader`).
+
+Design: docs/design/52-logset-stream-and-routing-sink.md.
 """
 
 from __future__ import annotations

@@ -190,7 +190,7 @@ class Wal3Options:
     fail_on_data_loss: bool = True
     #: what a stream does with a log deleted and created again under the same name since it
     #: recorded an offset in it: "fail" (naming the log) or "restart" (read it from its oldest
-    #: offset); docs/design.md section 23
+    #: offset); docs/design/17-incarnations.md
     on_recreated_log: str = "fail"
     max_partition_bytes: int = 128 * MB
     min_partitions: int | None = None
@@ -212,7 +212,7 @@ class Wal3Options:
     #: a routing sink: the column naming each row's log under `url` (a prefix)
     log_column: str | None = None
     #: writes: the column each fragment gets a stream filter of; reads: the column of
-    #: `filter_values` (docs/design.md section 26)
+    #: `filter_values` (docs/design/16-stream-filters.md)
     filter_column: str | None = None
     #: reads: only the rows whose `filter_column` holds one of these (as given: strings, or
     #: JSON numbers), filtered exactly

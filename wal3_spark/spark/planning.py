@@ -5,6 +5,8 @@ option position (`startingOffsets`, `endingTimestamp`, …) becomes an offset (`
 down filters on `_offset` and `_timestamp` narrow the range (`narrow`, `plan_range`), and the
 fragment ranges are bin-packed into input partitions (`pack`) that executors read as they are,
 never re-planned.
+
+Design: docs/design/16-stream-filters.md, docs/design/54-spark-batch-caching-and-pushdown.md.
 """
 
 from __future__ import annotations

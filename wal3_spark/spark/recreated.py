@@ -1,4 +1,4 @@
-"""Streams and logs deleted and created again under the same name (docs/design.md section 23).
+"""Streams and logs deleted and created again under the same name (docs/design/17-incarnations.md).
 
 A stream's offsets record, next to each log offset, the incarnation of the log it was read in
 (`{"offset": 12, "incarnation": "0192…"}`; a log set's per log). Before an offset is used

@@ -15,6 +15,8 @@ streaming sink route.
   checkpoint (stream), every log's commit carries the `txns` entry, so a rerun or a replayed
   batch commits exactly the logs still missing that version and skips (deleting the copies)
   where it is already recorded.
+
+Design: docs/design/52-logset-stream-and-routing-sink.md.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ reads the same Parquet files with Spark's reader: `native_conversions` and
 `check_parquet_readable` say what it converts itself and what it refuses. Appends from Spark go
 the other way (`as_log_types`): a column whose Spark type is the log column's widened type is
 cast back to the log's type, checked, so a long that does not fit a uint32 column fails.
-docs/design.md section 21 says why.
+docs/design/53-arrow-types-spark-lacks.md says why.
 """
 
 from __future__ import annotations

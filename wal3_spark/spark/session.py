@@ -7,6 +7,8 @@
   session, which a Python thread other than the main one does not have. Call this first in every
   thread that reads or writes wal3 (e.g. concurrent appends from a thread pool);
 - `ensure_worker_python()`: make executors use the driver's Python (PYSPARK_PYTHON) when unset.
+
+Design: docs/design/50-installs.md.
 """
 
 from __future__ import annotations

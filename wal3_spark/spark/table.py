@@ -18,6 +18,8 @@ them (refusing any value a statement puts there). Spark checks a positional INSE
 against all the table's columns (it fills defaults only for DS v1 tables), so INSERTs name their
 columns, unless the table is created with `metadataColumns 'false'`: then it has only the
 payload columns (the location sits on the first one) and positional INSERTs work.
+
+Design: docs/design/51-sql-tables.md.
 """
 
 from __future__ import annotations

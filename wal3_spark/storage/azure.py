@@ -16,6 +16,8 @@ Credentials, in order: the store options (`connectionString`, `accountKey`, `sas
 azure-identity's `DefaultAzureCredential` (workload identity, managed identity, the Azure CLI)
 when that package is installed. Azurite is reached with a connection string naming its
 `BlobEndpoint`. Neither `repr()`, errors nor logs include a credential.
+
+Design: docs/design/02-gcs-and-azure.md.
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
 """What the cloud stores (S3, GCS, Azure) share: a client opened lazily in each process (a store
-pickles small, as Spark ships it to executors), keys under a prefix, and bounded retries."""
+pickles small, as Spark ships it to executors), keys under a prefix, and bounded retries.
+
+Design: docs/design/02-gcs-and-azure.md."""
 
 from __future__ import annotations
 

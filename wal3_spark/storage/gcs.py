@@ -9,7 +9,7 @@ precondition on every upload form, but fake-gcs-server (the emulator the tests r
 ignores it on `uploadType=media` and on resumable uploads, and a store that behaved differently
 on the emulator would test nothing. google-cloud-storage is not used for the same reason: it
 switches to resumable uploads above 8 MiB and retries conditional uploads itself by default
-(docs/design.md, "Google Cloud Storage and Azure").
+(docs/design/02-gcs-and-azure.md).
 
 Retries are ours (`requests` makes one attempt): reads, lists and deletes retry every failure
 that may be transient; a write retries only when it provably changed nothing (the connection

@@ -23,6 +23,8 @@ GC and `verify` list every fragment of a log and never need their ETags).
 OS errors become `AccessDenied` (permissions) or `StorageError` (anything else, e.g. a full
 disk), with the object and the cause in the message; a directory that cannot be listed fails
 the listing instead of being skipped.
+
+Design: docs/design/01-local-store-locks.md.
 """
 
 from __future__ import annotations

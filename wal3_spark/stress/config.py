@@ -21,7 +21,7 @@ class FaultRates:
     conditioned on what it was sent with (`LateLandingStore`).
     `orphan_race`: the probability that a collector's run sweeps orphans with its clock ahead by
     more than the orphan grace, so that the fragments of appends still committing look like
-    orphans left long ago: the race of design.md section 14 (GC's horizon against the commit).
+    orphans left long ago: the race of docs/design/32-orphan-horizon.md (GC's horizon against the commit).
     `damage_manifest`: see the field.
     """
 

@@ -19,6 +19,8 @@ binaries come from:
 
 Azurite runs with an account of its own and a random key per start, so a test that forgets to
 pass the credentials fails, and a test that looks for the key in logs has a secret to look for.
+
+Design: docs/design/02-gcs-and-azure.md.
 """
 
 from __future__ import annotations

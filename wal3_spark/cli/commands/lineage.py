@@ -1,5 +1,5 @@
 """`wal3 branch`, `checkpoint` and `tag`: forking a log at an offset without copying it, making a
-fork standalone, and naming an offset for reproducible reads (docs/design.md section 25)."""
+fork standalone, and naming an offset for reproducible reads (docs/design/26-branches-and-tags.md)."""
 
 from __future__ import annotations
 
