@@ -8,27 +8,13 @@ manifest is built on the one in flight and sent conditioned on that predicted ET
 applies the links in order when they arrive in order; each costs one round trip, and they
 overlap.
 
-Why it is safe (docs/design/21-pipelined-manifest-writes.md):
-- a link lands only on the exact bytes of its predecessor (If-Match on their MD5). Manifests
-  never return to earlier bytes, and the predecessor names fragment paths only this writer
-  made, so those bytes exist only if the predecessor landed: **a link that succeeded proves
-  every link before it landed**, at the offsets this chain placed them at, whatever those
-  links answered (a store may answer 412, "not sent" or a refusal for a write that landed);
-- appends are acknowledged in link order, and only once a link at or after theirs succeeded;
-- once the oldest link failed, every answer of the chain is awaited before anything is decided;
-- a link answered with 412 (or a transient error known not to have been sent) never landed and
-  never will, nor can any link chained after it: their fragments are committed again by the
-  ordinary compare-and-swap, consecutive ones together, in order, each looked for first from
-  where the chain placed it, through the snapshot tree (should the answer have been wrong, a
-  later commit may have rolled it), so it is never appended twice;
-- a link answered ambiguously (timeout, 5xx) may have landed or may land later: its outcome is
-  resolved by `wal3_spark.log.cas`'s ambiguity rules (`Committer.commit(in_flight=...)`), looking
-  for its fragment paths, and written again only on the version it was conditioned on. That
-  version is its predecessor's predicted ETag, a real version only once the predecessor is
-  resolved: after a link whose outcome stays unknown, every ambiguous link chained on it is
-  unknown too (it lands if that one does);
-- a link refused outright (e.g. access denied) fails with that error, unless a later success
-  proves it landed or its fragments are found in the log (one read).
+Why it is safe, in short: a link lands only on the exact bytes of its predecessor (If-Match on
+their MD5), and those bytes exist only if the predecessor landed, so **a link that succeeded
+proves every link before it landed**, whatever those links answered; appends are acknowledged in
+link order, once a link at or after theirs succeeded; once the oldest link failed, every answer
+is awaited, and the links that did not land (or may not have) are resolved by the ordinary
+compare-and-swap's rules, never appended twice. Each rule, and why it holds:
+docs/design/21-pipelined-manifest-writes.md.
 
 A mispredicted ETag (a store that does not hash as it claims) costs one 412 and ends chaining
 for this writer. Never more than one request per link is sent: manifest writes are never hedged.

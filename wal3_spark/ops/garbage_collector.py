@@ -16,13 +16,9 @@ docs/format.md section 8 and Chroma's wal3 design ("Garbage Collection Dance"); 
 Every run also deletes orphans: UUID fragments and snapshots the manifest does not reference
 that are older than the orphan grace interval (failed or aborted appends, snapshots rolled by
 commit attempts that lost their race or never landed), which is never shorter than
-`MIN_ORPHAN_GRACE_S` whatever `grace_s` says. What the pending garbage lists is never an orphan:
-what it drops is unreferenced from the apply on, but readers of older manifests may read it
-until the delete step (docs/design/32-orphan-horizon.md). Before deleting any, GC raises the manifest's
-orphan horizon past them by compare-and-swap, and committers refuse to reference fragments older
-than the horizon of the manifest they compare-and-swap against, and roll another snapshot than
-one written before it: so an object GC deletes is either referenced by no commit, or its commit
-fails cleanly or does without it (docs/design/32-orphan-horizon.md).
+`MIN_ORPHAN_GRACE_S` whatever `grace_s` says. What the pending garbage lists is never an
+orphan, and before deleting any orphan GC raises the manifest's orphan horizon past it, which a
+commit that would reference it then refuses.
 
 Each step is idempotent and recognisable from storage, so a run that crashes after any step is
 finished by the next one. Nothing the current manifest references is ever deleted.

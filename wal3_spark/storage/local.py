@@ -8,13 +8,8 @@ The two conditional writes map onto POSIX primitives that are atomic between pro
 Readers need no lock: `rename` swaps whole files, so a reader sees the old or the new bytes.
 
 Temp and lock files live next to the object with names starting with `.`, which object keys
-cannot (see `check_key`), so `list` skips them. A lock file lives only as long as its object:
-whoever holds the lock when the object is found missing (a delete, a CAS of a missing key)
-unlinks it before releasing. That is safe because a process that has acquired the `flock`
-then checks that the path still names the file it locked; a waiter that was queued on an
-unlinked file sees that it was, and starts over on the current one. So at any time at most one
-process holds the lock on the file the path names, and keys that come and go (fragments,
-snapshots: every GC deletes some) leave no files behind.
+cannot (see `check_key`), so `list` skips them. A lock file lives only as long as its object,
+and a directory a delete empties goes with it; the design note says why both are safe.
 
 ETags are hex MD5s of the content, computed on read; `head` reads the object it reports, and a
 listed object's ETag is computed when it is first asked for (a listing itself reads no file:
