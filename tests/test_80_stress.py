@@ -654,3 +654,68 @@ def test_26_the_branch_checker_catches_a_branch_whose_parent_lost_its_records(tm
     checker.check_all()
     checker.check_all()
     assert any("b00001" in f for f in stats.failures), stats.failures
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", [pytest.param("gcs", marks=pytest.mark.gcs),
+                                     pytest.param("azure", marks=pytest.mark.azure)])
+def test_27_bounded_branch_run_with_tags_on_the_emulators(tmp_path: Path, request: pytest.FixtureRequest,
+                                                         backend: str) -> None:
+    """The branch run's whole mix (branches created, written, checkpointed, deleted; tags held
+    and not, deleted; collection; kill -9) on fake-gcs-server and Azurite, its processes reaching
+    the emulator through the store options handed down to them."""
+    from wal3_spark.stress.branches import run_branch_stress
+    from tests.support.emulators import cloud_url
+
+    url, options = cloud_url(request, backend)
+    stats = run_branch_stress(tmp_path / "run", branches=3, duration_s=25, seed=SEED, kill_every_s=4,
+                              out=open(tmp_path / "out.txt", "w"), url=url, options=options)
+    assert stats.ok, stats.failures
+    assert stats.kills >= 1 and stats.branches_seen >= 1 and stats.tag_checks >= 1, stats
+    assert stats.operations.get("tag_done", 0) >= 1 and stats.operations.get("create_done", 0) >= 1, stats
+    assert stats.verified_at_end == stats.live_at_end
+
+
+def test_28_the_branch_checker_catches_what_nobody_asked_for(tmp_path: Path) -> None:
+    """The checker fails a run when a branch disappears that the operator never set out to
+    delete (a deletion that took the wrong log), when a mistake was accepted, when a tag is gone
+    that nobody deleted, and when a held tag reads other records than when it was made."""
+    from wal3_spark.log.branches import branch
+    from wal3_spark.log.tags import TagStore
+    from wal3_spark.stress.branches import TAG_CHECK_EVERY, BranchStats, Checker, _digest
+
+    base = tmp_path / "run"
+    root, fork = file_url(str(base / "root")), file_url(str(base / "b" / "b00000"))
+    LogWriter(root).append([f"root:{i}".encode() for i in range(30)])
+    branch(root, fork, at=20)
+    TagStore(root).create("t00000", at=10, hold=True)
+    TagStore(root).create("t00001", at=5, hold=True)
+    bodies = LogReader(root).read_table(1, 10).column("body").to_pylist()
+    notes = [{"tagged": "t00000", "log": "root", "hold": True, "start": 1, "offset": 10, "digest": _digest(bodies)},
+             {"tagged": "t00001", "log": "root", "hold": True, "start": 1, "offset": 5, "digest": _digest([])}]
+    (base / "ops.jsonl").write_text("".join(json.dumps(n) + "\n" for n in notes))
+    stats = BranchStats()
+    checker = Checker(base, stats)
+    for _ in range(2 * TAG_CHECK_EVERY):  # two rounds of tag checks: a failure is one twice in a row
+        checker.check_all()
+    assert stats.branches_seen == 1 and stats.tag_checks == 4
+    assert stats.failures == ["tag t00001 of root reads other records than when it was made"]
+    stats.failures.clear()
+    for meta in list(open_store(fork).list()):  # gone, and no deletion was noted
+        open_store(fork).delete(meta.key)
+    TagStore(root).delete("t00000")
+    with open(base / "ops.jsonl", "a") as ops:
+        ops.write(json.dumps({"accepted": "delete the folder of the branches"}) + "\n")
+    for _ in range(2 * TAG_CHECK_EVERY):
+        checker.check_all()
+    assert "a mistake was accepted: delete the folder of the branches" in stats.failures
+    assert "b00000: the branch is gone, and nobody deleted it" in stats.failures
+    assert "tag t00000 of root is gone, and nobody deleted it" in stats.failures
+    stats.failures.clear()
+    with open(base / "ops.jsonl", "a") as ops:  # the operator's deletions explain both
+        ops.write(json.dumps({"intent": "delete", "name": "b00000"}) + "\n")
+        ops.write(json.dumps({"intent": "untag", "name": "t00000", "log": "root"}) + "\n")
+        ops.write(json.dumps({"intent": "untag", "name": "t00001", "log": "root"}) + "\n")
+    for _ in range(2 * TAG_CHECK_EVERY):
+        checker.check_all()
+    assert stats.ok, stats.failures

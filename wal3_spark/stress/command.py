@@ -4,6 +4,8 @@
                 [--readers N] [--collectors N] [--streams N] [--kill-every S]
                 [--restart-every S] [--summary-every S] [--gc-grace S] [--fault-scale F]
                 [--without KIND]... [--require-every-fault]
+    wal3 stress [URL] [--s3 | --gcs | --azure] --branches N [--mistakes] [--duration S]
+                [--kill-every S] [--seed N] [--run-dir DIR]
     wal3 stress [URL] --logs N [--recreate-every S] [--duration S] [--writers N] [--seed N]
                 [--run-dir DIR] [--fault-scale F] [--without damage_manifest]
 
@@ -17,6 +19,7 @@ Exit status 0 when the run verified a 1:1 mapping of acknowledged appends to rec
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import signal
 import sys
@@ -113,8 +116,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --logs: mean seconds between deletions and re-creations of a log")
     p.add_argument("--branches", type=integer(1, 100, "a number of branches"),
                    help="stress branches instead: up to N branches of a log under appends and "
-                        "garbage collection, written, checkpointed and deleted, with kill -9s "
-                        "(local directory only)")
+                        "garbage collection, written, checkpointed, tagged and deleted, with kill "
+                        "-9s (at the URL, on --s3, --gcs or --azure, or in the run directory)")
+    p.add_argument("--mistakes", action="store_true",
+                   help="with --branches: the operator also makes mistakes (deleting a location that "
+                        "holds other logs or none, branching into or above another log), each of "
+                        "which must be refused")
     p.add_argument("--require-every-fault", action="store_true",
                    help="go on past --duration (at most 3 times as long again) until every fault "
                         "kind was injected at least once")
@@ -169,13 +176,7 @@ def main(args: argparse.Namespace, out: IO[str], options: dict[str, str],
     if args.logs:
         return _log_set(args, scaled, run_dir, out, report)
     if getattr(args, "branches", None):
-        from wal3_spark.stress.branches import run_branch_stress
-
-        stats = run_branch_stress(run_dir / "branches", branches=args.branches, duration_s=args.duration,
-                                  seed=args.seed, kill_every_s=args.kill_every or 0.0, out=out)
-        if report is not None:
-            report({**asdict(stats), "ok": stats.ok})
-        return 0 if stats.ok else 1
+        return _branches(args, run_dir, out, options, report)
     # Imported here, not at the top: every `wal3` command builds this command's parser, and the
     # supervisor brings boto3 and the whole stress machinery (~0.15 s of each start-up).
     from wal3_spark.stress.supervisor import run_stress
@@ -185,6 +186,28 @@ def main(args: argparse.Namespace, out: IO[str], options: dict[str, str],
     if report is not None:
         report(summary.to_json())
     return 0 if summary.ok else 1
+
+
+def _branches(args: argparse.Namespace, run_dir: Path, out: IO[str], options: dict[str, str],
+              report: Callable[[dict[str, Any]], None] | None) -> int:
+    """The branch run (`run_branch_stress`) at the URL, on the server --s3, --gcs or --azure
+    started, or in the run directory."""
+    from wal3_spark.stress.branches import run_branch_stress
+    from wal3_spark.stress.supervisor import started_server
+
+    emulator = "gcs" if getattr(args, "gcs", False) else "azure" if getattr(args, "azure", False) else None
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with contextlib.ExitStack() as stack:
+        url = args.url
+        if args.s3 or emulator:
+            _, server = stack.enter_context(started_server(run_dir, s3=args.s3, emulator=emulator))
+            url = server.new_url("branches")
+        stats = run_branch_stress(run_dir / "branches", branches=args.branches, duration_s=args.duration,
+                                  seed=args.seed, kill_every_s=args.kill_every or 0.0, out=out,
+                                  url=url, options=options, mistakes=args.mistakes)
+    if report is not None:
+        report({**asdict(stats), "ok": stats.ok})
+    return 0 if stats.ok else 1
 
 
 def _log_set(args: argparse.Namespace, scaled: StressConfig, run_dir: Path, out: IO[str],

@@ -57,8 +57,8 @@ from wal3_spark.stress.summary import (
     Summary,
     gather,
 )
-from wal3_spark.testing.emulators import AzuriteProcess, FakeGcsProcess
-from wal3_spark.testing.seaweedfs import SeaweedProcess
+from wal3_spark.testing.emulators import AzureEmulator, AzuriteProcess, FakeGcsProcess, GcsEmulator
+from wal3_spark.testing.seaweedfs import SeaweedProcess, SeaweedServer
 
 logger = logging.getLogger(__name__)
 
@@ -437,32 +437,39 @@ def run_stress(config: StressConfig, run_dir: Path, *, s3: bool = False, emulato
     `emulator` ("gcs" or "azure") on fake-gcs-server or Azurite keeping its objects under
     `run_dir/<emulator>`: restarted during the run, whatever `StressConfig.url` says."""
     run = RunDir(run_dir).create()
-    if emulator is not None:
-        return _on_emulator(config, run, emulator, out)
-    if not s3:
+    if not s3 and emulator is None:
         return Supervisor(config, run, out=out).run()
-    seaweed = SeaweedProcess(run.root / "seaweed")
-    server = seaweed.start()
-    try:
-        config = replace(config, url=server.new_url("stress"), options=server.options)
-        return Supervisor(config, run, seaweed, out=out).run()
-    finally:
-        seaweed.stop()
+    with started_server(run.root, s3=s3, emulator=emulator) as (process, server):
+        # SeaweedFS's options are a fixed test key; an emulator's key stays out of the saved
+        # configuration (the processes find it in the environment)
+        config = replace(config, url=server.new_url("stress"),
+                         options=server.options if s3 else config.options)
+        return Supervisor(config, run, process, out=out).run()
 
 
-def _on_emulator(config: StressConfig, run: RunDir, emulator: str, out: IO[str]) -> Summary:
-    """Every process of the run finds the emulator through the environment
-    (`STORAGE_EMULATOR_HOST`, `AZURE_STORAGE_CONNECTION_STRING`), as applications find them, so
-    the account key stays out of the run's saved configuration."""
-    kinds = {"gcs": FakeGcsProcess, "azure": AzuriteProcess}
-    if emulator not in kinds:
+Server = SeaweedServer | GcsEmulator | AzureEmulator
+
+
+@contextlib.contextmanager
+def started_server(root: Path, *, s3: bool = False,
+                   emulator: str | None = None) -> Iterator[tuple[Restartable, Server]]:
+    """The server a run asked for (SeaweedFS with `s3`, else the `emulator`, "gcs" or "azure",
+    persistent, so that a restart keeps its objects) started under `root`, and stopped at the
+    end. Every process of the run finds it through the environment (`AWS_ENDPOINT_URL_S3`,
+    `STORAGE_EMULATOR_HOST`, `AZURE_STORAGE_CONNECTION_STRING`), as applications find them."""
+    process: SeaweedProcess | FakeGcsProcess | AzuriteProcess
+    if s3:
+        process = SeaweedProcess(root / "seaweed")
+    elif emulator == "gcs":
+        process = FakeGcsProcess(root / emulator, persistent=True)
+    elif emulator == "azure":
+        process = AzuriteProcess(root / emulator, persistent=True)
+    else:
         raise ValueError(f"unknown emulator {emulator!r}: gcs or azure")
-    process = kinds[emulator](run.root / emulator, persistent=True)
     server = process.start()
     try:
         with _environment(server.env):
-            config = replace(config, url=server.new_url("stress"))
-            return Supervisor(config, run, process, out=out).run()
+            yield process, server
     finally:
         process.stop()
 
