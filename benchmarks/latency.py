@@ -48,7 +48,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from wal3_spark.log.reader import LogReader  # noqa: E402
-from wal3_spark.log.writer import LogWriter  # noqa: E402
+from wal3_spark.log.writer import LogWriter, LogWriterOptions  # noqa: E402
 from wal3_spark.storage import open_store  # noqa: E402
 from wal3_spark.storage.base import ObjectStore  # noqa: E402
 from wal3_spark.storage.hedged import HedgedStore, HedgePolicy  # noqa: E402
@@ -187,7 +187,7 @@ def measure(label: str, args: argparse.Namespace, tail_share: float, writer_opti
         gc.collect()
         gc.freeze()
     cpu = resource.getrusage(resource.RUSAGE_SELF)
-    with LogWriter(store, **writer_options) as writer, GcPauses() as pauses:
+    with LogWriter(store, LogWriterOptions(**writer_options)) as writer, GcPauses() as pauses:
         writer.append(record(-1, args.record_bytes))  # creates the log: not part of the run
         started, generator_cpu = time.monotonic(), time.thread_time()
         scheduled, resolved, offsets = generate(writer, args.rate, args.seconds, args.record_bytes)

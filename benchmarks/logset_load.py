@@ -14,7 +14,7 @@ from typing import Any
 
 from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.reader import LogReader
-from wal3_spark.log.writer import LogWriter
+from wal3_spark.log.writer import LogWriter, LogWriterOptions
 from wal3_spark.logset.dirty import DirtyLog
 from wal3_spark.logset.logs import LogSet
 from wal3_spark.storage.base import ObjectStore
@@ -30,7 +30,7 @@ def populate(logs: LogSet, names: list[str], rows: Rows) -> float:
     """Create `names`, each with one append of 20 records and every fourth with a cursor at its
     tail; the seconds it took."""
     def one(index: int, name: str) -> None:
-        with LogWriter(logs.log_store(name), batch_interval_s=0) as writer:
+        with LogWriter(logs.log_store(name), LogWriterOptions(batch_interval_s=0)) as writer:
             limit = writer.append(rows(name, 0, 20)).limit
         if index % 4 == 0:
             CursorStore(logs.log_store(name)).create("billing", limit)

@@ -45,7 +45,7 @@ from wal3_spark.format.manifest import Manifest  # noqa: E402
 from wal3_spark.format.setsum import Setsum  # noqa: E402
 from wal3_spark.format.stream_filter import StreamFilter, key_bytes  # noqa: E402
 from wal3_spark.log.reader import LogReader  # noqa: E402
-from wal3_spark.log.writer import LogWriter  # noqa: E402
+from wal3_spark.log.writer import LogWriter, LogWriterOptions  # noqa: E402
 from wal3_spark.storage import open_store  # noqa: E402
 from wal3_spark.storage.base import Blob, ObjectStore  # noqa: E402
 from wal3_spark.storage.forwarding import ForwardingStore  # noqa: E402
@@ -76,7 +76,7 @@ def workload(args: argparse.Namespace) -> list[pa.Table]:
 
 
 def write(url: str, tables: list[pa.Table], filter_column: str | None) -> None:
-    with LogWriter(url, filter_column=filter_column) as writer:
+    with LogWriter(url, LogWriterOptions(filter_column=filter_column)) as writer:
         for table in tables:
             writer.append(table)
 

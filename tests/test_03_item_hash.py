@@ -27,7 +27,7 @@ from wal3_spark.format.setsum import Setsum
 from wal3_spark.log.committer import Committer
 from wal3_spark.log.fragment_io import write_fragments
 from wal3_spark.log.reader import LogReader
-from wal3_spark.log.writer import LogWriter
+from wal3_spark.log.writer import LogWriter, LogWriterOptions
 from wal3_spark.ops.copy import copy_log
 from wal3_spark.ops.verify import verify
 from wal3_spark.storage import open_store
@@ -123,7 +123,7 @@ def test_03_manifest_field_position_and_parsing():
 def test_04_an_old_log_keeps_sha3_items_after_appends(store):
     legacy_log(store)
     LogWriter(store).append(table(range(5)))
-    LogWriter(store, merge_schema=True).append(
+    LogWriter(store, LogWriterOptions(merge_schema=True)).append(
         pa.table({"id": [5], "name": ["x"], "extra": [1.5]})
     )
     manifest = LogReader(store).manifest()
@@ -139,7 +139,7 @@ def test_04_an_old_log_keeps_sha3_items_after_appends(store):
 
 def test_05_merge_schema_appends_keep_blake3(store):
     LogWriter(store).append(table(range(3)))
-    LogWriter(store, merge_schema=True).append(pa.table({"id": [3], "extra": [True]}))
+    LogWriter(store, LogWriterOptions(merge_schema=True)).append(pa.table({"id": [3], "extra": [True]}))
     manifest = LogReader(store).manifest()
     assert manifest.item_hash == BLAKE3 and manifest.arrow_schema().names == ["id", "name", "extra"]
     assert verify(store).ok

@@ -15,7 +15,7 @@ import pytest
 
 from wal3_spark.clock import ManualClock
 from wal3_spark.errors import AmbiguousWrite, InvalidOption, PreconditionFailed
-from wal3_spark.log.writer import LogWriter
+from wal3_spark.log.writer import LogWriter, LogWriterOptions
 from wal3_spark.storage import open_store
 from wal3_spark.storage.forwarding import ForwardingStore
 from wal3_spark.storage.hedged import HedgedStore, HedgePolicy
@@ -270,9 +270,9 @@ def test_09_a_hedged_store_pickles_without_its_threads(memory):
 
 
 def test_10_a_log_writer_with_hedging_appends_through_it(memory):
-    with LogWriter(memory, hedge=HedgePolicy(hedges_per_s=5)) as writer:
+    with LogWriter(memory, LogWriterOptions(hedge=HedgePolicy(hedges_per_s=5))) as writer:
         assert isinstance(writer.store, HedgedStore)
         assert writer.submit(b"a").result(timeout=60).start == 1
         assert writer.append([b"b", b"c"]).limit == 4
-    with LogWriter(memory, hedge=True) as writer:
+    with LogWriter(memory, LogWriterOptions(hedge=True)) as writer:
         assert writer.store.policy == HedgePolicy()

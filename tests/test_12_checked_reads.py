@@ -16,7 +16,7 @@ from wal3_spark.errors import CorruptLog
 from wal3_spark.format.layout import MANIFEST_KEY
 from wal3_spark.format.manifest import SnapshotOptions, decode_schema
 from wal3_spark.log.reader import LogReader
-from wal3_spark.log.writer import LogWriter
+from wal3_spark.log.writer import LogWriter, LogWriterOptions
 from wal3_spark.ops.verify import verify
 from wal3_spark.storage import open_store
 
@@ -26,7 +26,7 @@ _names = itertools.count()
 def nine_rows(url: str, raw: bool = False, appends: int = 3) -> object:
     """A log of `appends` appends of 3 rows each, with snapshots (small rollover thresholds)."""
     store = open_store(url)
-    writer = LogWriter(store, snapshot_options=SnapshotOptions(2, 2))
+    writer = LogWriter(store, LogWriterOptions(snapshot_options=SnapshotOptions(2, 2)))
     for i in range(appends):
         if raw:
             writer.append([f"r{3 * i + j}".encode() for j in range(3)])

@@ -32,7 +32,7 @@ from wal3_spark.log.committer import Committer
 from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.fragment_io import write_fragments
 from wal3_spark.log.reader import LogReader
-from wal3_spark.log.writer import LogWriter, to_batches
+from wal3_spark.log.writer import LogWriter, LogWriterOptions, to_batches
 from wal3_spark.ops.garbage_collector import GarbageCollector
 from wal3_spark.ops.verify import verify
 from wal3_spark.spark.commit import commit_files
@@ -48,7 +48,7 @@ def snapshotted(records: int = 12):
     newest write time its snapshots hold (`rolled_written_us`, as a log compacted by another
     writer): every commit then looks for its fragments through the snapshot tree."""
     store = open_store(f"memory://outcomes-{next(_names)}")
-    writer = LogWriter(store, snapshot_options=OPTIONS)
+    writer = LogWriter(store, LogWriterOptions(snapshot_options=OPTIONS))
     for i in range(records):
         writer.append(f"r{i}".encode())
     forget_rolled_bound(store)
@@ -103,12 +103,12 @@ def spark_sink_commit(hooked, store):
 
 
 def writer_append(hooked, store):
-    return LogWriter(hooked, snapshot_options=OPTIONS).append([b"new 1", b"new 2"])
+    return LogWriter(hooked, LogWriterOptions(snapshot_options=OPTIONS)).append([b"new 1", b"new 2"])
 
 
 def writer_submit(hooked, store):
     """The pipelined path (`submit`: a chain of manifest writes where the store allows it)."""
-    with LogWriter(hooked, snapshot_options=OPTIONS, batch_bytes=1) as writer:
+    with LogWriter(hooked, LogWriterOptions(snapshot_options=OPTIONS, batch_bytes=1)) as writer:
         return writer.submit([b"new 1", b"new 2"]).result(timeout=60)
 
 

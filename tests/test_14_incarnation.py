@@ -24,7 +24,7 @@ from wal3_spark.log.committer import Committer
 from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.fragment_io import write_fragments
 from wal3_spark.log.reader import LogReader
-from wal3_spark.log.writer import LogWriter, to_batches
+from wal3_spark.log.writer import LogWriter, LogWriterOptions, to_batches
 from wal3_spark.ops.copy import copy_log
 from wal3_spark.ops.garbage_collector import collect_garbage
 from wal3_spark.ops.verify import verify
@@ -262,7 +262,7 @@ class RecreatedAfterUpload(ForwardingStore):
 def test_13_pipelined_submits_written_before_a_log_was_deleted_fail_and_never_commit(store, depth, warm):
     LogWriter(store).append([b"old"])
     hooked = RecreatedAfterUpload(store)
-    with LogWriter(hooked, max_manifest_writes=depth, batch_bytes=1) as writer:
+    with LogWriter(hooked, LogWriterOptions(max_manifest_writes=depth, batch_bytes=1)) as writer:
         if warm:
             hooked.fired = True
             assert writer.submit([b"warm"]).result(timeout=60).start == 2

@@ -27,7 +27,7 @@ from wal3_spark.format.stream_filter import (
     key_bytes,
 )
 from wal3_spark.log.reader import LogReader
-from wal3_spark.log.writer import LogWriter
+from wal3_spark.log.writer import LogWriter, LogWriterOptions
 from wal3_spark.ops.verify import verify
 from wal3_spark.storage import open_store
 
@@ -48,7 +48,7 @@ def _multiplexed(store, fragments: int, keys: int, per_fragment: int, *, filter_
     """`fragments` appends, each holding `per_fragment` of `keys` keys in turn: every key is in
     about fragments * per_fragment / keys fragments. Returns everything appended."""
     tables = []
-    with LogWriter(store, filter_column=filter_column, **writer) as w:
+    with LogWriter(store, LogWriterOptions(filter_column=filter_column, **writer)) as w:
         for f in range(fragments):
             tenants = [f"t{(f * per_fragment + j) % keys}" for j in range(per_fragment)
                        for _ in range(rows_per_key)]
@@ -169,7 +169,7 @@ def test_06_in_list_and_scan_and_plan(store):
 
 def test_07_false_positives_never_leak_rows(store):
     """Filters of the largest size over many keys say "maybe" often: the rows are still exact."""
-    with LogWriter(store, filter_column="tenant") as w:
+    with LogWriter(store, LogWriterOptions(filter_column="tenant")) as w:
         for f in range(10):
             w.append(_batch([f"k{f}-{i}" for i in range(2000)]))
     got = LogReader(store).read_table(filter_column="tenant", filter_values=["k3-17", "k9-1999"])
@@ -189,7 +189,7 @@ def test_08_snapshots_keep_filters(store):
 
 
 def test_09_integer_and_binary_columns(store):
-    with LogWriter(store, filter_column="account") as w:
+    with LogWriter(store, LogWriterOptions(filter_column="account")) as w:
         for f in range(10):
             w.append(pa.table({"account": pa.array([f, f + 100], pa.int32()), "b": [b"x", b"y"]}))
     counting = CountingStore(store)
@@ -197,7 +197,7 @@ def test_09_integer_and_binary_columns(store):
     assert sorted(got["account"].to_pylist()) == [3, 104]
     assert counting.counts[("get", "log")] == 2
     other = open_store(f"memory://filters-{next(_names)}")
-    with LogWriter(other, filter_column="b") as w:
+    with LogWriter(other, LogWriterOptions(filter_column="b")) as w:
         w.append(pa.table({"b": [b"x"]}))
         w.append(pa.table({"b": [b"y"]}))
     assert LogReader(other).read_table(filter_column="b", filter_values=["y"])["b"].to_pylist() == [b"y"]
@@ -211,9 +211,9 @@ def test_10_fragments_without_filters_are_read(store):
     those are read, the filtered ones skipped, every wanted row found."""
     with LogWriter(store) as w:
         w.append(_batch(["a", "b"]))
-    with LogWriter(store, filter_column="n") as w:
+    with LogWriter(store, LogWriterOptions(filter_column="n")) as w:
         w.append(_batch(["a", "c"], 10))
-    with LogWriter(store, filter_column="tenant") as w:
+    with LogWriter(store, LogWriterOptions(filter_column="tenant")) as w:
         w.append(_batch(["a", "d"], 20))
         w.append(_batch(["e", "f"], 30))
     counting = CountingStore(store)
@@ -237,7 +237,7 @@ def test_11_an_older_writer_dropping_filters_loses_no_rows(store):
 
 
 def test_12_manifest_entries_carry_the_filter(store):
-    with LogWriter(store, filter_column="tenant") as w:
+    with LogWriter(store, LogWriterOptions(filter_column="tenant")) as w:
         w.append(_batch(["acme", "globex"]))
     doc = json.loads(store.get(MANIFEST_KEY).data)
     entry = doc["fragments"][0]["filter"]
@@ -268,15 +268,15 @@ def test_13_fragments_carry_parquet_bloom_filters():
 
 
 def test_14_errors_name_the_problem(store):
-    with LogWriter(store, filter_column="tenantt") as w:
+    with LogWriter(store, LogWriterOptions(filter_column="tenantt")) as w:
         with pytest.raises(FilterError, match="'tenantt' is not a column.*tenant, n"):
             w.append(_batch(["a"]))
     floats = open_store(f"memory://filters-{next(_names)}")
-    with LogWriter(floats, filter_column="x") as w:
+    with LogWriter(floats, LogWriterOptions(filter_column="x")) as w:
         with pytest.raises(FilterError, match="double.*string, binary or integer"):
             w.append(pa.table({"x": [1.5]}))
     raw = open_store(f"memory://filters-{next(_names)}")
-    with LogWriter(raw, filter_column="body") as w:
+    with LogWriter(raw, LogWriterOptions(filter_column="body")) as w:
         with pytest.raises(FilterError, match="raw"):
             w.append([b"bytes"])
     with LogWriter(store) as w:
@@ -351,7 +351,7 @@ def test_18_a_branch_reads_its_parent_through_the_filters(tmp_path):
     everything = _multiplexed(src, fragments=10, keys=5, per_fragment=1)  # 3 rows per fragment
     at = 14  # inside the fifth fragment, [13, 16)
     branch(src, dst, at=at)
-    with LogWriter(dst, filter_column="tenant") as w:
+    with LogWriter(dst, LogWriterOptions(filter_column="tenant")) as w:
         w.append(_batch(["t4", "t1", "t4"], 5000))
     got = LogReader(dst).read_table(filter_column="tenant", filter_values=["t4"])
     below = [n for t, n in zip(everything["tenant"].to_pylist()[: at - 1],
@@ -371,7 +371,7 @@ def test_19_a_filter_value_that_is_not_text(tmp_path):
     from tests.test_43_cli import ROOT
 
     url = (tmp_path / "log").as_uri()
-    with LogWriter(url, filter_column="tenant") as w:
+    with LogWriter(url, LogWriterOptions(filter_column="tenant")) as w:
         w.append(pa.table({"tenant": ["t1", "\xff"], "b": [b"\xff", b"\xc3\xbf"]}))
     reader = LogReader(url)
     for bad in ("\ud800", "t\udcff"):
@@ -400,7 +400,7 @@ def test_20_a_binary_filter_value_is_bytes_or_a_string(tmp_path):
     """`bytes(5)` is five zero bytes: an integer for a binary column read the rows holding
     b'\\x00' * 5, and None, a float or a list raised TypeError. Each is a FilterError."""
     url = (tmp_path / "log").as_uri()
-    with LogWriter(url, filter_column="b") as w:
+    with LogWriter(url, LogWriterOptions(filter_column="b")) as w:
         w.append(pa.table({"b": [b"\x00" * 5, b"x"]}))
     reader = LogReader(url)
     for bad in (5, None, 1.5, ["x"], True):

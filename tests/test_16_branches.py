@@ -25,7 +25,7 @@ from wal3_spark.log.branches import CREATE_STEPS, DELETE_STEPS, branch, delete_b
 from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.holds import list_pins
 from wal3_spark.log.reader import LogReader
-from wal3_spark.log.writer import LogWriter
+from wal3_spark.log.writer import LogWriter, LogWriterOptions
 from wal3_spark.ops.checkpoint import CHECKPOINT_STEPS, checkpoint
 from wal3_spark.ops.copy import copy_log
 from wal3_spark.ops.garbage_collector import MIN_ORPHAN_GRACE_S, GarbageCollector
@@ -37,7 +37,7 @@ pytestmark = pytest.mark.timeout(300)
 
 
 def fill(url: StoreLike, appends: int = 10, per: int = 5, prefix: str = "p", start: int = 0, **kw) -> None:
-    writer = LogWriter(url, **kw)
+    writer = LogWriter(url, LogWriterOptions(**kw))
     for i in range(appends):
         writer.append([f"{prefix}{start + i * per + j:04d}".encode() for j in range(per)])
 
@@ -384,7 +384,7 @@ _GC_LOOP = textwrap.dedent("""
     import sys, time
     from wal3_spark.log.cursors import CursorStore
     from wal3_spark.log.reader import LogReader
-    from wal3_spark.log.writer import LogWriter
+    from wal3_spark.log.writer import LogWriter, LogWriterOptions
     from wal3_spark.ops.garbage_collector import GarbageCollector
     src, seconds = sys.argv[1], float(sys.argv[2])
     writer, end, n = LogWriter(src), time.monotonic() + seconds, 0

@@ -16,7 +16,7 @@ from wal3_spark.format.manifest import SnapshotOptions
 from wal3_spark.log.committer import Committer
 from wal3_spark.log.fragment_io import write_fragments
 from wal3_spark.log.reader import LogReader
-from wal3_spark.log.writer import LogWriter, to_batches
+from wal3_spark.log.writer import LogWriter, LogWriterOptions, to_batches
 from wal3_spark.storage import open_store
 
 _names = itertools.count()
@@ -110,7 +110,8 @@ def test_07_schema_is_fixed_by_the_first_append_and_checked_after(store):
         writer.append(pa.table({"id": pa.array([3], pa.int64()), "name": ["c"], "extra": [1.0]}))
     with pytest.raises(SchemaMismatch, match="raw"):
         writer.append(b"raw bytes")
-    LogWriter(store, merge_schema=True).append(pa.table({"id": pa.array([3], pa.int64()), "extra": [1.5]}))
+    LogWriter(store, LogWriterOptions(merge_schema=True)).append(
+        pa.table({"id": pa.array([3], pa.int64()), "extra": [1.5]}))
     table = LogReader(store).read_table()
     assert table.column_names == ["id", "name", "extra", "_offset", "_timestamp"]
     assert table.column("name").to_pylist() == ["a", "b", None]

@@ -17,7 +17,7 @@ from wal3_spark.format.setsum import Setsum
 from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.fragment_io import write_fragments
 from wal3_spark.log.reader import LogReader, load_snapshot
-from wal3_spark.log.writer import LogWriter, to_batches
+from wal3_spark.log.writer import LogWriter, LogWriterOptions, to_batches
 from wal3_spark.ops.garbage_collector import GarbageCollector
 from wal3_spark.ops.verify import verify
 from wal3_spark.storage import open_store
@@ -28,7 +28,7 @@ _names = itertools.count()
 @pytest.fixture(params=["raw", "structured"])
 def log_store(request):
     store = open_store(f"memory://verify-{next(_names)}")
-    writer = LogWriter(store, snapshot_options=SnapshotOptions(2, 3))
+    writer = LogWriter(store, LogWriterOptions(snapshot_options=SnapshotOptions(2, 3)))
     for i in range(8):
         if request.param == "raw":
             writer.append([f"record {i}.{j}".encode() for j in range(20)])

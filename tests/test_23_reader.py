@@ -22,7 +22,7 @@ from wal3_spark.format.layout import FRAGMENT_PREFIX, MANIFEST_KEY, SNAPSHOT_PRE
 from wal3_spark.format.manifest import SnapshotOptions
 from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.reader import LogReader, iter_fragments
-from wal3_spark.log.writer import LogWriter
+from wal3_spark.log.writer import LogWriter, LogWriterOptions
 from wal3_spark.ops.garbage_collector import GarbageCollector
 from wal3_spark.ops.verify import verify
 from wal3_spark.storage import open_store
@@ -148,7 +148,7 @@ def test_06_a_read_that_loses_a_race_with_gc_gets_the_garbage_collected_range():
 def _snapshotted_log():
     """Offsets [1, 61) in fragments of 2, rolled into snapshots (the first starts at 1)."""
     store = open_store(f"memory://reader-{next(_names)}")
-    writer = LogWriter(store, snapshot_options=SnapshotOptions(3, 3))
+    writer = LogWriter(store, LogWriterOptions(snapshot_options=SnapshotOptions(3, 3)))
     for i in range(30):
         writer.append([b"%d" % i] * 2)
     first = LogReader(store).manifest().snapshots[0]
@@ -179,7 +179,7 @@ def test_08_read_table_reads_the_manifest_once():
     LogWriter(store).append(pa.table({"id": [1, 2]}))
 
     def merge_schema_append():
-        LogWriter(store, merge_schema=True).append(pa.table({"id": [3], "extra": ["x"]}))
+        LogWriter(store, LogWriterOptions(merge_schema=True)).append(pa.table({"id": [3], "extra": ["x"]}))
 
     # a mergeSchema append lands right after the reader's first manifest GET
     racing = HookedStore(store, lambda key: key == MANIFEST_KEY, merge_schema_append, after=True)

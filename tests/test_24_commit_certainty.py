@@ -24,7 +24,7 @@ from wal3_spark.log.committer import Committer, roll_snapshots, write_snapshot
 from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.fragment_io import write_fragments
 from wal3_spark.log.reader import LogReader, load_snapshot
-from wal3_spark.log.writer import LogWriter, to_batches
+from wal3_spark.log.writer import LogWriter, LogWriterOptions, to_batches
 from wal3_spark.ops.garbage_collector import GarbageCollector
 from wal3_spark.ops.verify import verify
 from wal3_spark.spark import commit as spark_commit
@@ -151,7 +151,7 @@ def test_05_a_rebased_commit_never_points_at_the_snapshot_its_lost_attempt_wrote
     have the same setsum, hence the same snapshot path. Taking that file as "already there"
     published a pointer to offsets the file does not hold: every read failed with CorruptLog."""
     store = open_store(store_url, store_options)
-    LogWriter(store, snapshot_options=SMALL_ROLLS).append(b"R")
+    LogWriter(store, LogWriterOptions(snapshot_options=SMALL_ROLLS)).append(b"R")
     other = functools.partial(
         Committer(store, writer="B", snapshot_options=SMALL_ROLLS).commit, one_per_record(store, b"Q1", b"Q2")
     )
@@ -168,7 +168,7 @@ def test_05_a_rebased_commit_never_points_at_the_snapshot_its_lost_attempt_wrote
 
 
 def test_06_a_snapshot_path_holding_other_offsets_is_not_ours_but_the_same_one_is(store):
-    LogWriter(store, snapshot_options=SMALL_ROLLS).append([b"a"])
+    LogWriter(store, LogWriterOptions(snapshot_options=SMALL_ROLLS)).append([b"a"])
     files = raw_files(store, [b"x"]) + raw_files(store, [b"y"])
     placed = Manifest.empty("w").with_fragments(files, "w")
     elsewhere = LogReader(store).manifest().with_fragments(files, "w")  # the same files at [2, 4)
@@ -220,7 +220,7 @@ def test_08_an_empty_append_writes_nothing_so_manifest_bytes_never_repeat(store)
     """An empty append once rewrote the manifest with only its `writer` changed, so writers X and Y
     alternating empty appends took it A -> B -> A, and a lost write conditioned on A could land
     after the committer had concluded it never would."""
-    x, y = LogWriter(store, writer="X"), LogWriter(store, writer="Y")
+    x, y = LogWriter(store, LogWriterOptions(writer="X")), LogWriter(store, LogWriterOptions(writer="Y"))
     x.append([b"r0"])
     before = store.head(MANIFEST_KEY).etag
     assert (y.append([]).start, x.append([]).limit) == (2, 2)
@@ -257,7 +257,7 @@ def test_10_the_same_fragments_rolled_into_a_snapshot_are_found_there(store):
     old fragments are looked for through the snapshot tree (one walk; fresh ones are not)."""
     files = raw_files(store, [b"r1"])
     Committer(store).commit(files)
-    writer = LogWriter(store, snapshot_options=SnapshotOptions(2, 2))
+    writer = LogWriter(store, LogWriterOptions(snapshot_options=SnapshotOptions(2, 2)))
     for i in range(6):
         writer.append(b"x%d" % i)
     assert files[0].path not in {f.path for f in LogReader(store).manifest().fragments}
@@ -281,7 +281,7 @@ def test_11_a_quick_retry_after_an_unknown_outcome_finds_fragments_rolled_meanwh
     with pytest.raises(CommitOutcomeUnknown):
         committer.commit(files)
     late.land_all()
-    writer = LogWriter(store, snapshot_options=SnapshotOptions(2, 2))
+    writer = LogWriter(store, LogWriterOptions(snapshot_options=SnapshotOptions(2, 2)))
     for i in range(6):
         writer.append(b"x%d" % i)
     assert files[0].path not in {f.path for f in LogReader(store).manifest().fragments}
@@ -302,7 +302,7 @@ def test_12_another_committer_finds_young_fragments_rolled_into_a_snapshot(store
     with pytest.raises(CommitOutcomeUnknown):
         Committer(late, max_attempts=3).commit(files)
     late.land_all()
-    writer = LogWriter(store, snapshot_options=SnapshotOptions(2, 2))
+    writer = LogWriter(store, LogWriterOptions(snapshot_options=SnapshotOptions(2, 2)))
     for i in range(6):
         writer.append(b"x%d" % i)
     assert files[0].path not in {f.path for f in LogReader(store).manifest().fragments}
@@ -315,7 +315,7 @@ def test_13_a_commit_reads_snapshots_only_when_its_fragments_may_be_in_them(stor
     """Fragments written after the newest one the snapshots hold cannot be in them: their commit
     reads no snapshot. A log compacted before `rolled_written_us` existed is walked once, by its
     next commit, which records it; fragments written before a roll are looked for there."""
-    writer = LogWriter(store, snapshot_options=SnapshotOptions(2, 2))
+    writer = LogWriter(store, LogWriterOptions(snapshot_options=SnapshotOptions(2, 2)))
     early = raw_files(store, [b"early"])  # written now, committed after the roll below
     for i in range(6):
         writer.append(b"x%d" % i)

@@ -27,7 +27,7 @@ from wal3_spark.format.layout import MANIFEST_KEY
 from wal3_spark.format.manifest import SnapshotOptions
 from wal3_spark.log.cas import CasPolicy
 from wal3_spark.log.reader import LogReader
-from wal3_spark.log.writer import LogWriter
+from wal3_spark.log.writer import LogWriter, LogWriterOptions
 from wal3_spark.ops.verify import verify
 from wal3_spark.storage import open_store
 from wal3_spark.storage.base import Blob
@@ -112,7 +112,7 @@ def bodies(store):
 
 
 def test_00_batched_submits_share_fragments_and_report_their_offsets(store):
-    with LogWriter(store, batch_interval_s=60, batch_bytes=1 << 30) as writer:
+    with LogWriter(store, LogWriterOptions(batch_interval_s=60, batch_bytes=1 << 30)) as writer:
         futures = [writer.submit([f"m{i}".encode()] * 2) for i in range(10)]
         writer.flush()
         got = [f.result() for f in futures]
@@ -121,7 +121,7 @@ def test_00_batched_submits_share_fragments_and_report_their_offsets(store):
 
 
 def test_01_batched_submits_flush_by_size_without_being_asked(store):
-    with LogWriter(store, batch_interval_s=3600, batch_bytes=1000) as writer:
+    with LogWriter(store, LogWriterOptions(batch_interval_s=3600, batch_bytes=1000)) as writer:
         small = [writer.submit(b"x" * 100) for _ in range(3)]
         big = writer.submit(b"y" * 2000)  # pushes the waiting bytes past batch_bytes
         assert big.result(timeout=60).limit == 5
@@ -129,14 +129,14 @@ def test_01_batched_submits_flush_by_size_without_being_asked(store):
 
 
 def test_02_batched_submits_flush_by_interval_without_being_asked(store):
-    with LogWriter(store, batch_interval_s=0.05, batch_bytes=1 << 30) as writer:
+    with LogWriter(store, LogWriterOptions(batch_interval_s=0.05, batch_bytes=1 << 30)) as writer:
         assert writer.submit(b"alone").result(timeout=60).start == 1
         assert writer.submit(b"later").result(timeout=60).start == 2
 
 
 def test_03_a_failed_batch_fails_its_futures_and_the_writer_keeps_serving(store):
     LogWriter(store).append(b"raw")
-    with LogWriter(store, batch_interval_s=0.01) as writer:
+    with LogWriter(store, LogWriterOptions(batch_interval_s=0.01)) as writer:
         bad = writer.submit(pa.table({"x": [1]}))
         with pytest.raises(SchemaMismatch):
             bad.result(timeout=60)
@@ -155,7 +155,7 @@ def test_04_flush_waits_for_a_batch_whose_upload_is_in_flight(store):
 
     releaser = threading.Thread(target=open_gate_once_flush_is_called, daemon=True)
     releaser.start()
-    with LogWriter(gated, batch_interval_s=0.0) as writer:
+    with LogWriter(gated, LogWriterOptions(batch_interval_s=0.0)) as writer:
         first = writer.submit(b"r1")
         assert gated.entered.wait(timeout=60)  # its batch is taken and uploading
         flush_called.set()
@@ -171,7 +171,7 @@ def test_05_fragments_upload_while_a_commit_is_in_flight_and_land_in_one_cas(sto
     committed together after it."""
     LogWriter(store).append(b"r0")
     gates = Gates(store)
-    with LogWriter(gates, batch_bytes=1) as writer:
+    with LogWriter(gates, LogWriterOptions(batch_bytes=1)) as writer:
         gates.cas_gate.clear()
         a = submit_in_own_batch(writer, gates, 0, b"a")
         gates.gate[0].set()
@@ -192,7 +192,7 @@ def test_05_fragments_upload_while_a_commit_is_in_flight_and_land_in_one_cas(sto
 def test_06_a_batch_that_lands_first_still_commits_after_the_batches_cut_before_it(store):
     LogWriter(store).append(b"r0")
     gates = Gates(store)
-    with LogWriter(gates, batch_bytes=1) as writer:
+    with LogWriter(gates, LogWriterOptions(batch_bytes=1)) as writer:
         a = submit_in_own_batch(writer, gates, 0, b"a")
         b = submit_in_own_batch(writer, gates, 1, b"b")
         gates.gate[1].set()
@@ -207,7 +207,7 @@ def test_07_a_failed_fragment_upload_fails_exactly_the_appends_it_carried(store)
     LogWriter(store).append(b"r0")
     gates = Gates(store)
     gates.fail[1] = AccessDenied("injected: the upload of b's fragment was refused")
-    with LogWriter(gates, batch_bytes=1) as writer:
+    with LogWriter(gates, LogWriterOptions(batch_bytes=1)) as writer:
         a = submit_in_own_batch(writer, gates, 0, b"a")
         b = submit_in_own_batch(writer, gates, 1, [b"b1", b"b2"])
         c = submit_in_own_batch(writer, gates, 2, b"c")
@@ -235,7 +235,7 @@ class FailManifestWrites(ForwardingStore):
 
 def test_08_a_failed_commit_fails_exactly_the_appends_it_carried(store):
     LogWriter(store).append(b"r0")
-    with LogWriter(FailManifestWrites(store, failing={1}), batch_bytes=1) as writer:
+    with LogWriter(FailManifestWrites(store, failing={1}), LogWriterOptions(batch_bytes=1)) as writer:
         assert writer.submit(b"a").result(timeout=60).start == 2
         b = writer.submit([b"b1", b"b2"])
         with pytest.raises(CommitFailed, match="AccessDenied: injected") as refused:  # the refusal is the cause
@@ -270,7 +270,7 @@ class UnknownOnce(ForwardingStore):
 
 def test_09_an_unknown_commit_outcome_surfaces_as_such_and_keeps_the_fragments(store):
     LogWriter(store).append(b"r0")
-    with LogWriter(UnknownOnce(store), batch_bytes=1) as writer:
+    with LogWriter(UnknownOnce(store), LogWriterOptions(batch_bytes=1)) as writer:
         a = writer.submit(b"a")
         with pytest.raises(CommitOutcomeUnknown) as raised:
             a.result(timeout=60)
@@ -293,7 +293,7 @@ def test_10_a_commit_that_loses_a_race_rebases_and_keeps_submit_order(store):
                 LogWriter(store).append(b"other")
             return self.inner.put_if_match(key, data, etag)
 
-    with LogWriter(Competitor(store), batch_interval_s=0.0) as writer:
+    with LogWriter(Competitor(store), LogWriterOptions(batch_interval_s=0.0)) as writer:
         futures = [writer.submit(f"m{i}".encode()) for i in range(50)]
         writer.flush()
     starts = [f.result().start for f in futures]
@@ -304,7 +304,7 @@ def test_10_a_commit_that_loses_a_race_rebases_and_keeps_submit_order(store):
 
 
 def test_11_mixed_schemas_in_one_batch_commit_in_submit_order(store):
-    with LogWriter(store, merge_schema=True, batch_interval_s=3600, batch_bytes=1 << 30) as writer:
+    with LogWriter(store, LogWriterOptions(merge_schema=True, batch_interval_s=3600, batch_bytes=1 << 30)) as writer:
         futures = [
             writer.submit(pa.table({"id": pa.array([1, 2], pa.int64())})),
             writer.submit(pa.table({"id": pa.array([3], pa.int64()), "extra": ["x"]})),
@@ -323,7 +323,7 @@ def test_11_mixed_schemas_in_one_batch_commit_in_submit_order(store):
 
 def test_12_a_cancelled_submit_is_never_written(store):
     gates = Gates(store)
-    with LogWriter(gates, batch_bytes=1) as writer:
+    with LogWriter(gates, LogWriterOptions(batch_bytes=1)) as writer:
         first = submit_in_own_batch(writer, gates, 0, b"first")
         cancelled = writer.submit(b"cancelled")
         assert cancelled.cancel()
@@ -352,7 +352,7 @@ def test_14_many_threads_under_faults_every_future_tells_the_truth(store):
     results: dict[bytes, object] = {}
 
     def produce(t):
-        with LogWriter(faulty, batch_interval_s=0.001, max_manifest_writes=8) as writer:
+        with LogWriter(faulty, LogWriterOptions(batch_interval_s=0.001, max_manifest_writes=8)) as writer:
             futures = {f"t{t}-{i}".encode(): writer.submit(f"t{t}-{i}".encode()) for i in range(60)}
             writer.flush()
         for body, future in futures.items():
@@ -447,7 +447,7 @@ def pipelined(store, held, bodies_, **kw):
     """Submit each body in its own batch; return the futures once every one's manifest write
     was sent (all in flight together), and the order in which the futures resolved."""
     resolved: list[bytes] = []
-    writer = LogWriter(held, batch_bytes=1, **{"max_manifest_writes": 8, **kw})
+    writer = LogWriter(held, LogWriterOptions(**{"batch_bytes": 1, "max_manifest_writes": 8, **kw}))
     futures = []
     for i, body in enumerate(bodies_):
         future = writer.submit(body)
@@ -636,7 +636,7 @@ def test_22_a_write_committed_again_after_a_wrong_failure_is_found_in_a_snapshot
             for i in range(2):
                 held.release[i].set()
                 assert held.answered[i].wait(timeout=60)
-            LogWriter(store, snapshot_options=_ROLL_EVERY_LINK).append(b"other")
+            LogWriter(store, LogWriterOptions(snapshot_options=_ROLL_EVERY_LINK)).append(b"other")
             held.release_all()
             assert held.answered[2].wait(timeout=60)  # c: 412
         writer.flush()
@@ -748,7 +748,7 @@ def test_26_threads_blocked_on_submit_futures_wake_with_their_outcome(store):
     gates = Gates(store)
     gates.fail[1] = AccessDenied("injected: upload refused")
     got: dict[str, object] = {}
-    with LogWriter(gates, batch_bytes=1) as writer:
+    with LogWriter(gates, LogWriterOptions(batch_bytes=1)) as writer:
         ok = submit_in_own_batch(writer, gates, 0, b"ok")
         bad = submit_in_own_batch(writer, gates, 1, b"bad")
         threads = [

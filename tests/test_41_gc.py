@@ -21,7 +21,7 @@ from wal3_spark.format.setsum import Setsum
 from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.fragment_io import write_fragment
 from wal3_spark.log.reader import LogReader, iter_fragments, load_snapshot
-from wal3_spark.log.writer import LogWriter
+from wal3_spark.log.writer import LogWriter, LogWriterOptions
 from wal3_spark.ops.garbage_collector import PHASES, GarbageCollector, referenced
 from wal3_spark.ops.verify import verify
 from wal3_spark.storage import open_store
@@ -46,7 +46,7 @@ def body(i: int) -> bytes:
 
 
 def fill(store, appends: int = 10, per: int = 5, **kw) -> LogWriter:
-    writer = LogWriter(store, **kw)
+    writer = LogWriter(store, LogWriterOptions(**kw))
     n = 0
     for _ in range(appends):
         writer.append([body(n + j) for j in range(per)])

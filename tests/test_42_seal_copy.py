@@ -15,7 +15,7 @@ from wal3_spark.log.committer import Committer
 from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.fragment_io import write_fragment
 from wal3_spark.log.reader import LogReader
-from wal3_spark.log.writer import LogWriter
+from wal3_spark.log.writer import LogWriter, LogWriterOptions
 from wal3_spark.ops.copy import copy_log
 from wal3_spark.ops.garbage_collector import GarbageCollector
 from wal3_spark.ops.verify import verify
@@ -91,7 +91,7 @@ def test_02_seal_then_copy_verifies_clean_and_the_copy_accepts_appends(store, tm
 
 
 def test_03_copy_a_suffix_keeps_offsets(store, tmp_path):
-    writer = LogWriter(store, snapshot_options=SnapshotOptions(2, 2))
+    writer = LogWriter(store, LogWriterOptions(snapshot_options=SnapshotOptions(2, 2)))
     for i in range(8):
         writer.append([b"%d-%d" % (i, j) for j in range(4)])  # [1,5) [5,9) ... [29,33)
     dst = open_store(f"memory://copy-suffix-{tmp_path.name}")

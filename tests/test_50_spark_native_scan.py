@@ -34,7 +34,7 @@ from wal3_spark.format.uuid7 import uuid7_timestamp_us
 from wal3_spark.log.committer import Committer
 from wal3_spark.log.fragment_io import FragmentFile, exact_path_timestamp_us
 from wal3_spark.log.reader import LogReader
-from wal3_spark.log.writer import LogWriter
+from wal3_spark.log.writer import LogWriter, LogWriterOptions
 from wal3_spark.spark import Wal3Log, native_scan
 from wal3_spark.spark.hadoop import HadoopFileStore, hadoop_options, hadoop_url
 from wal3_spark.spark.options import READ, parse
@@ -145,7 +145,7 @@ def test_01_a_timestamp_range_matches_the_data_source(spark, log_url):
 def test_02_a_log_whose_schema_grew_reads_nulls_for_older_fragments(spark, tmp_path):
     url = (tmp_path / "grown").as_uri()
     LogWriter(url).append(pa.table({"id": [1, 2]}))
-    LogWriter(url, merge_schema=True).append(pa.table({"id": [3], "extra": ["x"]}))
+    LogWriter(url, LogWriterOptions(merge_schema=True)).append(pa.table({"id": [3], "extra": ["x"]}))
     got = same_as_data_source(spark, url, startingOffsets=2)
     assert [(r.id, r.extra) for r in got] == [(2, None), (3, "x")]
 
@@ -460,7 +460,7 @@ def test_18_a_filtered_native_scan_returns_every_integer_the_data_source_does(sp
     long literal failed in the JVM (NumberFormatException) where format("wal3") returns the
     row. Each extreme of each width is asked for alone and all together."""
     url = (tmp_path / "log").as_uri()
-    with LogWriter(url, filter_column="k") as w:
+    with LogWriter(url, LogWriterOptions(filter_column="k")) as w:
         for v in values:
             w.append(pa.table({"k": pa.array([v], kind), "n": [str(v)]}))
     log = Wal3Log.forPath(spark, url)

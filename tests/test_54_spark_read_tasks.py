@@ -15,14 +15,14 @@ def test_00_a_read_keeps_the_query_schema_when_the_log_gained_a_column():
     Batches must still come out in the query's schema, columns taken by name."""
     from wal3_spark.log.fragment_io import output_schema
     from wal3_spark.log.reader import LogReader
-    from wal3_spark.log.writer import LogWriter
+    from wal3_spark.log.writer import LogWriter, LogWriterOptions
     from wal3_spark.spark.planning import Part
     from wal3_spark.spark.read_tasks import read_partition
 
     store = open_store("memory://units-evolving-schema")
     LogWriter(store).append(pa.table({"id": pa.array([1, 2], pa.int64()), "name": ["a", "b"]}))
     query_schema = output_schema(LogReader(store).manifest().arrow_schema())
-    LogWriter(store, merge_schema=True).append(
+    LogWriter(store, LogWriterOptions(merge_schema=True)).append(
         pa.table({"id": pa.array([3], pa.int64()), "score": [0.5], "name": ["c"]}))
     reader = LogReader(store)
     manifest = reader.manifest()

@@ -29,7 +29,7 @@ from wal3_spark.errors import AccessDenied, InvalidOption, LogNotFound
 from wal3_spark.format.manifest import SnapshotOptions
 from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.reader import LogReader, iter_fragments
-from wal3_spark.log.writer import LogWriter
+from wal3_spark.log.writer import LogWriter, LogWriterOptions
 from wal3_spark.storage import open_store
 from wal3_spark.storage.base import Blob, ObjectStore
 from wal3_spark.storage.common import file_url
@@ -69,7 +69,7 @@ class WriteFailingStore(ForwardingStore):
 
 
 def _append(url: str, batches: int, **writer: object) -> None:
-    with LogWriter(url, snapshot_options=SnapshotOptions(4, 4), **writer) as log:
+    with LogWriter(url, LogWriterOptions(snapshot_options=SnapshotOptions(4, 4), **writer)) as log:
         for i in range(batches):
             log.append(pa.table({"id": pa.array(range(i * BATCH, (i + 1) * BATCH), pa.int64()),
                                  "name": pa.array([f"row {n}" for n in range(i * BATCH, (i + 1) * BATCH)])}))

@@ -13,7 +13,7 @@ from wal3_spark.log.branches import branch
 from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.reader import LogReader
 from wal3_spark.log.tags import TagStore
-from wal3_spark.log.writer import LogWriter
+from wal3_spark.log.writer import LogWriter, LogWriterOptions
 from wal3_spark.logset.dirty import DirtyLog
 from wal3_spark.logset.logs import LogSet
 from wal3_spark.ops.checkpoint import checkpoint
@@ -60,7 +60,7 @@ OPERATIONS = {
 }
 #: what the package hands out besides the operations and their reports
 ENTRY_CLASSES = ["CursorStore", "DirtyLog", "LogReader", "LogSelection", "LogSet", "LogWriter",
-                 "TagStore", "open_store"]
+                 "LogWriterOptions", "TagStore", "open_store"]
 #: machinery under the public API: importable from its module, not from the package
 INTERNAL = ["Committer", "CasObject", "GarbageCollector", "resolve_store"]
 
@@ -87,3 +87,15 @@ def test_02_every_export_resolves_and_no_internal_is_exported():
         assert name not in wal3_spark.__all__, name
         with pytest.raises(AttributeError):
             getattr(wal3_spark, name)
+
+
+#: the most parameters a public constructor takes; more go into an options dataclass
+HANDFUL = 5
+
+
+def test_03_constructors_take_a_handful_of_parameters_and_options_in_a_dataclass():
+    for entry in (LogWriter, LogReader, CursorStore, TagStore):
+        assert len(_parameters(entry)) <= HANDFUL, (entry.__name__, _parameters(entry))
+    assert dataclasses.is_dataclass(LogWriterOptions)
+    with pytest.raises(ValueError, match="max_uploads >= 1"):
+        LogWriterOptions(max_uploads=0)

@@ -27,6 +27,7 @@ _EXPORTS = {
     "LogSelection": "wal3_spark.logset.logs",
     "LogSet": "wal3_spark.logset.logs",
     "LogWriter": "wal3_spark.log.writer",
+    "LogWriterOptions": "wal3_spark.log.writer",
     "TagStore": "wal3_spark.log.tags",
     "open_store": "wal3_spark.storage",
     # the operations on whole logs, each returning its report

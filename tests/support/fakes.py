@@ -18,7 +18,7 @@ import pytest
 from wal3_spark.format.layout import MANIFEST_KEY, FragmentRef
 from wal3_spark.format.manifest import Manifest, SnapshotOptions
 from wal3_spark.format.setsum import Setsum
-from wal3_spark.log.writer import LogWriter
+from wal3_spark.log.writer import LogWriter, LogWriterOptions
 from wal3_spark.storage import open_store
 from wal3_spark.storage.base import Blob, ObjectMeta, ObjectStore
 from wal3_spark.storage.forwarding import ForwardingStore
@@ -94,7 +94,7 @@ def snapshotted_log(url: str, records: int, options: SnapshotOptions) -> ObjectS
     """A raw log of `records` one-record commits (bodies `record 0`, `record 1`, ...) compacted
     with small rollover thresholds: a deep snapshot tree from a few hundred commits."""
     store = open_store(url)
-    writer = LogWriter(store, snapshot_options=options)
+    writer = LogWriter(store, LogWriterOptions(snapshot_options=options))
     for i in range(records):
         writer.append(f"record {i}".encode())
     return store

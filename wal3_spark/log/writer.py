@@ -220,6 +220,46 @@ class _Batch:
     uploaded: bool = False
 
 
+@dataclass(frozen=True)
+class LogWriterOptions:
+    """How a `LogWriter` cuts, uploads and commits appends (Chroma's `LogWriterOptions`): one
+    value, so that a writer's tuning is passed, compared and printed whole, and checked once.
+
+    `filter_column`: give every fragment the writer writes a stream filter of that column's
+    values (a string, binary or integer column of the log), so that readers of a few of its
+    values skip the fragments without them (docs/design/16-stream-filters.md); a column the log
+    lacks, or of another type, fails the first append with FilterError."""
+
+    #: longest an append waits before its batch is cut (Chroma's default)
+    batch_interval_s: float = 0.02
+    #: cut a batch as soon as this many bytes wait
+    batch_bytes: int = 8 << 20
+    #: `append()` and large batches start a new fragment past this size
+    fragment_bytes: int = 64 << 20
+    #: fragment uploads in flight at once
+    max_uploads: int = 16
+    #: manifest writes in flight at once, each chained on the one before (1: wait for each answer)
+    max_manifest_writes: int = 1
+    #: `True` or a `HedgePolicy`: hedge slow creates of fragments and snapshots
+    hedge: bool | HedgePolicy = False
+    #: allow appends that add nullable columns (Spark's `mergeSchema`)
+    merge_schema: bool = False
+    filter_column: str | None = None
+    #: the manifest's `writer` field
+    writer: str = "wal3-spark LogWriter"
+    #: when the manifest rolls fragments into snapshots (None: Chroma's thresholds)
+    snapshot_options: SnapshotOptions | None = None
+
+    def __post_init__(self) -> None:
+        if (self.batch_interval_s < 0 or self.batch_bytes <= 0 or self.fragment_bytes <= 0
+                or self.max_uploads < 1 or self.max_manifest_writes < 1):
+            raise ValueError(
+                "LogWriterOptions needs batch_interval_s >= 0, batch_bytes > 0, fragment_bytes > 0, "
+                f"max_uploads >= 1 and max_manifest_writes >= 1; got {self.batch_interval_s}, "
+                f"{self.batch_bytes}, {self.fragment_bytes}, {self.max_uploads}, {self.max_manifest_writes}"
+            )
+
+
 class LogWriter:
     """Appends to one log from one process. Thread-safe; use as a context manager.
 
@@ -241,25 +281,14 @@ class LogWriter:
     def __init__(
         self,
         log: StoreLike,
+        writer_options: LogWriterOptions | None = None,
         *,
         options: Mapping[str, str] | None = None,
-        merge_schema: bool = False,
-        writer: str = "wal3-spark LogWriter",
-        fragment_bytes: int = 64 << 20,
-        batch_bytes: int = 8 << 20,
-        batch_interval_s: float = 0.02,
-        max_uploads: int = 16,
-        max_manifest_writes: int = 1,
-        hedge: bool | HedgePolicy = False,
-        snapshot_options: SnapshotOptions | None = None,
         dirty_log: DirtyRecorder | None = None,
-        filter_column: str | None = None,
         clock: Clock = SYSTEM,
     ) -> None:
-        """`filter_column`: give every fragment this writer writes a stream filter of that
-        column's values (a string, binary or integer column of the log), so that readers of a
-        few of its values skip the fragments without them (docs/design/16-stream-filters.md); a column
-        the log lacks, or of another type, fails the first append with FilterError.
+        """`writer_options`: how appends are cut, uploaded and committed (`LogWriterOptions`);
+        `options`: the store options that open a URL.
 
         `clock` stamps the fragments (their UUIDv7 names) and txns, times the batch interval,
         the backoff of uploads and commits, and the hedging thresholds.
@@ -268,13 +297,8 @@ class LogWriter:
         commit there. Records are written in the background, batched with those of other
         writers sharing the `DirtyLog` (`CommitResult.dirty` is the record's future); `flush`
         and `close` wait until the records of everything committed are durable."""
-        if (batch_interval_s < 0 or batch_bytes <= 0 or fragment_bytes <= 0 or max_uploads < 1
-                or max_manifest_writes < 1):
-            raise ValueError(
-                "LogWriter needs batch_interval_s >= 0, batch_bytes > 0, fragment_bytes > 0, "
-                f"max_uploads >= 1 and max_manifest_writes >= 1; got {batch_interval_s}, "
-                f"{batch_bytes}, {fragment_bytes}, {max_uploads}, {max_manifest_writes}"
-            )
+        settings = writer_options or LogWriterOptions()
+        hedge, writer = settings.hedge, settings.writer
         store = resolve_store(log, options)
         self._hedged: HedgedStore | None = None
         if hedge:
@@ -288,16 +312,17 @@ class LogWriter:
         self.clock = clock
         self.dirty_log = dirty_log
         self.committer = Committer(
-            self.store, writer=writer, snapshot_options=snapshot_options, dirty_log=dirty_log,
+            self.store, writer=writer, snapshot_options=settings.snapshot_options, dirty_log=dirty_log,
             clock=clock,
         )
-        self.merge_schema = merge_schema
-        self.filter_column = filter_column
-        self.fragment_bytes = fragment_bytes
-        self.batch_bytes = batch_bytes
-        self.batch_interval_s = batch_interval_s
-        self.max_uploads = max_uploads
-        self.max_manifest_writes = max_manifest_writes
+        self.writer_options = settings
+        self.merge_schema = settings.merge_schema
+        self.filter_column = settings.filter_column
+        self.fragment_bytes = settings.fragment_bytes
+        self.batch_bytes = settings.batch_bytes
+        self.batch_interval_s = settings.batch_interval_s
+        self.max_uploads = settings.max_uploads
+        self.max_manifest_writes = settings.max_manifest_writes
         self._commit_lock = threading.RLock()  # the commit thread holds it around the chain, which commits
         #: how appends of each schema are written, found once (the commit re-checks it)
         self._formats: dict[pa.Schema | None, _FragmentFormat] = {}

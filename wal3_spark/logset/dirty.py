@@ -43,7 +43,7 @@ from wal3_spark.format.manifest import Manifest
 from wal3_spark.log.committer import Committer
 from wal3_spark.log.fragment_io import write_fragments
 from wal3_spark.log.reader import LogReader
-from wal3_spark.log.writer import LogWriter
+from wal3_spark.log.writer import LogWriter, LogWriterOptions
 from wal3_spark.logset.logs import DEFAULT_FULL_SCAN_EVERY_S, LogSet, check_log_name
 from wal3_spark.storage import StoreLike, resolve_store
 from wal3_spark.storage.base import ObjectStore
@@ -112,8 +112,8 @@ class DirtyLog:
         # write is in flight shares the next one (the manifest is the contended object): one
         # manifest write at a time, not pipelined (docs/design/21-pipelined-manifest-writes.md), since every
         # appender of the prefix writes it, and latency matters less here than its writes.
-        self._writer = LogWriter(self.store, writer=writer, batch_interval_s=batch_interval_s,
-                                 max_manifest_writes=1)
+        self._writer = LogWriter(self.store, LogWriterOptions(
+            writer=writer, batch_interval_s=batch_interval_s, max_manifest_writes=1))
 
     @property
     def url(self) -> str:

@@ -38,7 +38,7 @@ from wal3_spark.format.schema import OFFSET_COLUMN
 from wal3_spark.log.committer import Committer
 from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.manifest_reader import read_manifest
-from wal3_spark.log.writer import LogWriter
+from wal3_spark.log.writer import LogWriter, LogWriterOptions
 from wal3_spark.logset.dirty import DirtyLog, DirtyPosition, changes_since
 from wal3_spark.logset.logs import LogSelection, LogSet
 from wal3_spark.ops.verify import verify
@@ -178,9 +178,11 @@ class _Writers:
                 appends.append([f"w{w}-{seq + i}" for i in range(n)])
                 seq += n
             if name not in writers:
-                writers[name] = LogWriter(f"{self.config.url}/{name}", writer=f"stress writer {w}",
-                                          batch_interval_s=0, dirty_log=self.dirty,
-                                          max_manifest_writes=rng.choice((1, 4)))
+                writers[name] = LogWriter(
+                    f"{self.config.url}/{name}",
+                    LogWriterOptions(writer=f"stress writer {w}", batch_interval_s=0,
+                                     max_manifest_writes=rng.choice((1, 4))),
+                    dirty_log=self.dirty)
             outcomes = (self._submit(writers[name], name, appends) if pipelined
                         else [self._append(writers[name], name, appends[0])])
             if any(isinstance(o, Wal3Error) for o in outcomes):

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from wal3_spark.clock import Clock
 from wal3_spark.errors import CommitFailed, LogSealed, PastOrphanHorizon, SchemaMismatch
 from wal3_spark.format.manifest import SnapshotOptions
-from wal3_spark.log.writer import LogWriter
+from wal3_spark.log.writer import LogWriter, LogWriterOptions
 from wal3_spark.storage import ObjectStore
 from wal3_spark.stress.config import StressConfig
 from wal3_spark.stress.journal import (
@@ -151,8 +151,7 @@ class StressWriter:
 
 def open_writer(config: StressConfig, name: str, store: ObjectStore) -> LogWriter:
     rng = random.Random(f"{config.seed}/{name}/writer")
-    return LogWriter(
-        store,
+    return LogWriter(store, LogWriterOptions(
         writer=f"wal3 stress {name}",
         fragment_bytes=config.fragment_bytes,
         batch_bytes=rng.choice((16 << 10, 256 << 10, 4 << 20)),
@@ -160,4 +159,4 @@ def open_writer(config: StressConfig, name: str, store: ObjectStore) -> LogWrite
         max_uploads=rng.choice((1, 4, 16)),
         hedge=rng.random() < 0.5,
         snapshot_options=SnapshotOptions(config.snapshot_rollover, config.fragment_rollover),
-    )
+    ))
