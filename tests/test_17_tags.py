@@ -194,3 +194,6 @@ def test_07_a_tag_naming_no_records_reads_zero_rows_after_gc(url, spark):
     assert TagStore(url).range("empty") == (1, 1)
     assert tagged(url, "empty") == []
     assert spark.read.format("wal3").option("tag", "empty").load(url).count() == 0
+    from wal3_spark.spark import Wal3Log
+
+    assert Wal3Log.forPath(spark, url).toDF(tag="empty").count() == 0
