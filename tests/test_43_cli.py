@@ -137,6 +137,22 @@ def test_03_cursor_commands(url):
     assert listed_cursors(url) == {"other": 9}
 
 
+def test_03b_cursor_usage_errors_change_nothing(url):
+    """A missing NAME or OFFSET was an error of the log (exit 1), and what an action does not
+    take (a NAME to list, an OFFSET or --force to get or delete) was ignored: `wal3 cursor delete
+    URL c 5` deleted c. Each is a usage error (exit 2) that changes nothing."""
+    LogWriter(open_store(url)).append([b"r"] * 9)
+    assert run_main("cursor", "set", url, "c", "5")[0] == 0
+    for argv, match in ((("set", url, "c"), "needs an OFFSET"), (("set", url), "needs a cursor NAME"),
+                        (("get", url), "needs a cursor NAME"), (("delete", url), "needs a cursor NAME"),
+                        (("delete", url, "c", "5"), "takes no OFFSET or --force (5)"),
+                        (("delete", url, "c", "--force"), "takes no OFFSET or --force (--force)"),
+                        (("get", url, "c", "3"), "takes no OFFSET"), (("list", url, "c"), "takes no NAME"),
+                        (("list", url, "--force"), "takes no NAME, OFFSET or --force")):
+        usage_error("cursor", *argv, match=match)
+    assert CursorStore(open_store(url)).get("c").cursor.offset == 5
+
+
 @pytest.mark.slow
 def test_04_gc_dry_run_grace_and_refusal(url):
     store = open_store(url)

@@ -7,13 +7,16 @@ import argparse
 from wal3_spark.cli.arguments import offset_arg, url_arg
 from wal3_spark.cli.commands import EXIT_OK, AddCommand, Command, open_log_store
 from wal3_spark.cli.output import Output
-from wal3_spark.errors import CursorError, Wal3Error
+from wal3_spark.errors import CursorError, InvalidOption
 from wal3_spark.log.cursor_lag import cursor_lags
 from wal3_spark.log.cursors import CursorState, CursorStore
 from wal3_spark.log.reader import LogReader
 
 
 def list_cursors(args: argparse.Namespace, output: Output) -> int:
+    if args.name is not None or args.force:
+        raise InvalidOption("`wal3 cursor list URL` takes no NAME, OFFSET or --force: "
+                            "`wal3 cursor get URL NAME` shows one cursor")
     cursors = _cursors(args)
     states, broken = cursors.list_all()
     manifest = LogReader(cursors.store).manifest()
@@ -31,8 +34,9 @@ def list_cursors(args: argparse.Namespace, output: Output) -> int:
 
 
 def get_cursor(args: argparse.Namespace, output: Output) -> int:
+    name = _name(args)
     cursors = _cursors(args)
-    state = cursors.get(_name(args))
+    state = cursors.get(name)
     if state is None:
         raise CursorError(f"no cursor named {args.name!r}")
     output.cursor(_report(cursors, state), moved=False)
@@ -40,16 +44,18 @@ def get_cursor(args: argparse.Namespace, output: Output) -> int:
 
 
 def set_cursor(args: argparse.Namespace, output: Output) -> int:
-    cursors, name = _cursors(args), _name(args)
+    name = _name(args)
     if args.offset is None:
-        raise Wal3Error("`wal3 cursor set URL NAME OFFSET` needs an OFFSET")
+        raise InvalidOption("`wal3 cursor set URL NAME OFFSET` needs an OFFSET")
+    cursors = _cursors(args)
     state = cursors.move(name, args.offset, allow_backwards=args.force)
     output.cursor(_report(cursors, state), moved=True)
     return EXIT_OK
 
 
 def delete_cursor(args: argparse.Namespace, output: Output) -> int:
-    cursors, name = _cursors(args), _name(args)
+    name = _name(args)
+    cursors = _cursors(args)
     cursors.delete(name)
     output.cursor_deleted({"url": cursors.url, "name": name, "deleted": True})
     return EXIT_OK
@@ -67,8 +73,15 @@ def _cursors(args: argparse.Namespace) -> CursorStore:
 
 
 def _name(args: argparse.Namespace) -> str:
+    """The NAME an action on one cursor needs, refusing (a usage error) what it would ignore: an
+    OFFSET or --force given to another action than set."""
     if not args.name:
-        raise Wal3Error(f"`wal3 cursor {args.action}` needs a cursor NAME")
+        raise InvalidOption(f"`wal3 cursor {args.action}` needs a cursor NAME")
+    if args.action != "set" and (args.offset is not None or args.force):
+        given = " ".join(x for x in (str(args.offset) if args.offset is not None else "",
+                                     "--force" if args.force else "") if x)
+        raise InvalidOption(f"`wal3 cursor {args.action}` takes no OFFSET or --force ({given}): "
+                            f"only `wal3 cursor set URL NAME OFFSET [--force]` moves a cursor")
     return args.name
 
 
