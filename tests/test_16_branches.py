@@ -276,12 +276,16 @@ def test_09_a_crash_at_each_step_of_deleting_a_branch_is_safe(urls, step):
     branch(urls["src"], urls["dst"], at=23)
     with pytest.raises(Crash):
         delete_branch(urls["dst"], after_step=crash_after(step))
-    with pytest.raises(LogNotFound):
-        LogReader(urls["dst"]).manifest()  # no longer a log from the first step on
-    delete_branch(urls["dst"])  # finishes what is left
+    if step != "record":
+        with pytest.raises(LogNotFound):
+            LogReader(urls["dst"]).manifest()  # no longer a log once its manifest is removed
+    if step != "remove":  # (after the last step there is nothing left to finish)
+        report = delete_branch(urls["dst"])  # finishes what is left, from the deletion record
+        assert report.resumed == (step != "record") and report.parent == urls["src"]
     assert list(open_store(urls["dst"]).list()) == []
-    collect(urls["src"], orphan_clock=ORPHANS_OLD)
-    assert list_pins(open_store(urls["src"])) == {}
+    assert list_pins(open_store(urls["src"])) == {}  # released by the re-run, not left to GC
+    with pytest.raises(LogNotFound, match="nothing was deleted"):
+        delete_branch(urls["dst"])  # done: nothing there any more
 
 
 def test_10_verify_info_and_copy_know_branches(urls, capsys):
@@ -542,3 +546,211 @@ def test_20_a_creator_whose_clock_is_behind_keeps_its_pin_while_it_publishes(url
     fill(urls["src"], appends=2, start=50)
     collect(urls["src"])
     assert bodies(urls["dst"]) == parent_records(19)
+
+
+@pytest.fixture(params=["file", "s3", "gcs", "azure"])
+def where(request, tmp_path) -> tuple[str, dict[str, str]]:
+    """A fresh base URL on every kind of store, and the store options that reach it."""
+    if request.param == "file":
+        return file_url(str(tmp_path / "base")), {}
+    from tests.support.emulators import cloud_url
+
+    return cloud_url(request, request.param)
+
+
+def _everything(base: str, options: dict[str, str]) -> dict[str, bytes]:
+    store = open_store(base, options)
+    return {meta.key: store.get(meta.key).data for meta in store.list()}
+
+
+def test_21_a_location_without_a_log_of_its_own_is_never_deleted(where):
+    """`wal3 branch --delete` of a log set's prefix, or of a mistyped URL, deletes nothing and
+    says so: before, a missing manifest was taken for a deletion that crashed half way, and every
+    log below the prefix was removed (a log a branch reads included)."""
+    base, options = where
+    orders, events = f"{base}/set/orders", f"{base}/set/events"
+    fill(open_store(orders, options), appends=3)
+    fill(open_store(events, options), appends=2)
+    branch(orders, f"{base}/reader", at=8, options=options)
+    before = _everything(base, options)
+    for url in (f"{base}/set", f"{base}/set/order", f"{base}/nothing-here"):
+        with pytest.raises(LogNotFound, match="nothing was deleted"):
+            delete_branch(url, options=options)
+    assert _everything(base, options) == before
+    assert bodies_of(orders, options)[:3] == [(1, b"p0000"), (2, b"p0001"), (3, b"p0002")]
+
+
+def bodies_of(url: str, options: dict[str, str]) -> list[tuple[int, bytes]]:
+    table = LogReader(open_store(url, options)).read_table()
+    return list(zip(table.column("_offset").to_pylist(), table.column("body").to_pylist()))
+
+
+def test_22_deleting_a_log_never_removes_another_logs_objects(where):
+    """A log with other logs below its root (one named like each directory of the layout) and a
+    sibling whose name starts with its own: its deletion removes its own objects only, reports
+    the others as left, and every other log still reads and verifies."""
+    base, options = where
+    log = f"{base}/a"
+    fill(open_store(log, options), appends=3)
+    CursorStore(open_store(log, options)).create("reader", 2)
+    TagStore = __import__("wal3_spark.log.tags", fromlist=["TagStore"]).TagStore
+    TagStore(open_store(log, options)).create("q3.close", at=5, hold=True)
+    others = [f"{log}/orders", f"{log}/log", f"{log}/manifest", f"{log}/cursor", f"{log}/tag",
+              f"{log}/snapshot", f"{log}/gc", f"{log}/pin", f"{base}/a2", f"{base}/a-b"]
+    for url in others:
+        fill(open_store(url, options), appends=2, prefix="o")
+    kept = {url: bodies_of(url, options) for url in others}
+    report = delete_branch(log, options=options)
+    assert report.objects_removed > 5 and report.objects_left > 0 and not report.resumed
+    with pytest.raises(LogNotFound):
+        LogReader(open_store(log, options)).manifest()
+    for url in others:
+        assert bodies_of(url, options) == kept[url], url
+        assert verify(open_store(url, options)).ok, url
+
+
+def test_23_a_branch_is_created_only_outside_every_other_log(urls, tmp_path):
+    """A branch above its parent (the parent inside it), inside its parent or inside another
+    log, or in a location that holds anything, is refused before anything is written: such a
+    branch and the log it shares a location with could not be deleted one without the other."""
+    fill(urls["src"])
+    base = file_url(str(tmp_path / "set"))
+    fill(f"{base}/orders", appends=2)
+    cases = {
+        base: "it is not empty",  # `wal3 branch set/orders set`: the parent is inside it
+        f"{base}/orders/inner": "lies inside the log at",
+        f"{urls['src']}/inner": "lies inside the log at",
+    }
+    os.makedirs(tmp_path / "junk")
+    (tmp_path / "junk" / "notes.txt").write_text("not a log")
+    cases[file_url(str(tmp_path / "junk"))] = "it is not empty"
+    for source in (f"{base}/orders", urls["src"]):
+        for dst, why in cases.items():
+            with pytest.raises(BranchError, match=why):
+                branch(source, dst)
+    assert list_pins(open_store(urls["src"])) == {} and list_pins(open_store(f"{base}/orders")) == {}
+    assert not open_store(f"{base}/orders/inner").exists(MANIFEST_KEY)
+
+
+def test_24_only_live_branches_block_deleting_their_parent(urls):
+    """A pin blocks its parent's deletion while its branch reads through it, or may still be
+    published; not when its branch is gone or half deleted (the deletion record says so), nor
+    when it is older than the orphan grace."""
+    fill(urls["src"])
+    branch(urls["src"], urls["dst"], at=20)
+    branch(urls["src"], urls["dst2"], at=30)
+    with pytest.raises(BranchError, match=r"2 branch\(es\) reading through it"):
+        delete_branch(urls["src"])
+    with pytest.raises(Crash):  # killed after removing the manifest, before releasing its pin
+        delete_branch(urls["dst"], after_step=crash_after("unpublish"))
+    with pytest.raises(BranchError, match=r"1 branch\(es\) reading through it \(\S+/dst2\)"):
+        delete_branch(urls["src"])  # dst2 only: dst is being deleted
+    delete_branch(urls["dst2"])
+    # a pin whose branch never appeared: blocks while young (a creation may still publish it)
+    with pytest.raises(Crash):
+        branch(urls["src"], urls["copy"], at=10, after_step=crash_after("pin"))
+    with pytest.raises(BranchError, match="being created"):
+        delete_branch(urls["src"])
+    report = delete_branch(urls["src"], clock=ORPHANS_OLD)  # once older than the grace it does not
+    assert report.objects_left == 0 and list(open_store(urls["src"]).list()) == []
+    delete_branch(urls["dst"])  # the half-deleted branch finishes; its parent's pin is gone already
+    assert list(open_store(urls["dst"]).list()) == []
+
+
+def test_25_forcing_deletes_a_parent_its_branches_read(urls):
+    fill(urls["src"])
+    branch(urls["src"], urls["dst"], at=20)
+    report = delete_branch(urls["src"], force=True)
+    assert report.parent is None and list(open_store(urls["src"]).list()) == []
+    with pytest.raises(BranchError, match="that log is gone"):
+        bodies(urls["dst"])
+
+
+@pytest.mark.parametrize("fails", ["pin", "settle", "publish"])
+def test_26_a_creation_that_fails_definitely_releases_its_pin(urls, fails):
+    """Whatever the error (a storage error, access denied), a creation that failed before any
+    manifest write could land releases its pin at once: before, only BranchError did, and the
+    parent's collection was held back for the orphan grace."""
+    from wal3_spark.errors import AccessDenied, AmbiguousWrite
+    from wal3_spark.storage.forwarding import ForwardingStore
+
+    fill(urls["src"], appends=2)
+
+    class Failing(ForwardingStore):
+        """The pin's write times out after landing, the settle step's read is denied, or the
+        branch's manifest write is denied."""
+
+        def put_if_absent(self, key: str, data: bytes) -> str:
+            etag = self.inner.put_if_absent(key, data)
+            if fails == "pin" and key.startswith(PIN_PREFIX):
+                raise AmbiguousWrite(key, "timed out (it landed)")
+            if fails == "publish" and key == MANIFEST_KEY:
+                self.inner.delete(key)
+                raise AccessDenied(f"{key}: denied")
+            return etag
+
+        def get(self, key: str):
+            if fails == "settle" and key == "gc/GARBAGE":
+                raise AccessDenied(f"{key}: denied")
+            return self.inner.get(key)
+
+    src = Failing(open_store(urls["src"]))
+    dst = Failing(open_store(urls["dst"])) if fails == "publish" else open_store(urls["dst"])
+    with pytest.raises((AccessDenied, AmbiguousWrite)):
+        branch(src, dst, at=5)
+    assert list_pins(open_store(urls["src"])) == {}
+    assert not open_store(urls["dst"]).exists(MANIFEST_KEY)
+
+
+_DELETE_KILLER = textwrap.dedent("""
+    import os, signal, sys
+    from wal3_spark.log.branches import delete_branch
+    step, dst = sys.argv[1:3]
+    def die(done):
+        if done == step:
+            os.kill(os.getpid(), signal.SIGKILL)
+    delete_branch(dst, after_step=die)
+""")
+
+
+@pytest.mark.slow
+def test_27_a_deletion_killed_at_each_step_is_finished_by_a_rerun(urls):
+    """SIGKILL of a process deleting a branch, at each step: a re-run finishes it (the pin is
+    released at once, every object of the branch removed), and the parent can then be deleted."""
+    fill(urls["src"])
+    for step in DELETE_STEPS:
+        branch(urls["src"], urls["dst"], at=20)
+        LogWriter(urls["dst"]).append([b"own"])
+        proc = subprocess.run([sys.executable, "-c", _DELETE_KILLER, step, urls["dst"]],
+                              capture_output=True, timeout=120)
+        assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
+        # killed after its last step, the deletion is whole: nothing is left to finish
+        assert main_cli(["branch", "--delete", urls["dst"]]) == (1 if step == "remove" else 0), step
+        assert list(open_store(urls["dst"]).list()) == [] and list_pins(open_store(urls["src"])) == {}, step
+    delete_branch(urls["src"])
+    assert list(open_store(urls["src"]).list()) == []
+
+
+def main_cli(argv: list[str]) -> int:
+    from wal3_spark.cli.main import main
+
+    return main(argv)
+
+
+def test_28_the_cli_reports_a_deletion_and_refuses_an_unknown_location(urls, tmp_path, capsys):
+    fill(urls["src"])
+    branch(urls["src"], urls["dst"], at=20)
+    assert main_cli(["branch", "--delete", urls["dst"]]) == 0
+    out = capsys.readouterr().out
+    assert f"deleted {urls['dst']}: " in out and f"its pin in {urls['src']} released" in out
+    fill(f"{urls['copy']}/orders", appends=1)
+    assert main_cli(["branch", "--delete", urls["copy"]]) == 1
+    assert "nothing was deleted" in capsys.readouterr().err
+    assert main_cli(["branch", "--delete", urls["dst2"], "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["error"]["type"] == "LogNotFound"
+    assert LogReader(f"{urls['copy']}/orders").manifest().next_offset == 6
+    branch(urls["src"], urls["dst"], at=20)
+    assert main_cli(["branch", "--delete", urls["dst"], "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc == {"log": urls["dst"], "parent": urls["src"], "objects_removed": doc["objects_removed"],
+                   "objects_left": 0, "resumed": False} and doc["objects_removed"] == 1  # its manifest

@@ -72,7 +72,7 @@ JSON_SHAPES: dict[str, JsonShape] = {
         "delete_after", "notes")),
     "seal": JsonShape("one object", ("url", "sealed", "next_offset")),
     "branch": JsonShape("one object", ("branch", "parent", "offset", "start", "pin", "setsum")),
-    "branch --delete": JsonShape("one object", ("log", "parent", "objects_removed")),
+    "branch --delete": JsonShape("one object", ("log", "parent", "objects_removed", "objects_left", "resumed")),
     "checkpoint": JsonShape("one object", (
         "log", "parent", "offset", "fragments_copied", "records_copied", "bytes_copied", "checkpointed")),
     "tag": JsonShape("one object (the tag as made)", (
@@ -379,6 +379,13 @@ class TextOutput(Output):
             self.write(f"{doc['log']} is not a branch: nothing to do\n" if not doc["checkpointed"] else
                        (f"{doc['log']} is standalone: {doc['records_copied']} records "
                        f"({doc['fragments_copied']} fragments) copied from {doc['parent']}, pin released\n"))
+        elif command == "branch --delete":
+            self.write(f"deleted {doc['log']}: {doc['objects_removed']} object(s) removed"
+                       + (f", its pin in {doc['parent']} released" if doc["parent"] else "")
+                       + (" (finishing an earlier deletion)" if doc["resumed"] else "") + "\n")
+            if doc["objects_left"]:
+                self.write(f"left {doc['objects_left']} object(s) there that are not this log's "
+                           "(another log below it, or files of no log)\n")
         elif command == "tag --list":
             rows = [["name", "offset", "start", "hold"]] + [
                 [t["name"], str(t["offset"]), str(t["start"]), "yes" if t["hold"] else "no"]
@@ -388,7 +395,8 @@ class TextOutput(Output):
             self.write(f"tag {doc['name']} of {doc['url']}: records [{doc['start']}, {doc['offset']})"
                        + (", held from garbage collection" if doc["hold"] else "") + "\n")
         else:
-            self.write("".join(f"{key:<15}{value}\n" for key, value in doc.items()))
+            width = max((len(key) for key in doc), default=0) + 1
+            self.write("".join(f"{key:<{max(15, width)}}{value}\n" for key, value in doc.items()))
 
     def failed(self, command: str, error: Exception) -> None:
         pass  # the message is on stderr, the status says the rest

@@ -13,14 +13,20 @@ Creating one is three steps, each safe to crash after:
    within the pin deadline (a third of the orphan grace) of the pin's creation, so that no
    garbage collection can have dropped the pin as an orphan by then.
 
-Deleting one removes its manifest first (it is no log any more), then releases the pin, then
-removes the rest of its objects; a crash after the first step leaves a pin garbage collection
-drops as an orphan. `wal3 checkpoint` (`wal3_spark.ops.checkpoint`) makes a branch standalone.
+A branch is created only where no other log is: its location holds no object, and no log's
+root lies above it, so that no deletion of one log can reach another's objects.
+
+Deleting a log (`delete_branch`) first writes its deletion record (`manifest/DELETION`,
+`wal3_spark.format.deletion`), then removes its manifest (it is no log any more), releases its
+pin, removes the rest of its own objects and the record last. Only a location with a manifest or
+a deletion record is deleted, and only the objects the layout names: a re-run after a crash at
+any step finishes from the record, and a log set's prefix, a mistyped URL or another log nested
+below are never touched. `wal3 checkpoint` (`wal3_spark.ops.checkpoint`) makes a branch
+standalone.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
@@ -31,21 +37,23 @@ from wal3_spark.errors import (
     CommitOutcomeUnknown,
     LogNotFound,
     ObjectNotFound,
+    PreconditionFailed,
     Wal3Error,
 )
+from wal3_spark.format.deletion import DELETION_KEY, Deletion, is_log_object
 from wal3_spark.format.incarnation import new_incarnation
 from wal3_spark.format.layout import MANIFEST_KEY
-from wal3_spark.format.lineage import Parent, Pin, pin_key
+from wal3_spark.format.lineage import PIN_PREFIX, Parent, Pin, pin_key
 from wal3_spark.format.manifest import Manifest
 from wal3_spark.format.setsum import Setsum
 from wal3_spark.format.uuid7 import new_uuid7
 from wal3_spark.log.cas import Outcome
 from wal3_spark.log.committer import manifest_object
-from wal3_spark.log.holds import list_pins, settle
+from wal3_spark.log.holds import list_pins, pin_is_live, settle
 from wal3_spark.log.manifest_reader import read_manifest
 from wal3_spark.log.parents import parent_store
 from wal3_spark.log.reader import iter_ranges
-from wal3_spark.storage import StoreLike, resolve_store
+from wal3_spark.storage import StoreLike, open_like, resolve_store
 from wal3_spark.storage.base import ObjectStore
 
 logger = logging.getLogger(__name__)
@@ -54,9 +62,13 @@ BRANCH_WRITER = "wal3-spark branch"
 #: a branch is published within this long of its pin, or not at all: a third of the shortest
 #: orphan grace (900 s), after which garbage collection may drop a pin whose branch is missing
 PIN_DEADLINE_S = 300.0
+#: a pin whose branch is neither published nor being deleted may still be published (its creator
+#: is between pin and publish, or a write it sent may land) until it is this old: the shortest
+#: orphan grace of garbage collection, which drops such a pin only then
+UNPUBLISHED_PIN_S = 3 * PIN_DEADLINE_S
 #: the steps of `branch`, in order (`after_step` hooks are called with these names)
 CREATE_STEPS = ("pin", "settle", "publish")
-DELETE_STEPS = ("unpublish", "release", "remove")
+DELETE_STEPS = ("record", "unpublish", "release", "remove")
 
 
 @dataclass
@@ -105,6 +117,7 @@ def branch(
         raise BranchError(f"a branch needs its own location: {src.url} is the source itself")
     if dst.exists(MANIFEST_KEY):
         raise BranchError(f"{dst.url} already holds a log; branch into a new location (nothing was written)")
+    _check_location(dst)
     try:
         manifest = read_manifest(src)
     except LogNotFound:
@@ -129,7 +142,11 @@ def branch(
     name = new_uuid7(created_us).hex
     key = pin_key(name)
     pin = Pin(branch=dst.url, start=oldest, offset=offset, created_us=created_us, writer=BRANCH_WRITER)
-    etag = src.put_if_absent(key, pin.to_bytes())
+    try:
+        etag = src.put_if_absent(key, pin.to_bytes())
+    except Exception:
+        _release_after_failure(src, key)  # the pin's name is new: if the write landed anyway, it is ours
+        raise
     _step(after_step, "pin")
     try:
         start = settle(src, oldest)
@@ -144,7 +161,7 @@ def branch(
         current = read_manifest(src)
         setsum = parent_setsum(src, current, start, offset)
     except Exception:
-        _release(src, key)
+        _release_after_failure(src, key)
         raise
     _step(after_step, "settle")
     parent = Parent(src.url, offset, start, name, current.incarnation, setsum)
@@ -153,11 +170,7 @@ def branch(
         fragments=(), initial_offset=offset, schema=current.schema, item_hash=current.item_hash,
         incarnation=new_incarnation(), parent=parent,
     )
-    decisions = 0
-
     def publish(now: Manifest | None) -> Manifest | None:
-        nonlocal decisions
-        decisions += 1
         if now is not None:
             return None
         if clock.now() * 1e6 - created_us > pin_deadline_s * 1e6:  # checked before each write
@@ -169,11 +182,10 @@ def branch(
 
     try:
         created = manifest_object(dst, clock=clock).apply(publish)
-    except BranchError:
-        if decisions == 1:  # no write was sent: nothing can publish the branch any more
-            _release(src, key)
-        # else an earlier write may still land: the pin stays, and the parent's GC drops it
-        # as an orphan only if the branch never appeared (it is live otherwise)
+    except Exception:
+        # `apply` raises only when none of its writes can land (one that may is an UNKNOWN
+        # outcome, below): nothing can publish the branch any more, whatever the error
+        _release_after_failure(src, key)
         raise
     if created.outcome is Outcome.UNKNOWN:
         raise CommitOutcomeUnknown(
@@ -187,6 +199,40 @@ def branch(
     _step(after_step, "publish")
     logger.info("%s: branched from %s at %d (reads [%d, %d) from it)", dst.url, src.url, offset, start, offset)
     return BranchReport(dst.url, src.url, offset, start, name, setsum.hexdigest())
+
+
+def _check_location(dst: ObjectStore) -> None:
+    """Refuse a destination that holds any object, or lies inside another log: a branch there
+    would share its location with another log, and deleting one could reach the other's objects.
+    Checked before anything is written; a log created at such a location by another process
+    meanwhile is not refused, but no deletion removes another log's objects all the same
+    (`wal3_spark.format.deletion.is_log_object`)."""
+    found = next(iter(dst.list()), None)
+    if found is not None:
+        raise BranchError(
+            f"cannot branch into {dst.url}: it is not empty ({found.key} is there"
+            + (", another log's" if found.key.endswith(MANIFEST_KEY) else "")
+            + "); branch into an empty location (nothing was written)"
+        )
+    for url in ancestor_urls(dst.url):
+        if open_like(dst, url).exists(MANIFEST_KEY):
+            raise BranchError(
+                f"cannot branch into {dst.url}: it lies inside the log at {url}; branch into a "
+                "location outside every log (nothing was written)"
+            )
+
+
+def ancestor_urls(url: str) -> list[str]:
+    """The URLs above `url` in its store, nearest first, up to the bucket (or filesystem) root:
+    `s3://b/logs/a` -> `s3://b/logs`, `s3://b`."""
+    scheme, _, rest = url.partition("://")
+    authority, slash, path = rest.partition("/")
+    parts = [p for p in path.split("/") if p] if slash else []
+    root = f"{scheme}://{authority}" + ("/" if scheme == "file" else "")
+    found = []
+    for end in range(len(parts) - 1, -1, -1):
+        found.append(root.rstrip("/") + "/" + "/".join(parts[:end]) if end else root)
+    return found
 
 
 def _check_reaches(src: ObjectStore, dst: ObjectStore, manifest: Manifest) -> None:
@@ -218,44 +264,131 @@ def release_pin(store: ObjectStore, parent: Parent) -> None:
 
 
 def _release(store: ObjectStore, key: str) -> None:
-    with contextlib.suppress(ObjectNotFound):
-        store.delete(key)
+    store.delete(key)  # deleting a missing object is not an error
+
+
+def _release_after_failure(store: ObjectStore, key: str) -> None:
+    """Release the pin of a creation that failed definitely, without hiding why it failed: a
+    release that fails too leaves the pin to garbage collection's orphan rule."""
+    try:
+        _release(store, key)
+    except Wal3Error as exc:
+        logger.warning("%s: could not release pin %s after a failed branch creation (%s); garbage "
+                       "collection drops it once it is older than the orphan grace", store.url, key, exc)
+
+
+@dataclass(frozen=True)
+class DeletionReport:
+    """What `delete_branch` did: the log deleted, the parent whose pin it released (None: not a
+    branch), the objects it removed, and those under its location it left because they are not
+    its own (another log's below it, files not of a log's layout)."""
+
+    log: str
+    parent: str | None
+    objects_removed: int
+    objects_left: int
+    #: whether this run finished a deletion an earlier run started (found its record)
+    resumed: bool
+
+    def to_dict(self) -> dict:
+        return asdict(self)
 
 
 def delete_branch(
-    target: StoreLike,
+    log: StoreLike,
     *,
     options: Mapping[str, str] | None = None,
     force: bool = False,
+    clock: Clock = SYSTEM,
     after_step: Callable[[str], None] | None = None,
-) -> dict:
-    """Delete the log at `target` (a branch or any log) and release the pin it holds in its
-    parent. Refused while other branches read through it (its own pins), unless `force`."""
-    store = resolve_store(target, options)
+) -> DeletionReport:
+    """Delete the log at `log` (a branch or any log) and release the pin it holds in its parent.
+
+    Only a location holding a log (its manifest) or an unfinished deletion (the record an
+    earlier run wrote before removing anything) is deleted, and only the objects of a log's
+    layout: another log nested below it, or a log set's prefix, is never touched. Refused while
+    a branch reads through the log (a live pin, or one whose branch may still be published),
+    unless `force`; a pin whose branch is gone or being deleted does not count."""
+    store = resolve_store(log, options)
     try:
         manifest: Manifest | None = read_manifest(store)
     except LogNotFound:
-        manifest = None  # a delete that crashed after its first step: finish it
-    children = list_pins(store)
-    if children and not force:
+        manifest = None
+    record = _read_deletion(store)
+    if manifest is None and record is None:
+        raise LogNotFound(store.url, message=(
+            f"no log at {store.url} to delete (no manifest/MANIFEST, and no unfinished deletion): "
+            "nothing was deleted; check the URL (a log set's prefix is not a log: delete its logs "
+            "one by one)"
+        ))
+    blocking = _branches_reading(store, clock)
+    if blocking and not force:
         raise BranchError(
-            f"{store.url} has {len(children)} branch(es) reading through it ("
-            + ", ".join(sorted(pin.branch for pin, _ in children.values()))
-            + "): checkpoint or delete them first, or pass --force to delete it anyway"
+            f"{store.url} has {len(blocking)} branch(es) reading through it ({', '.join(blocking)}): "
+            "checkpoint or delete them first, or pass --force to delete it anyway (nothing was deleted)"
         )
+    resumed = manifest is None
     if manifest is not None:
+        parent = manifest.parent
+        record = Deletion(store.url, manifest.incarnation, parent.log if parent else None,
+                          parent.pin if parent else None, micros(clock), BRANCH_WRITER)
+        _write_deletion(store, record)  # before anything is removed
+        _step(after_step, "record")
         store.delete(MANIFEST_KEY)
     _step(after_step, "unpublish")
-    if manifest is not None and manifest.parent is not None:
-        release_pin(store, manifest.parent)
+    assert record is not None
+    if record.parent_log is not None and record.parent_pin is not None:
+        _release(parent_store(store, record.parent_log), pin_key(record.parent_pin))
     _step(after_step, "release")
-    removed = 0
+    removed, left = int(manifest is not None), 0
     for meta in list(store.list()):
+        if meta.key == DELETION_KEY:
+            continue
+        if not is_log_object(meta.key):
+            left += 1
+            continue
         store.delete(meta.key)
         removed += 1
+    store.delete(DELETION_KEY)
     _step(after_step, "remove")
-    return {"log": store.url, "parent": manifest.parent.log if manifest and manifest.parent else None,
-            "objects_removed": removed + (manifest is not None)}
+    if left:
+        logger.warning("%s: deleted; %d object(s) there are not this log's and were left", store.url, left)
+    return DeletionReport(store.url, record.parent_log, removed, left, resumed)
+
+
+def _write_deletion(store: ObjectStore, record: Deletion) -> None:
+    """Write the deletion record, replacing one an earlier run left (it crashed before removing
+    the manifest, so this log is still the one that record was for)."""
+    try:
+        store.put_if_absent(DELETION_KEY, record.to_bytes())
+    except PreconditionFailed:
+        store.put_if_match(DELETION_KEY, record.to_bytes(), store.head(DELETION_KEY).etag)
+
+
+def _read_deletion(store: ObjectStore) -> Deletion | None:
+    try:
+        return Deletion.from_bytes(store.get(DELETION_KEY).data, f"{store.url}/{DELETION_KEY}")
+    except ObjectNotFound:
+        return None
+
+
+def _branches_reading(store: ObjectStore, clock: Clock) -> list[str]:
+    """The branches that read through the log at `store`: each pin whose branch names it, or
+    whose branch may still be published (neither there nor being deleted, and the pin younger
+    than `UNPUBLISHED_PIN_S` by its creator's clock and the store's)."""
+    written_us = {m.key: int(m.last_modified * 1e6) for m in store.list(PIN_PREFIX)}
+    now_us = micros(clock)
+    found = []
+    for name, (pin, _) in sorted(list_pins(store).items()):
+        if pin_is_live(store, name, pin):
+            found.append(pin.branch)
+            continue
+        if parent_store(store, pin.branch).exists(DELETION_KEY):
+            continue  # its branch is being deleted: the pin is released by that deletion
+        age_s = (now_us - max(pin.created_us, written_us.get(pin_key(name), pin.created_us))) / 1e6
+        if age_s < UNPUBLISHED_PIN_S:
+            found.append(f"{pin.branch}, being created (its pin {name} is {age_s:.0f} s old)")
+    return found
 
 
 def _step(hook: Callable[[str], None] | None, name: str) -> None:

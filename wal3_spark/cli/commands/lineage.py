@@ -18,7 +18,8 @@ def branch(args: argparse.Namespace, output: Output) -> int:
     if args.delete:
         if args.destination is not None:
             raise Wal3Error("`wal3 branch --delete URL` takes one log: the branch to delete")
-        output.report("branch --delete", delete_branch(open_log_store(args.source, args), force=args.force))
+        output.report("branch --delete",
+                      delete_branch(open_log_store(args.source, args), force=args.force).to_dict())
         return EXIT_OK
     if args.destination is None:
         raise Wal3Error("`wal3 branch SRC DEST [--at OFFSET]` needs the new branch's location DEST")
