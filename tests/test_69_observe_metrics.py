@@ -194,3 +194,30 @@ def test_06_on_s3_a_warm_scrape_reads_the_dirty_log_and_the_logs_appended_to(sea
         value(samples, "wal3_cursor_offset", log="t01", cursor="billing"),
         value(samples, "wal3_cursor_records_behind", log="t01", cursor="billing"),
         value(samples, "wal3_cursor_bytes_behind", log="t01", cursor="billing"))] == [(6, 3, listed[0]["bytes_behind"])]
+
+
+def test_09_wal3_exporter_reads_through_a_store_that_refuses_writes(prefix: str, monkeypatch) -> None:  # noqa: ANN001
+    """The console reads through a read-only store; the exporter read through a writable one
+    (a scrape that ended up writing would have changed the log). Every store it holds, each
+    log's of the set included, refuses writes; it serves as before."""
+    from wal3_spark.cli.commands import exporter as command
+    from wal3_spark.cli.main import main
+    from wal3_spark.errors import AccessDenied
+
+    models: list[StatusModel] = []
+
+    class Recorded(StatusModel):
+        def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
+            super().__init__(*args, **kwargs)
+            models.append(self)
+
+    monkeypatch.setattr(command, "StatusModel", Recorded)
+    monkeypatch.setattr(command, "serve", lambda *args, **kwargs: 0)
+    assert main(["exporter", prefix]) == 0
+    (model,) = models
+    with serving(exporter_app(metrics_registry(model))) as server:
+        with urllib.request.urlopen(server.url + "metrics", timeout=60) as response:
+            assert 'wal3_log_next_offset{log="orders"}' in response.read().decode()
+    for store in (model.store, LogSet(model.store).log_store("orders")):
+        with pytest.raises(AccessDenied, match="the wal3 exporter is read-only"):
+            store.put_if_absent("x", b"")

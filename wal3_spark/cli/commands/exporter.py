@@ -17,6 +17,7 @@ from wal3_spark.observe.status import (
     DEFAULT_TTL_S,
     StatusModel,
 )
+from wal3_spark.storage.readonly import ReadOnlyStore
 
 DEFAULT_PORT = 9340
 
@@ -27,7 +28,8 @@ def exporter(args: argparse.Namespace, output: Output) -> int:
     except ImportError as exc:  # the optional extra is not installed
         raise Wal3Error(f"the exporter needs prometheus-client ({exc.name} is missing): "
                         "pip install 'wal3-spark[metrics]'") from None
-    store = open_log_store(args.url, args)
+    # a scrape must never change what it measures: every store it reads through refuses writes
+    store = ReadOnlyStore(open_log_store(args.url, args), "the wal3 exporter")
     model = StatusModel(store, selection=log_set(store, args).selection, ttl_s=args.ttl,
                         full_scan_every_s=args.full_scan_every, cursors_every_s=args.cursors_every)
     what = "the log set" if model.is_log_set else "the log"
