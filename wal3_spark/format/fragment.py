@@ -418,7 +418,18 @@ def _u64_column(table: pa.Table, name: str, path: str) -> np.ndarray:
     if column.null_count or not pa.types.is_integer(column.type):
         problem = f"{name} is not a non-null integer column ({column.type} with {column.null_count} nulls)"
         raise CorruptLog(f"a fragment's {name} is a non-null integer", path, problem)
-    return column.to_numpy().astype(np.uint64, copy=False)
+    chunks = [_integer_view(chunk) for chunk in column.chunks]
+    values = chunks[0] if len(chunks) == 1 else np.concatenate(chunks) if chunks else np.empty(0)
+    return values.astype(np.uint64, copy=False)
+
+
+def _integer_view(chunk: pa.Array) -> np.ndarray:
+    """A null-free integer array's values, viewed without a copy. Not `to_numpy`: pyarrow's
+    imports pandas on first use, over a second of CPU that a fresh Spark worker paid on its
+    first fragment's critical path (and a read needs no pandas)."""
+    kind = chunk.type
+    dtype = np.dtype(f"{'i' if pa.types.is_signed_integer(kind) else 'u'}{kind.bit_width // 8}")
+    return np.frombuffer(chunk.buffers()[1], dtype=dtype, count=len(chunk), offset=chunk.offset * dtype.itemsize)
 
 
 def _metadata_records(value: str | None, path: str) -> int | None:

@@ -393,6 +393,14 @@ def _check_path_time(decoded: DecodedFragment, ref: FragmentRef, raw: bool) -> N
         )
 
 
+def _int64s(values: np.ndarray, kind: pa.DataType) -> pa.Array:
+    """`values` as a non-null Arrow array of the 64-bit `kind`, from their buffer. Not
+    `pa.array`: it imports pandas on first use, over a second of CPU that a fresh Spark worker
+    paid on its first fragment's critical path (and a read needs no pandas)."""
+    data = np.ascontiguousarray(values, dtype=np.int64)
+    return pa.Array.from_buffers(kind, len(data), [None, pa.py_buffer(data)])
+
+
 def check_columns_known(path: str, columns: Iterable[str], payload: pa.Schema | None) -> None:
     """A fragment's payload `columns` are all in the schema of the manifest that references it
     (`CorruptLog` naming the manifest otherwise): a log's schema only gains columns, in the same
@@ -445,9 +453,9 @@ def read_range(
     table = conform(decoded.payload, RAW_SCHEMA if raw else payload)
     lo, hi = part.start - ref.start, part.limit - ref.start
     table = table.slice(lo, hi - lo)
-    offsets = pa.array(np.arange(part.start, part.limit, dtype=np.int64), pa.int64())
+    offsets = _int64s(np.arange(part.start, part.limit, dtype=np.int64), pa.int64())
     ts = np.broadcast_to(np.asarray(decoded.timestamp_us, dtype=np.int64).reshape(-1), (n,))[lo:hi]
-    timestamps = pa.array(ts, pa.int64()).cast(TIMESTAMP_FIELD.type)
+    timestamps = _int64s(ts, TIMESTAMP_FIELD.type)
     # a fragment decodes to one chunk per column: take it (a slice, no copy); combine_chunks
     # would copy every byte of the fragment once more
     columns = [c.chunk(0) if c.num_chunks == 1 else c.combine_chunks() for c in table.columns]
