@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
+
+def printed(code: str) -> str:
+    """What `code` prints, run in a fresh Python process (nothing imported before it)."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+
 
 def test_00_the_source_imports_neither_pandas_nor_boto3():
     """Spark starts a fresh Python process for each streaming query's source (and one per
     planning worker): importing the connector there must not pay for pandas (~0.6 s of CPU) or
     boto3 (~0.25 s), which planning a read on any store never needs."""
-    import subprocess
-    import sys
-
     code = (
         "import sys\n"
         "import wal3_spark.spark.source, wal3_spark.spark.stream_reader, wal3_spark.spark.batch_reader\n"
@@ -18,8 +23,7 @@ def test_00_the_source_imports_neither_pandas_nor_boto3():
         "open_store('s3://bucket/log')\n"
         "print(sorted(m for m in ('pandas', 'boto3') if m in sys.modules))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    assert printed(code) == "[]"
 
 
 def test_01_a_read_task_never_imports_pandas(tmp_path):
@@ -28,9 +32,6 @@ def test_01_a_read_task_never_imports_pandas(tmp_path):
     fresh worker about 0.45 s of CPU (13 s of wall time on a loaded machine) on its first
     fragment. The batch and stream readers' `read` of a structured and a raw log, verified by
     digest, and a LogReader read, in a fresh process."""
-    import subprocess
-    import sys
-
     import pyarrow as pa
 
     from wal3_spark.log.writer import LogWriter
@@ -55,5 +56,4 @@ def test_01_a_read_task_never_imports_pandas(tmp_path):
         "    rows.append(LogReader(url).read_table().num_rows)\n"
         "print(rows, 'pandas' in sys.modules)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[3, 3, 3, 2, 2, 2] False"
+    assert printed(code) == "[3, 3, 3, 2, 2, 2] False"
