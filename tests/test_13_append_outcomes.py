@@ -33,7 +33,7 @@ from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.fragment_io import write_fragments
 from wal3_spark.log.reader import LogReader
 from wal3_spark.log.writer import LogWriter, LogWriterOptions, to_batches
-from wal3_spark.ops.garbage_collector import GarbageCollector
+from wal3_spark.ops.garbage_collector import GarbageCollector, GCOptions
 from wal3_spark.ops.verify import verify
 from wal3_spark.spark.commit import commit_files
 from wal3_spark.storage import open_store
@@ -68,7 +68,7 @@ def collect_behind(store) -> Callable[[], None]:
     def run() -> None:
         tail = LogReader(store).manifest().next_offset
         CursorStore(store).advance("consumer", tail - 2)
-        GarbageCollector(store, grace_s=0, force=True).run()
+        GarbageCollector(store, GCOptions(grace_s=0, force=True)).run()
 
     return run
 

@@ -26,7 +26,7 @@ from wal3_spark.log.fragment_io import write_fragments
 from wal3_spark.log.reader import LogReader
 from wal3_spark.log.writer import LogWriter, LogWriterOptions, to_batches
 from wal3_spark.ops.copy import copy_log
-from wal3_spark.ops.garbage_collector import collect_garbage
+from wal3_spark.ops.garbage_collector import GCOptions, collect_garbage
 from wal3_spark.ops.verify import verify
 from wal3_spark.storage import open_store
 from wal3_spark.storage.base import Blob
@@ -155,7 +155,7 @@ def test_07_advance_never_records_an_offset_of_another_incarnation(store):
 
 def test_08_gc_counts_a_stale_cursor_as_pinning_the_whole_log_and_never_refuses(store):
     recreate_with_fewer_records(store, 11, 5)
-    report = collect_garbage(store, grace_s=0, keep_from=4)
+    report = collect_garbage(store, GCOptions(grace_s=0), keep_from=4)
     assert report.cursors == {"billing": 1} and report.cutoff == 1
     assert any("stale" in note for note in report.notes)
     assert LogReader(store).manifest().oldest_offset == 1

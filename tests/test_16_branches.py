@@ -28,10 +28,11 @@ from wal3_spark.log.reader import LogReader
 from wal3_spark.log.writer import LogWriter, LogWriterOptions
 from wal3_spark.ops.checkpoint import CHECKPOINT_STEPS, checkpoint
 from wal3_spark.ops.copy import copy_log
-from wal3_spark.ops.garbage_collector import MIN_ORPHAN_GRACE_S, GarbageCollector
+from wal3_spark.ops.garbage_collector import MIN_ORPHAN_GRACE_S, GarbageCollector, GCOptions
 from wal3_spark.ops.verify import verify
 from wal3_spark.storage import StoreLike, open_store
 from wal3_spark.storage.common import file_url
+from wal3_spark.testing.hooks import hooked
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -55,7 +56,7 @@ def collect(url: StoreLike, keep_from: int | None = None, **kw) -> object:
     """Collect the log with no grace, its cursor at `keep_from` (default: its tail)."""
     tail = LogReader(url).manifest().next_offset
     CursorStore(url).move("gc", tail if keep_from is None else keep_from, allow_backwards=True)
-    return GarbageCollector(url, grace_s=0, force=True, **kw).run()
+    return hooked(GarbageCollector(url, GCOptions(grace_s=0, force=True)), **kw).run()
 
 
 ORPHANS_OLD = SystemClock(skew_s=MIN_ORPHAN_GRACE_S + 60)  # every pin is older than the grace
@@ -195,10 +196,10 @@ def test_06_gc_racing_branch_creation_never_drops_what_the_branch_reads(urls):
     # 1. garbage computed (cutoff 31) before the branch's pin: the branch starts at 31
     CursorStore(urls["src"]).create("gc", 31)
     with pytest.raises(Crash):
-        GarbageCollector(urls["src"], grace_s=0, force=True, after_step=crash_after("compute")).run()
+        hooked(GarbageCollector(urls["src"], GCOptions(grace_s=0, force=True)), after_step=crash_after("compute")).run()
     report = branch(urls["src"], urls["dst"], at=40)
     assert report.start == 31  # settled on the pending garbage
-    GarbageCollector(urls["src"], grace_s=0, force=True).run()  # the pin (at 1) resets it
+    GarbageCollector(urls["src"], GCOptions(grace_s=0, force=True)).run()  # the pin (at 1) resets it
     assert bodies(urls["dst"]) == parent_records(9, 31)
     # 2. the branch is created in the middle of a collection, after its garbage was written
     other = urls["dst2"]
@@ -210,7 +211,7 @@ def test_06_gc_racing_branch_creation_never_drops_what_the_branch_reads(urls):
 
     CursorStore(urls["src"]).move("gc", 50, allow_backwards=True)
     delete_branch(urls["dst"])  # only the racing branch holds the log now
-    gc = GarbageCollector(urls["src"], grace_s=0, force=True, after_step=race).run()
+    gc = hooked(GarbageCollector(urls["src"], GCOptions(grace_s=0, force=True)), after_step=race).run()
     start = created["report"].start
     assert any("a hold at" in note for note in gc.notes) or start > 1
     assert LogReader(urls["src"]).manifest().oldest_offset <= start
@@ -224,7 +225,7 @@ def test_06_gc_racing_branch_creation_never_drops_what_the_branch_reads(urls):
             with pytest.raises(BranchError, match="running at the same moment"):
                 branch(urls["src"], urls["dst"], at=LogReader(urls["src"]).manifest().oldest_offset)
 
-    GarbageCollector(urls["src"], grace_s=0, force=True, after_step=too_low).run()
+    hooked(GarbageCollector(urls["src"], GCOptions(grace_s=0, force=True)), after_step=too_low).run()
     assert list_pins(open_store(urls["src"])) == {}
 
 
@@ -261,7 +262,7 @@ def test_08_a_crash_at_each_step_of_a_checkpoint_is_safe(urls, step):
         checkpoint(urls["dst"], after_step=crash_after(step))
     assert bodies(urls["dst"]) == before
     # the branch's own collection sweeps none of the copies while it still names its parent
-    GarbageCollector(urls["dst"], grace_s=0, orphan_clock=ORPHANS_OLD).run()
+    hooked(GarbageCollector(urls["dst"], GCOptions(grace_s=0)), orphan_clock=ORPHANS_OLD).run()
     assert bodies(urls["dst"]) == before
     checkpoint(urls["dst"])  # run again: finishes (reusing the copies)
     assert LogReader(urls["dst"]).manifest().parent is None and verify(urls["dst"]).ok

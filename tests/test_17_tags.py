@@ -13,9 +13,10 @@ from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.reader import LogReader
 from wal3_spark.log.tags import TagStore
 from wal3_spark.log.writer import LogWriter
-from wal3_spark.ops.garbage_collector import GarbageCollector
+from wal3_spark.ops.garbage_collector import GarbageCollector, GCOptions
 from wal3_spark.storage import open_store
 from wal3_spark.storage.common import file_url
+from wal3_spark.testing.hooks import hooked
 
 
 def fill(url: str, appends: int, start: int = 0) -> None:
@@ -32,7 +33,7 @@ def tagged(url: str, name: str) -> list[tuple[int, bytes]]:
 
 def collect(url: str) -> None:
     CursorStore(url).move("gc", LogReader(url).manifest().next_offset, allow_backwards=True)
-    GarbageCollector(url, grace_s=0, force=True).run()
+    GarbageCollector(url, GCOptions(grace_s=0, force=True)).run()
 
 
 @pytest.fixture
@@ -102,7 +103,7 @@ def test_03_a_held_tag_made_while_a_collection_runs_keeps_its_records(url):
         if step == "compute" and not made:
             made["tag"] = TagStore(url).create("race", at=45, hold=True).tag
 
-    GarbageCollector(url, grace_s=0, force=True, after_step=race).run()
+    hooked(GarbageCollector(url, GCOptions(grace_s=0, force=True)), after_step=race).run()
     tag = made["tag"]
     assert LogReader(url).manifest().oldest_offset <= tag.start
     assert [o for o, _ in tagged(url, "race")] == list(range(tag.start, 45))

@@ -18,7 +18,7 @@ from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.fragment_io import write_fragments
 from wal3_spark.log.reader import LogReader, load_snapshot
 from wal3_spark.log.writer import LogWriter, LogWriterOptions, to_batches
-from wal3_spark.ops.garbage_collector import GarbageCollector
+from wal3_spark.ops.garbage_collector import GarbageCollector, GCOptions
 from wal3_spark.ops.verify import verify
 from wal3_spark.storage import open_store
 
@@ -135,7 +135,7 @@ def test_07_problems_are_classified_by_what_failed_not_by_words_in_a_message(log
 def test_08_verify_racing_gc_starts_over_instead_of_reporting_collected_objects(log_store):
     def collect():
         CursorStore(log_store).create("c", 41)
-        GarbageCollector(log_store, grace_s=0, force=True).run()
+        GarbageCollector(log_store, GCOptions(grace_s=0, force=True)).run()
 
     racing = HookedStore(log_store, lambda key: key.startswith(FRAGMENT_PREFIX), collect)
     report = verify(racing)

@@ -23,7 +23,7 @@ from wal3_spark.format.manifest import SnapshotOptions
 from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.reader import LogReader, iter_fragments
 from wal3_spark.log.writer import LogWriter, LogWriterOptions
-from wal3_spark.ops.garbage_collector import GarbageCollector
+from wal3_spark.ops.garbage_collector import GarbageCollector, GCOptions
 from wal3_spark.ops.verify import verify
 from wal3_spark.storage import open_store
 
@@ -121,7 +121,7 @@ def _collect(store, cutoff: int):
 
     def run():
         CursorStore(store).create("consumer", cutoff)
-        GarbageCollector(store, grace_s=0, force=True).run()
+        GarbageCollector(store, GCOptions(grace_s=0, force=True)).run()
 
     return run
 

@@ -25,7 +25,7 @@ from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.fragment_io import write_fragments
 from wal3_spark.log.reader import LogReader, load_snapshot
 from wal3_spark.log.writer import LogWriter, LogWriterOptions, to_batches
-from wal3_spark.ops.garbage_collector import GarbageCollector
+from wal3_spark.ops.garbage_collector import GarbageCollector, GCOptions
 from wal3_spark.ops.verify import verify
 from wal3_spark.spark import commit as spark_commit
 from wal3_spark.spark.commit import commit_files
@@ -162,7 +162,7 @@ def test_05_a_rebased_commit_never_points_at_the_snapshot_its_lost_attempt_wrote
     report = verify(store)
     assert report.ok, report.problems
     CursorStore(store).create("c", 2)
-    GarbageCollector(store, grace_s=0).run()
+    GarbageCollector(store, GCOptions(grace_s=0)).run()
     assert bodies(store) == [b"Q1", b"Q2", b"X1", b"X2", b"X3", b"X4", b"X5"]
     assert verify(store).ok
 
@@ -346,7 +346,7 @@ def test_13_a_commit_reads_snapshots_only_when_its_fragments_may_be_in_them(stor
 def collect_below(store, offset: int, *, grace_s: float = 0.0, clock=SYSTEM):
     """Move a cursor to `offset` and run garbage collection (forced: tests drop most records)."""
     CursorStore(store).move("c", offset)
-    return GarbageCollector(store, grace_s=grace_s, max_drop_share=1.0, force=True, clock=clock).run()
+    return GarbageCollector(store, GCOptions(grace_s=grace_s, max_drop_share=1.0, force=True), clock=clock).run()
 
 
 def committed_then_five_more(store):

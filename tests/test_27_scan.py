@@ -22,7 +22,7 @@ from wal3_spark.format.uuid7 import uuid7_timestamp_us
 from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.reader import LogReader
 from wal3_spark.log.writer import LogWriter
-from wal3_spark.ops.garbage_collector import GarbageCollector
+from wal3_spark.ops.garbage_collector import GarbageCollector, GCOptions
 from wal3_spark.storage import open_store
 
 _names = itertools.count()
@@ -117,7 +117,7 @@ def test_02_bad_ranges_are_refused_with_the_valid_values():
 def test_03_offsets_garbage_collection_removed_are_data_loss_or_skipped():
     store = log_of(f"memory://scan-{next(_names)}", fragments=4)
     CursorStore(store).advance("c", 21)
-    GarbageCollector(store, grace_s=0, force=True).run()
+    GarbageCollector(store, GCOptions(grace_s=0, force=True)).run()
     reader = LogReader(store)
     with pytest.raises(DataLost, match=r"offsets \[1, 21\) .* were garbage-collected"):
         reader.scan(start=1)

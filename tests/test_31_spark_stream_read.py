@@ -155,7 +155,7 @@ def test_08_stream_with_cursor_on_s3(spark, request, tmp_path):
 def test_09_gc_below_the_cursor_then_the_stream_continues_without_loss(spark, log_url, tmp_path):
     """The consumer's cursor pins the log: GC removes only what lies wholly below it, and the
     restarted query (its checkpoint is at or past the cursor) loses and repeats nothing."""
-    from wal3_spark.ops.garbage_collector import collect_garbage
+    from wal3_spark.ops.garbage_collector import GCOptions, collect_garbage
 
     ckpt, out = tmp_path / "ckpt", tmp_path / "out"
     for i in range(4):
@@ -168,7 +168,7 @@ def test_09_gc_below_the_cursor_then_the_stream_continues_without_loss(spark, lo
     q.processAllAvailable()
     q.stop()
     cursor = CursorStore(open_store(log_url)).get("billing").cursor.offset
-    report = collect_garbage(log_url, grace_s=0, force=True)
+    report = collect_garbage(log_url, GCOptions(grace_s=0, force=True))
     oldest = LogReader(open_store(log_url)).bounds()[0]
     assert 1 < oldest <= cursor, (oldest, cursor, report)
     append(sample(spark, 100, start=400, parts=1), log_url)

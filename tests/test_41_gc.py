@@ -22,9 +22,10 @@ from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.fragment_io import write_fragment
 from wal3_spark.log.reader import LogReader, iter_fragments, load_snapshot
 from wal3_spark.log.writer import LogWriter, LogWriterOptions
-from wal3_spark.ops.garbage_collector import PHASES, GarbageCollector, referenced
+from wal3_spark.ops.garbage_collector import PHASES, GarbageCollector, GCOptions, referenced
 from wal3_spark.ops.verify import verify
 from wal3_spark.storage import open_store
+from wal3_spark.testing.hooks import hooked
 
 
 class Crash(Exception):
@@ -85,7 +86,7 @@ def test_00_three_cursors_collect_exactly_the_fragments_below_the_lowest(store):
     expected_kept = [f for f in before.fragments if f.limit > 23]
     assert len(expected_dropped) == 4
 
-    report = GarbageCollector(store, grace_s=0).run()
+    report = GarbageCollector(store, GCOptions(grace_s=0)).run()
 
     after = Committer_manifest(store)
     assert report.cutoff == 23 and report.first_to_keep == 21
@@ -103,7 +104,7 @@ def test_00_three_cursors_collect_exactly_the_fragments_below_the_lowest(store):
     LogWriter(store).append([b"after-gc"])
     assert offsets_and_bodies(store, 50)[-1] == (51, b"after-gc")
     # a second run has nothing to do
-    again = GarbageCollector(store, grace_s=0).run()
+    again = GarbageCollector(store, GCOptions(grace_s=0)).run()
     assert again.steps == [] and again.deleted == [] and again.orphans_deleted == []
 
 
@@ -120,10 +121,10 @@ def test_01_a_crash_after_any_phase_is_finished_by_the_next_run(store, phase):
     dropped = [f for f in before.fragments if f.limit <= 27]
 
     with pytest.raises(Crash):
-        GarbageCollector(store, grace_s=0, after_step=crash_after(phase)).run()
+        hooked(GarbageCollector(store, GCOptions(grace_s=0)), after_step=crash_after(phase)).run()
     # readers keep working from the cursor whatever the step the crash came after
     assert offsets_and_bodies(store, 27)[0] == (27, body(26))
-    report = GarbageCollector(store, grace_s=0).run()
+    report = GarbageCollector(store, GCOptions(grace_s=0)).run()
     # the rerun does the remaining steps (deleting again is harmless: deletes are idempotent)
     remaining = list(PHASES[PHASES.index(phase) + 1 :])
     assert report.steps == (["delete", "reset"] if phase == "delete" else remaining)
@@ -143,7 +144,7 @@ def test_02_phase_3_waits_for_the_grace_interval(store):
     CursorStore(store).create("c", 20)
     t0 = time.time()
     clock = ManualClock(now=t0)
-    gc = GarbageCollector(store, grace_s=3600, clock=clock)
+    gc = GarbageCollector(store, GCOptions(grace_s=3600), clock=clock)
     first = gc.run()
     assert first.steps == ["compute", "apply", "mark"]
     assert first.delete_after == pytest.approx(t0 + 3600, abs=1)
@@ -168,16 +169,16 @@ def test_03_orphans_of_aborted_appends_go_only_after_the_grace_interval(store):
     orphan = write_fragment(store, encode_raw([b"lost"], int(time.time() * 1e6)))
     assert orphan.path in keys(store, FRAGMENT_PREFIX)
     t0 = time.time()
-    report = GarbageCollector(store, grace_s=3600, clock=ManualClock(now=t0)).run()
+    report = GarbageCollector(store, GCOptions(grace_s=3600), clock=ManualClock(now=t0)).run()
     assert report.orphans_deleted == [] and orphan.path in keys(store, FRAGMENT_PREFIX)
-    dry = GarbageCollector(store, grace_s=3600, clock=ManualClock(now=t0 + 3601)).run(dry_run=True)
+    dry = GarbageCollector(store, GCOptions(grace_s=3600), clock=ManualClock(now=t0 + 3601)).run(dry_run=True)
     assert dry.orphans_deleted == [orphan.path] and orphan.path in keys(store, FRAGMENT_PREFIX)
-    late = GarbageCollector(store, grace_s=3600, clock=ManualClock(now=t0 + 3601)).run()
+    late = GarbageCollector(store, GCOptions(grace_s=3600), clock=ManualClock(now=t0 + 3601)).run()
     assert late.orphans_deleted == [orphan.path]
     assert orphan.path not in keys(store, FRAGMENT_PREFIX)
     # referenced fragments are never orphans, however old
     assert len(keys(store, FRAGMENT_PREFIX)) == 3
-    much_later = GarbageCollector(store, grace_s=0, clock=ManualClock(now=t0 + 10**6)).run()
+    much_later = GarbageCollector(store, GCOptions(grace_s=0), clock=ManualClock(now=t0 + 10**6)).run()
     assert much_later.orphans_deleted == []
     clean(store)
     assert len(offsets_and_bodies(store, 1)) == 15
@@ -214,7 +215,7 @@ def test_04_a_writer_appending_throughout_gc_loses_nothing(store):
             cutoffs.append(tail - 4)
             cursors.advance("reader", tail - 4)
             # readers need no grace here; writers do: their fragments are not orphans
-            report = GarbageCollector(store, grace_s=0, orphan_grace_s=3600, force=True).run()
+            report = GarbageCollector(store, GCOptions(grace_s=0, orphan_grace_s=3600, force=True)).run()
             assert report.orphans_deleted == []
             deleted += len(report.deleted)
     finally:
@@ -239,9 +240,9 @@ def test_05_refuses_to_drop_too_much_without_force(store):
     fill(store, appends=10)
     CursorStore(store).create("c", 51)  # at the tail: everything would go
     with pytest.raises(GCRefused, match="force"):
-        GarbageCollector(store, grace_s=0).run()
+        GarbageCollector(store, GCOptions(grace_s=0)).run()
     assert load_garbage(store)[0].is_empty() and len(Committer_manifest(store).fragments) == 10
-    report = GarbageCollector(store, grace_s=0, force=True).run()
+    report = GarbageCollector(store, GCOptions(grace_s=0, force=True)).run()
     assert report.first_to_keep == 51
     m = Committer_manifest(store)
     assert m.fragments == () and m.oldest_offset == m.next_offset == 51
@@ -252,12 +253,12 @@ def test_05_refuses_to_drop_too_much_without_force(store):
 
 def test_06_keep_from_only_lowers_and_no_cursor_means_no_collection(store):
     fill(store, appends=6)
-    assert GarbageCollector(store, grace_s=0).run(keep_from=20).steps == []  # no cursors
+    assert GarbageCollector(store, GCOptions(grace_s=0)).run(keep_from=20).steps == []  # no cursors
     CursorStore(store).create("c", 21)
-    dry = GarbageCollector(store, grace_s=0).run(keep_from=100, dry_run=True)
+    dry = GarbageCollector(store, GCOptions(grace_s=0)).run(keep_from=100, dry_run=True)
     assert dry.cutoff == 21 and dry.first_to_keep == 21 and dry.steps == []
     assert load_garbage(store)[0].is_empty() and len(Committer_manifest(store).fragments) == 6
-    report = GarbageCollector(store, grace_s=0).run(keep_from=11)
+    report = GarbageCollector(store, GCOptions(grace_s=0)).run(keep_from=11)
     assert report.cutoff == 11 and Committer_manifest(store).oldest_offset == 11
     clean(store)
 
@@ -268,11 +269,11 @@ def test_07_stale_garbage_after_writers_rolled_snapshots_is_recomputed(tmp_path)
     fill(store, appends=3)
     CursorStore(store).create("c", 11)
     with pytest.raises(Crash):
-        GarbageCollector(store, grace_s=0, after_step=crash_after("compute")).run()
+        hooked(GarbageCollector(store, GCOptions(grace_s=0)), after_step=crash_after("compute")).run()
     # writers roll the garbage's fragments into snapshots before phase 2 runs
     fill(store, appends=3, snapshot_options=options)
     assert Committer_manifest(store).snapshots
-    report = GarbageCollector(store, grace_s=0).run()
+    report = GarbageCollector(store, GCOptions(grace_s=0)).run()
     assert any("stale" in n for n in report.notes)
     assert Committer_manifest(store).oldest_offset <= 11
     assert verify(store).ok
@@ -286,7 +287,7 @@ def test_08_snapshot_trees_collect_and_stay_readable(tmp_path, cutoff):
     before = Committer_manifest(store)
     assert max(p.depth for p in before.snapshots) >= 2
     CursorStore(store).create("c", cutoff)
-    GarbageCollector(store, grace_s=0, force=True).run()
+    GarbageCollector(store, GCOptions(grace_s=0, force=True)).run()
     after = Committer_manifest(store)
     assert after.setsum == before.setsum and after.oldest_offset <= cutoff
     assert offsets_and_bodies(store, cutoff) == [(o, body(o - 1)) for o in range(cutoff, 161)]
@@ -317,7 +318,7 @@ def test_10_collecting_a_local_log_leaves_no_file_behind(tmp_path):
     store = open_store(str(root))
     fill(store, appends=12)  # [1,6) ... [56,61)
     CursorStore(store).create("c", 56)
-    report = GarbageCollector(store, grace_s=0, force=True).run()
+    report = GarbageCollector(store, GCOptions(grace_s=0, force=True)).run()
     assert len(report.deleted) == 11
     hidden = sorted(p.relative_to(root).as_posix() for p in root.rglob(".*"))
     beside_objects = [p for p in hidden if (root / p).with_name(p.split("/")[-1][1:-len(".lock")]).exists()]
@@ -337,7 +338,7 @@ def test_11_a_rebuilt_snapshot_whose_path_holds_other_offsets_is_not_trusted(sto
     assert planted.path == Snapshot.of_fragments(kept, "gc").path
     store.put_if_absent(planted.path, planted.to_bytes())
     CursorStore(store).create("c", 5)
-    report = GarbageCollector(store, grace_s=0).run()
+    report = GarbageCollector(store, GCOptions(grace_s=0)).run()
     assert any("kept whole" in note for note in report.notes), report.notes
     assert report.first_to_keep == 4 and Committer_manifest(store).oldest_offset == 4
     assert offsets_and_bodies(store, 4) == [(o, body(o - 1)) for o in range(4, 8)]
@@ -396,14 +397,14 @@ def test_14_an_apply_never_publishes_a_rebuilt_snapshot_a_concurrent_sweep_delet
     fill(store, appends=40, per=4, snapshot_options=SnapshotOptions(3, 3))  # offsets 1..160
     CursorStore(store).create("c", 50)
     with pytest.raises(Crash):
-        GarbageCollector(store, grace_s=0, force=True, after_step=crash_after("compute")).run()
+        hooked(GarbageCollector(store, GCOptions(grace_s=0, force=True)), after_step=crash_after("compute")).run()
     made = load_garbage(store)[0].snapshots_to_make
     assert made
     horizon_us = max(int(store.head(s.path).last_modified * 1e6) for s in made) + 1
     Committer(store).update(lambda m: m.with_orphan_horizon(horizon_us, "another collector"))
     for snapshot in made:
         store.delete(snapshot.path)
-    report = GarbageCollector(store, grace_s=0, force=True).run()
+    report = GarbageCollector(store, GCOptions(grace_s=0, force=True)).run()
     assert any("stale garbage reset" in note and "predates the orphan horizon" in note for note in report.notes)
     assert "apply" in report.steps and Committer_manifest(store).oldest_offset <= 50
     assert offsets_and_bodies(store, 50) == [(o, body(o - 1)) for o in range(50, 161)]
@@ -439,7 +440,7 @@ def test_15_a_hold_made_between_listing_holds_and_writing_the_garbage_is_reporte
     fill(store)  # [1, 51), 10 fragments
     CursorStore(store).create("c", 51)
     hooked = TagBeforeGarbage(store)
-    report = GarbageCollector(hooked, grace_s=0, force=True).run()
+    report = GarbageCollector(hooked, GCOptions(grace_s=0, force=True)).run()
     assert hooked.fired
     assert LogReader(store).manifest().oldest_offset == 1 and report.oldest_offset == 1
     assert (report.first_to_keep, report.records_dropped, report.fragments_dropped, report.snapshots_dropped) == (None, 0, 0, 0)
@@ -448,7 +449,7 @@ def test_15_a_hold_made_between_listing_holds_and_writing_the_garbage_is_reporte
     assert any("a hold at 1 appeared" in note for note in report.notes), report.notes
     # the next run, with the tag gone, collects and says so
     TagStore(store).delete("audit")
-    again = GarbageCollector(store, grace_s=0, force=True).run()
+    again = GarbageCollector(store, GCOptions(grace_s=0, force=True)).run()
     assert (again.first_to_keep, again.records_dropped, again.fragments_dropped) == (51, 50, 10)
 
 
@@ -457,7 +458,7 @@ def test_16_a_run_that_finishes_a_crashed_runs_garbage_reports_what_it_drops(tmp
     fill(store)  # [1, 51), 10 fragments
     CursorStore(store).create("c", 26)
     with pytest.raises(Crash):
-        GarbageCollector(store, grace_s=0, after_step=crash_after("compute")).run()
-    report = GarbageCollector(store, grace_s=0).run()
+        hooked(GarbageCollector(store, GCOptions(grace_s=0)), after_step=crash_after("compute")).run()
+    report = GarbageCollector(store, GCOptions(grace_s=0)).run()
     assert report.steps == ["apply", "mark", "delete", "reset"]
     assert (report.first_to_keep, report.records_dropped, report.fragments_dropped) == (26, 25, 5)

@@ -17,7 +17,7 @@ from wal3_spark.log.fragment_io import write_fragment
 from wal3_spark.log.reader import LogReader
 from wal3_spark.log.writer import LogWriter, LogWriterOptions
 from wal3_spark.ops.copy import copy_log
-from wal3_spark.ops.garbage_collector import GarbageCollector
+from wal3_spark.ops.garbage_collector import GarbageCollector, GCOptions
 from wal3_spark.ops.verify import verify
 from wal3_spark.storage import open_store
 
@@ -61,7 +61,7 @@ def test_01_gc_still_works_on_a_sealed_log(store):
         writer.append([b"%d" % i] * 2)
     CursorStore(store).create("c", 5)
     Committer(store).seal()
-    GarbageCollector(store, grace_s=0).run()
+    GarbageCollector(store, GCOptions(grace_s=0)).run()
     m = LogReader(store).manifest()
     assert m.sealed and m.oldest_offset == 5
     assert verify(store).ok
@@ -120,7 +120,7 @@ def test_05_empty_log_copies_to_an_empty_log_at_the_same_tail(tmp_path):
     src = open_store(str(tmp_path / "src"))
     LogWriter(src).append([b"x"] * 3)
     CursorStore(src).create("c", 4)
-    GarbageCollector(src, grace_s=0, force=True).run()
+    GarbageCollector(src, GCOptions(grace_s=0, force=True)).run()
     dst = open_store(str(tmp_path / "dst"))
     report = copy_log(src, dst)
     assert report.fragments == 0 and LogReader(dst).manifest().next_offset == 4

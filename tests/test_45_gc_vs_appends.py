@@ -10,14 +10,14 @@ import time
 
 import pytest
 
-from wal3_spark.clock import SystemClock
 from wal3_spark.cli.main import main as wal3_main
+from wal3_spark.clock import SystemClock
 from wal3_spark.errors import CommitFailed, InvalidOption
 from wal3_spark.log.committer import Committer
 from wal3_spark.log.fragment_io import write_fragments
 from wal3_spark.log.reader import LogReader
 from wal3_spark.log.writer import LogWriter, to_batches
-from wal3_spark.ops.garbage_collector import GarbageCollector
+from wal3_spark.ops.garbage_collector import GarbageCollector, GCOptions
 from wal3_spark.ops.verify import verify
 from wal3_spark.storage import open_store
 
@@ -50,7 +50,7 @@ def test_01_a_commit_of_fragments_gc_swept_as_orphans_is_refused_and_commits_not
     LogWriter(store).append(b"r0")
     files = upload(store, [b"r1"])
     # a collector whose clock says the fragment is far older than any orphan grace
-    report = GarbageCollector(store, grace_s=0, clock=SystemClock(skew_s=7 * 86400)).run()
+    report = GarbageCollector(store, GCOptions(grace_s=0), clock=SystemClock(skew_s=7 * 86400)).run()
     assert report.orphans_deleted == [files[0].path]
     with pytest.raises(CommitFailed, match="rerun the append"):
         Committer(store).commit(files)
@@ -112,7 +112,7 @@ def test_02_appender_processes_and_repeated_gc_lose_no_acknowledged_record(store
             ahead = MIN_ORPHAN_GRACE_S if runs % 2 else 0.0
             tail = LogReader(store).manifest().next_offset
             cursors.advance("consumer", max(1, tail - 6))
-            report = GarbageCollector(store, grace_s=0, force=True, clock=SystemClock(skew_s=ahead)).run()
+            report = GarbageCollector(store, GCOptions(grace_s=0, force=True), clock=SystemClock(skew_s=ahead)).run()
             orphans += len(report.orphans_deleted)
             runs += 1
     finally:
@@ -151,7 +151,7 @@ def test_03_every_gc_setting_between_upload_and_commit_is_safe(local_url, option
     LogWriter(store).append([b"r0", b"r0b"])
     CursorStore(store).create("consumer", 2)
     files = upload(store, [b"r1"])
-    GarbageCollector(store, clock=SystemClock(skew_s=clock_ahead_s), **options).run()
+    GarbageCollector(store, GCOptions(**options), clock=SystemClock(skew_s=clock_ahead_s)).run()
     try:
         Committer(store).commit(files)
         committed = True
@@ -171,4 +171,4 @@ def test_03_every_gc_setting_between_upload_and_commit_is_safe(local_url, option
 ])
 def test_04_gc_settings_that_cannot_be_safe_are_refused_with_the_valid_range(local_url, options, match):
     with pytest.raises(InvalidOption, match=match):
-        GarbageCollector(open_store(local_url), **options)
+        GarbageCollector(open_store(local_url), GCOptions(**options))

@@ -20,7 +20,8 @@ from wal3_spark import CursorStore, LogReader, LogWriter, open_store
 from wal3_spark.clock import ManualClock
 from wal3_spark.errors import DataLost
 from wal3_spark.log.fragment_io import read_range
-from wal3_spark.ops.garbage_collector import GarbageCollector
+from wal3_spark.ops.garbage_collector import GarbageCollector, GCOptions
+from wal3_spark.testing.hooks import hooked
 
 
 def test_00_fragments_dropped_by_gc_outlive_the_grace_interval_for_older_readers() -> None:
@@ -32,7 +33,7 @@ def test_00_fragments_dropped_by_gc_outlive_the_grace_interval_for_older_readers
     before = LogReader(store).manifest()  # a reader loads the manifest, then GC runs
     two_hours_later = time.time() + 7200  # the fragments were written long ago
 
-    report = GarbageCollector(store, force=True, clock=ManualClock(now=two_hours_later)).run()
+    report = GarbageCollector(store, GCOptions(force=True), clock=ManualClock(now=two_hours_later)).run()
 
     assert report.steps == ["compute", "apply", "mark"]  # applied; deletion waits for the grace
     assert report.orphans_deleted == []
@@ -59,10 +60,9 @@ def test_01_a_reader_racing_gc_reads_until_the_delete_step_then_gets_the_collect
     now = time.time()
 
     def collect(at: float, orphans_at: float | None = None):
-        return GarbageCollector(
-            store, force=True, grace_s=600, clock=ManualClock(now=at),
-            orphan_clock=None if orphans_at is None else ManualClock(now=orphans_at),
-        ).run()
+        return hooked(GarbageCollector(
+            store, GCOptions(force=True, grace_s=600), clock=ManualClock(now=at),
+        ), orphan_clock=None if orphans_at is None else ManualClock(now=orphans_at)).run()
 
     plan = LogReader(store).plan(1, 5, manifest=before)
     assert collect(now).steps == ["compute", "apply", "mark"]

@@ -17,11 +17,11 @@ from tests.test_43_cli import ok
 from wal3_spark.clock import micros
 from wal3_spark.format.layout import SNAPSHOT_PREFIX, Cursor, cursor_key, dumps
 from wal3_spark.format.manifest import SnapshotOptions
-from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.cursor_lag import bytes_from, cursor_lags
+from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.reader import LogReader, iter_fragments
 from wal3_spark.log.writer import LogWriter
-from wal3_spark.ops.garbage_collector import GarbageCollector
+from wal3_spark.ops.garbage_collector import GarbageCollector, GCOptions
 from wal3_spark.storage import open_store
 
 _names = itertools.count()
@@ -76,7 +76,7 @@ def test_02_lag_counts_records_bytes_and_the_age_of_the_last_move():
     assert late.moved_ago_s == 90.0 and late.moved_epoch_us == state["late"].cursor.epoch_us
     assert (done.records_behind, done.bytes_behind) == (0, 0)
 
-    GarbageCollector(store, grace_s=0, force=True).run()   # collects below the lowest cursor
+    GarbageCollector(store, GCOptions(grace_s=0, force=True)).run()   # collects below the lowest cursor
     manifest = LogReader(store).manifest()
     assert manifest.oldest_offset == 11
     [late] = cursor_lags(store, manifest, [cursors.get("late")], at_us=at)

@@ -284,7 +284,7 @@ def test_11_a_fragment_gc_deleted_after_to_df_fails_the_query_or_is_skipped(spar
     before the action: the query fails naming the file, or with failOnDataLoss=false skips it
     as format("wal3") does."""
     from wal3_spark.log.cursors import CursorStore
-    from wal3_spark.ops.garbage_collector import GarbageCollector
+    from wal3_spark.ops.garbage_collector import GarbageCollector, GCOptions
 
     url = (tmp_path / "log").as_uri()
     writer, start = LogWriter(url), 0
@@ -295,7 +295,7 @@ def test_11_a_fragment_gc_deleted_after_to_df_fails_the_query_or_is_skipped(spar
     strict = Wal3Log.forPath(spark, url).toDF()
     lenient = Wal3Log.forPath(spark, url).toDF(failOnDataLoss="false")
     CursorStore(open_store(url)).create("c", 11)
-    GarbageCollector(open_store(url), grace_s=0, force=True).run()
+    GarbageCollector(open_store(url), GCOptions(grace_s=0, force=True)).run()
     with pytest.raises(Exception) as info:
         strict.collect()
     assert first.rsplit("/", 1)[-1] in str(info.value)
@@ -429,7 +429,7 @@ def test_17_an_empty_log_then_collected_and_sealed(spark, tmp_path):
     the log sealed: the same rows, and a range below the oldest offset is the same DataLost
     (or, with failOnDataLoss=false, the same rows skipped to the oldest offset)."""
     from wal3_spark.log.cursors import CursorStore
-    from wal3_spark.ops.garbage_collector import GarbageCollector
+    from wal3_spark.ops.garbage_collector import GarbageCollector, GCOptions
 
     url = (tmp_path / "log").as_uri()
     Committer(open_store(url)).create(pa.schema([("id", pa.int64()), ("name", pa.string())]))
@@ -439,7 +439,7 @@ def test_17_an_empty_log_then_collected_and_sealed(spark, tmp_path):
         writer.append(rows(start, n).select(["id", "name"]))
         start += n
     CursorStore(open_store(url)).create("c", 11)
-    GarbageCollector(open_store(url), grace_s=0, force=True).run()
+    GarbageCollector(open_store(url), GCOptions(grace_s=0, force=True)).run()
     Committer(open_store(url)).seal()
     assert [r._offset for r in same_as_data_source(spark, url)] == list(range(11, 30))
     assert len(same_as_data_source(spark, url, startingOffsets=5, failOnDataLoss="false")) == 19

@@ -72,7 +72,7 @@ def test_02_an_executor_reading_fragments_gc_deleted_after_planning_gets_the_col
     from wal3_spark.log.fragment_io import output_schema
     from wal3_spark.log.reader import LogReader
     from wal3_spark.log.writer import LogWriter
-    from wal3_spark.ops.garbage_collector import GarbageCollector
+    from wal3_spark.ops.garbage_collector import GarbageCollector, GCOptions
     from wal3_spark.spark.read_tasks import read_partition
 
     store = open_store(str(tmp_path / "log"))
@@ -83,7 +83,7 @@ def test_02_an_executor_reading_fragments_gc_deleted_after_planning_gets_the_col
     manifest = reader.manifest()
     parts = pack(reader.plan(manifest=manifest), 1 << 30, 1)
     CursorStore(store).create("c", 12)
-    GarbageCollector(store, grace_s=0, force=True).run()
+    GarbageCollector(store, GCOptions(grace_s=0, force=True)).run()
     with pytest.raises(DataLost) as info:
         list(read_partition(store, parts[0], None, output_schema(None), verify=True))
     assert (info.value.start, info.value.oldest) == (1, 11)

@@ -37,7 +37,7 @@ from wal3_spark.logset.dirty import (
     rolled_up_to,
 )
 from wal3_spark.logset.logs import LogSelection, LogSet
-from wal3_spark.ops.garbage_collector import collect_garbage
+from wal3_spark.ops.garbage_collector import GCOptions, collect_garbage
 from wal3_spark.storage import open_store
 from wal3_spark.storage.base import ObjectStore
 from wal3_spark.storage.forwarding import ForwardingStore
@@ -349,7 +349,7 @@ def test_12_roll_up_keeps_every_log_so_readers_behind_the_collected_head_miss_no
     CursorStore(store).advance("gc", 13)
     assert roll_up(prefix, 13).skipped
 
-    report = collect_garbage(store, keep_from=10, grace_s=0, force=True)
+    report = collect_garbage(store, GCOptions(grace_s=0, force=True), keep_from=10)
     assert LogReader(store).bounds() == (10, 13) and report.deleted
     # a reader far behind skips to the oldest offset and still learns every log
     assert read_dirty(store, 2) == ({"a": 4, "b": 4, "c": 4}, 13)

@@ -11,9 +11,9 @@ from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.reader import LogReader
 from wal3_spark.log.writer import LogWriter
 from wal3_spark.logset.dirty import GC_CURSOR, DirtyLog, dirty_store, rolled_up_to
-from wal3_spark.logset.prefix_gc import finish, plan
 from wal3_spark.logset.logs import LogSet
-from wal3_spark.ops.garbage_collector import GCReport, collect_garbage
+from wal3_spark.logset.prefix_gc import finish, plan
+from wal3_spark.ops.garbage_collector import GCOptions, GCReport, collect_garbage
 from wal3_spark.storage import open_store
 from wal3_spark.storage.base import ObjectStore
 
@@ -38,7 +38,7 @@ def gc_run(prefix: ObjectStore, *, full_scan: bool = False, fail: set[str] = fro
         if name in fail:
             results[name] = Wal3Error(f"{name} failed")
             continue
-        results[name] = collect_garbage(logs.log_store(name), grace_s=0, force=True)
+        results[name] = collect_garbage(logs.log_store(name), GCOptions(grace_s=0, force=True))
     failed = [name for name, r in results.items() if isinstance(r, Wal3Error)]
     return run.names, finish(prefix, run, failed, grace_s=0)
 

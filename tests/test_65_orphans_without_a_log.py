@@ -21,7 +21,7 @@ from wal3_spark.log.fragment_io import write_fragments
 from wal3_spark.log.reader import LogReader
 from wal3_spark.log.writer import LogWriter
 from wal3_spark.logset.logs import LogSet
-from wal3_spark.ops.garbage_collector import GarbageCollector
+from wal3_spark.ops.garbage_collector import GarbageCollector, GCOptions
 from wal3_spark.storage import open_store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,10 +43,10 @@ def test_00_old_fragments_without_a_manifest_are_fenced_then_swept(tmp_path):
     store = LogSet(prefix).log_store("ghost")
     with pytest.raises(LogNotFound):  # an ordinary run: no log here
         GarbageCollector(store).run()
-    dry = GarbageCollector(store, orphans_without_log=True).run(dry_run=True)
+    dry = GarbageCollector(store, GCOptions(orphans_without_log=True)).run(dry_run=True)
     assert dry.orphans_deleted == [files[0].path] and not store.exists(MANIFEST_KEY)
 
-    report = GarbageCollector(store, orphans_without_log=True).run()
+    report = GarbageCollector(store, GCOptions(orphans_without_log=True)).run()
     assert report.orphans_deleted == [files[0].path]
     assert not store.exists(files[0].path)
     manifest = LogReader(store).manifest()  # the fence: an empty log with the orphan horizon
@@ -67,7 +67,7 @@ def test_01_young_fragments_without_a_manifest_may_be_a_first_commit_in_flight(t
     files = leftovers(prefix, "creating", age_s=10)
     store = LogSet(prefix).log_store("creating")
     with pytest.raises(LogNotFound):
-        GarbageCollector(store, orphans_without_log=True).run()
+        GarbageCollector(store, GCOptions(orphans_without_log=True)).run()
     assert store.exists(files[0].path) and not store.exists(MANIFEST_KEY)
     result = Committer(store).commit(files, schema=SCHEMA)  # the commit lands afterwards
     assert (result.start, result.limit) == (1, 4)

@@ -14,7 +14,7 @@ from wal3_spark.format.layout import MANIFEST_KEY
 from wal3_spark.log.committer import Committer
 from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.reader import LogReader
-from wal3_spark.ops.garbage_collector import collect_garbage
+from wal3_spark.ops.garbage_collector import GCOptions, collect_garbage
 from wal3_spark.spark.logset_stream import encode
 from wal3_spark.storage import open_store
 
@@ -27,7 +27,7 @@ def test_00_a_garbage_collected_log_fails_or_skips_alone():
     strict, lenient = stream_reader(prefix), stream_reader(prefix, failOnDataLoss="false")
     start = strict.initialOffset()
     CursorStore(open_store(f"{prefix}/gone")).advance("c", 11)
-    collect_garbage(f"{prefix}/gone", grace_s=0, force=True)
+    collect_garbage(f"{prefix}/gone", GCOptions(grace_s=0, force=True))
     assert LogReader(open_store(f"{prefix}/gone")).bounds()[0] == 11
     with pytest.raises(DataLost, match=f"offsets \\[1, 11\\) of {prefix}/gone"):
         strict.latestOffset(start, ReadAllAvailable())
@@ -50,7 +50,7 @@ def test_01_a_task_reading_fragments_gc_deleted_after_planning_fails_or_skips_th
     end = strict.latestOffset(start, ReadAllAvailable())
     plans = [r.partitions(start, end) for r in (strict, lenient)]
     CursorStore(open_store(f"{prefix}/gone")).advance("c", 11)
-    collect_garbage(f"{prefix}/gone", grace_s=0, force=True)
+    collect_garbage(f"{prefix}/gone", GCOptions(grace_s=0, force=True))
     with pytest.raises(DataLost, match=f"offsets \\[1, 11\\) of {prefix}/gone"):
         [batch for part in plans[0] for batch in strict.read(part)]
     table = pa.Table.from_batches([batch for part in plans[1] for batch in lenient.read(part)])

@@ -45,8 +45,7 @@ from wal3_spark.stress.journal import (
     read_new,
 )
 from wal3_spark.stress.ledger import VIOLATIONS, IntervalSet, Ledger
-from wal3_spark.stress.logset import VIOLATIONS as LOGSET_VIOLATIONS
-from wal3_spark.stress.logset import Ack, run_logset_stress, tally
+from wal3_spark.stress.logset import VIOLATIONS as LOGSET_VIOLATIONS, Ack, run_logset_stress, tally
 from wal3_spark.stress.reader import StressReader
 from wal3_spark.stress.rundir import RunDir, read_json, write_json
 from wal3_spark.stress.streams import (
@@ -621,7 +620,7 @@ def test_26_the_branch_checker_catches_a_branch_whose_parent_lost_its_records(tm
     from wal3_spark.log.cursors import CursorStore
     from wal3_spark.log.reader import LogReader
     from wal3_spark.log.writer import LogWriter
-    from wal3_spark.ops.garbage_collector import GarbageCollector
+    from wal3_spark.ops.garbage_collector import GarbageCollector, GCOptions
     from wal3_spark.storage import open_store
     from wal3_spark.stress.branches import BranchStats, Checker
 
@@ -650,7 +649,7 @@ def test_26_the_branch_checker_catches_a_branch_whose_parent_lost_its_records(tm
     for meta in list(open_store(root).list("pin/")):
         open_store(root).delete(meta.key)
     CursorStore(root).create("gc", LogReader(root).manifest().next_offset)
-    GarbageCollector(root, grace_s=0, force=True).run()
+    GarbageCollector(root, GCOptions(grace_s=0, force=True)).run()
     checker.check_all()
     checker.check_all()
     assert any("b00001" in f for f in stats.failures), stats.failures
@@ -664,8 +663,8 @@ def test_27_bounded_branch_run_with_tags_on_the_emulators(tmp_path: Path, reques
     """The branch run's whole mix (branches created, written, checkpointed, deleted; tags held
     and not, deleted; collection; kill -9) on fake-gcs-server and Azurite, its processes reaching
     the emulator through the store options handed down to them."""
-    from wal3_spark.stress.branches import run_branch_stress
     from tests.support.emulators import cloud_url
+    from wal3_spark.stress.branches import run_branch_stress
 
     url, options = cloud_url(request, backend)
     stats = run_branch_stress(tmp_path / "run", branches=3, duration_s=25, seed=SEED, kill_every_s=4,

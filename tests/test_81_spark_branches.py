@@ -14,7 +14,7 @@ from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.reader import LogReader
 from wal3_spark.log.tags import TagStore
 from wal3_spark.log.writer import LogWriter
-from wal3_spark.ops.garbage_collector import GarbageCollector
+from wal3_spark.ops.garbage_collector import GarbageCollector, GCOptions
 from wal3_spark.spark import Wal3Log
 from wal3_spark.storage.common import file_url
 
@@ -37,7 +37,7 @@ def ids(df) -> list[tuple[int, int, str]]:
 
 def collect(url: str) -> None:
     CursorStore(url).move("gc", LogReader(url).manifest().next_offset, allow_backwards=True)
-    GarbageCollector(url, grace_s=0, force=True).run()
+    GarbageCollector(url, GCOptions(grace_s=0, force=True)).run()
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from wal3_spark.logset.dirty import DirtyLog
 from wal3_spark.logset.logs import LogSet
 from wal3_spark.ops.checkpoint import checkpoint
 from wal3_spark.ops.copy import copy_log
-from wal3_spark.ops.garbage_collector import GarbageCollector, collect_garbage
+from wal3_spark.ops.garbage_collector import GarbageCollector, GCOptions, collect_garbage
 from wal3_spark.ops.verify import verify
 
 #: each entry point and the names of the parameters that say where its logs live
@@ -60,7 +60,7 @@ OPERATIONS = {
 }
 #: what the package hands out besides the operations and their reports
 ENTRY_CLASSES = ["CursorStore", "DirtyLog", "LogReader", "LogSelection", "LogSet", "LogWriter",
-                 "LogWriterOptions", "TagStore", "open_store"]
+                 "LogWriterOptions", "GCOptions", "TagStore", "open_store"]
 #: machinery under the public API: importable from its module, not from the package
 INTERNAL = ["Committer", "CasObject", "GarbageCollector", "resolve_store"]
 
@@ -94,8 +94,18 @@ HANDFUL = 5
 
 
 def test_03_constructors_take_a_handful_of_parameters_and_options_in_a_dataclass():
-    for entry in (LogWriter, LogReader, CursorStore, TagStore):
+    for entry in (LogWriter, LogReader, CursorStore, TagStore, GarbageCollector):
         assert len(_parameters(entry)) <= HANDFUL, (entry.__name__, _parameters(entry))
-    assert dataclasses.is_dataclass(LogWriterOptions)
+    assert dataclasses.is_dataclass(LogWriterOptions) and dataclasses.is_dataclass(GCOptions)
     with pytest.raises(ValueError, match="max_uploads >= 1"):
         LogWriterOptions(max_uploads=0)
+
+
+#: seams for tests and wal3 stress (wal3_spark.testing.hooks), never a public parameter
+TEST_HOOKS = {"after_step", "orphan_clock"}
+
+
+def test_04_test_hooks_are_no_public_parameter():
+    for entry in (GarbageCollector, collect_garbage):
+        assert not TEST_HOOKS & set(_parameters(entry)), entry.__name__
+    assert "kwargs" not in _parameters(collect_garbage), "collect_garbage names its options"

@@ -22,7 +22,7 @@ from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.reader import LogReader
 from wal3_spark.log.writer import LogWriter
 from wal3_spark.logset.dirty import DirtyLog
-from wal3_spark.ops.garbage_collector import collect_garbage
+from wal3_spark.ops.garbage_collector import GCOptions, collect_garbage
 from wal3_spark.storage import open_store
 
 HOT = ("t00", "t01", "t02")
@@ -105,7 +105,7 @@ def _run(spark, herd: Herd, work: Path) -> dict:
 
     # GC under the stream's cursor, then more records for that log
     cursor = CursorStore(herd.store(GC_LOG)).get(CURSOR).cursor.offset
-    collect_garbage(herd.url(GC_LOG), options=options or None, grace_s=0, force=True)
+    collect_garbage(herd.url(GC_LOG), GCOptions(grace_s=0, force=True), options=options or None)
     gc_oldest = LogReader(herd.store(GC_LOG)).bounds()[0]
     herd.append(GC_LOG, 10)
     for i in range(47, 50):  # logs created while the query is stopped

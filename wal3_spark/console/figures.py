@@ -23,7 +23,7 @@ from wal3_spark.errors import GCRefused, InvalidOption
 from wal3_spark.format.garbage import load_garbage
 from wal3_spark.format.uuid7 import uuid7_timestamp_us
 from wal3_spark.log.reader import LogReader, SnapshotCache, iter_fragments
-from wal3_spark.ops.garbage_collector import DEFAULT_GRACE_S, GarbageCollector
+from wal3_spark.ops.garbage_collector import DEFAULT_GRACE_S, GarbageCollector, GCOptions
 from wal3_spark.storage.base import ObjectStore
 
 #: the append-rate chart's buckets: one a minute over the last ten minutes
@@ -142,7 +142,7 @@ def gc_state(store: ObjectStore) -> dict[str, Any]:
     garbage, _ = load_garbage(store)
     state: dict[str, Any] = {"url": store.url, "pending": None if garbage.is_empty() else garbage.summary(),
                              "grace_s": DEFAULT_GRACE_S, "report": None, "refused": None, "holder": None}
-    collector = GarbageCollector(store, force=True, writer="wal3 console (dry run)")
+    collector = GarbageCollector(store, GCOptions(force=True, writer="wal3 console (dry run)"))
     try:
         report = collector.run(dry_run=True)
     except GCRefused as exc:

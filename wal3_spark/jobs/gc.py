@@ -48,19 +48,21 @@ def find_logs_recursive(prefix: str, options: dict[str, str]) -> list[str]:
 def collect_one(target: str | ObjectStore, settings: dict) -> dict:
     """Collect one log (a URL or a store); never raises (the error goes into the result)."""
     from wal3_spark.errors import LogNotFound, Wal3Error
-    from wal3_spark.ops.garbage_collector import collect_garbage
+    from wal3_spark.ops.garbage_collector import GCOptions, collect_garbage
 
     url = target if isinstance(target, str) else target.url
     try:
         report = collect_garbage(
             target,
+            GCOptions(
+                grace_s=settings["grace_s"],
+                max_drop_share=settings["max_drop_share"],
+                force=settings["force"],
+                writer="wal3 gc job",
+                orphans_without_log=True,  # a name a failed job wrote to but never created
+            ),
             options=settings["options"],
             dry_run=settings["dry_run"],
-            grace_s=settings["grace_s"],
-            max_drop_share=settings["max_drop_share"],
-            force=settings["force"],
-            writer="wal3 gc job",
-            orphans_without_log=True,  # a name a failed job wrote to but never created
         )
     except LogNotFound:
         return {"url": url, "ok": True, "skipped": "no log here"}  # a listed directory, not a log

@@ -39,7 +39,7 @@ from wal3_spark.logset.dirty import (
     rolled_up_to,
 )
 from wal3_spark.logset.logs import LogSet
-from wal3_spark.ops.garbage_collector import GCReport, collect_garbage
+from wal3_spark.ops.garbage_collector import GCOptions, GCReport, collect_garbage
 from wal3_spark.storage import StoreLike, resolve_store
 
 logger = logging.getLogger(__name__)
@@ -127,7 +127,7 @@ def finish(
         if report.rolled_up_to is not None:
             # The head below the roll-up is summarised after it: dropping all of it is the point.
             report.gc = collect_garbage(
-                store, keep_from=report.rolled_up_to, grace_s=grace_s, force=True, writer=writer
+                store, GCOptions(grace_s=grace_s, force=True, writer=writer), keep_from=report.rolled_up_to
             )
     except Wal3Error as exc:
         report.error = str(exc)

@@ -35,7 +35,6 @@ import logging
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
 
 from wal3_spark.clock import SYSTEM, Clock, micros, utc_text
 from wal3_spark.errors import (
@@ -161,58 +160,78 @@ def fragment_created_us(meta: ObjectMeta) -> int:
     return ts if ts is not None else int(meta.last_modified * 1e6)
 
 
+@dataclass(frozen=True)
+class GCOptions:
+    """How garbage collection of a log decides what it may delete: one value, checked when it
+    is made, that `wal3 gc`, the jobs and the log sets' collection pass on whole."""
+
+    #: how long a fragment or snapshot stays after it left the manifest (readers that planned
+    #: with an older manifest still read it)
+    grace_s: float = DEFAULT_GRACE_S
+    #: how old an unreferenced fragment must be to be an orphan (None: the grace, at least
+    #: `MIN_ORPHAN_GRACE_S`: appends still committing have younger ones)
+    orphan_grace_s: float | None = None
+    #: the largest share of the log's records one run may drop unless `force`
+    max_drop_share: float = DEFAULT_MAX_DROP_SHARE
+    force: bool = False
+    #: the manifest's and the cursors' `writer` field for what the collector writes
+    writer: str = "wal3-spark gc"
+    #: where there is no manifest, sweep fragments and snapshots older than the orphan grace
+    #: anyway (a failed job's leftovers for a log it never created: prefix GC), after fencing
+    #: them with an empty log; else such a name is LogNotFound
+    orphans_without_log: bool = False
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.grace_s) and self.grace_s >= 0):
+            raise InvalidOption(f"grace_s must be a number of seconds >= 0, got {self.grace_s}")
+        if self.orphan_grace_s is not None and not self.orphan_grace_s >= MIN_ORPHAN_GRACE_S:
+            raise InvalidOption(
+                f"orphan_grace_s must be at least {MIN_ORPHAN_GRACE_S:.0f} s, got {self.orphan_grace_s}: "
+                "younger unreferenced fragments may belong to appends still committing"
+            )
+        if not 0.0 <= self.max_drop_share <= 1.0:
+            raise InvalidOption(f"max_drop_share must be within [0, 1], got {self.max_drop_share}")
+
+
 class GarbageCollector:
-    """Collects garbage of one log. `clock` (`wal3_spark.clock`) and `grace_s` are injectable
-    so that tests never wait for time to pass."""
+    """Collects garbage of one log. `clock` (`wal3_spark.clock`) and `GCOptions.grace_s` are
+    injectable so that tests never wait for time to pass."""
 
     def __init__(
         self,
         log: StoreLike,
+        gc_options: GCOptions | None = None,
         *,
         options: Mapping[str, str] | None = None,
-        grace_s: float = DEFAULT_GRACE_S,
-        orphan_grace_s: float | None = None,
-        max_drop_share: float = DEFAULT_MAX_DROP_SHARE,
-        force: bool = False,
         clock: Clock = SYSTEM,
-        orphan_clock: Clock | None = None,
-        writer: str = "wal3-spark gc",
-        after_step: Callable[[str], None] | None = None,
         progress: Callable[[int, int], None] | None = None,
-        orphans_without_log: bool = False,
     ) -> None:
-        if not (math.isfinite(grace_s) and grace_s >= 0):
-            raise InvalidOption(f"grace_s must be a number of seconds >= 0, got {grace_s}")
-        if orphan_grace_s is not None and not orphan_grace_s >= MIN_ORPHAN_GRACE_S:
-            raise InvalidOption(
-                f"orphan_grace_s must be at least {MIN_ORPHAN_GRACE_S:.0f} s, got {orphan_grace_s}: "
-                "younger unreferenced fragments may belong to appends still committing"
-            )
-        if not 0.0 <= max_drop_share <= 1.0:
-            raise InvalidOption(f"max_drop_share must be within [0, 1], got {max_drop_share}")
+        settings = gc_options or GCOptions()
+        writer = settings.writer
+        self.gc_options = settings
         self.store = store = resolve_store(log, options)
-        self.grace_s = grace_s
+        self.grace_s = settings.grace_s
         #: how old an unreferenced fragment must be to be an orphan (appends still committing
         #: have younger ones; the orphan horizon makes even a too-short grace safe)
         self.orphan_grace_s = (
-            max(grace_s, MIN_ORPHAN_GRACE_S) if orphan_grace_s is None else orphan_grace_s
+            max(settings.grace_s, MIN_ORPHAN_GRACE_S) if settings.orphan_grace_s is None
+            else settings.orphan_grace_s
         )
-        self.max_drop_share = max_drop_share
-        self.force = force
+        self.max_drop_share = settings.max_drop_share
+        self.force = settings.force
         self.clock = clock
         #: the clock the orphan sweep ages fragments by (default `clock`). `wal3 stress` runs it
         #: more than the orphan grace ahead, so that the sweep races appends still committing as
         #: it would after a writer stalled between upload and commit; the orphan horizon makes
-        #: that safe (those appends fail cleanly). Python only: no CLI option sets it
-        self.orphan_clock = clock if orphan_clock is None else orphan_clock
-        #: where there is no manifest, sweep fragments and snapshots older than the orphan
-        #: grace anyway (a failed job's leftovers for a log it never created: prefix GC), after
-        #: fencing them with an empty log (`_fence_orphans`); else such a name is LogNotFound
-        self.orphans_without_log = orphans_without_log
+        #: that safe (those appends fail cleanly). A test seam (`wal3_spark.testing.hooks`): no
+        #: public parameter or CLI option sets it
+        self._orphan_clock = clock
+        self.orphans_without_log = settings.orphans_without_log
         self.writer = writer
         #: called with each step's name (`PHASES`) once it is done; what it raises ends the run
-        #: there, as a crash would (how the tests crash a collector between two steps)
-        self.after_step = after_step
+        #: there, as a crash would (how the tests crash a collector between two steps; set
+        #: through `wal3_spark.testing.hooks`)
+        self._after_step: Callable[[str], None] | None = None
         self.progress = progress
         self.committer = Committer(store, writer=writer, clock=clock)
         self.cursors = CursorStore(store, writer=writer, clock=clock)
@@ -341,13 +360,13 @@ class GarbageCollector:
     def _step(self, report: GCReport, name: str) -> None:
         report.steps.append(name)
         logger.info("%s: gc %s done", self.url, name)
-        if self.after_step is not None:
-            self.after_step(name)
+        if self._after_step is not None:
+            self._after_step(name)
 
     def _holds(self, report: GCReport, dry_run: bool) -> None:
         """Read the pins and held tags into `report.holds`, dropping (unless `dry_run`) the
         pins older than the orphan grace whose branch does not read through them."""
-        orphan_before_us = int((self.orphan_clock.now() - self.orphan_grace_s) * 1e6)
+        orphan_before_us = int((self._orphan_clock.now() - self.orphan_grace_s) * 1e6)
         for hold in holds(self.store, orphan_before_us=orphan_before_us):
             if hold.orphan:
                 report.pins_dropped.append(hold.key)
@@ -505,7 +524,7 @@ class GarbageCollector:
     def _aged(self) -> dict[str, int]:
         """The UUID fragments and the snapshots older than the orphan grace, with their age
         (UUIDv7 time; last-modified time for snapshots), µs."""
-        cutoff_us = int((self.orphan_clock.now() - self.orphan_grace_s) * 1e6)
+        cutoff_us = int((self._orphan_clock.now() - self.orphan_grace_s) * 1e6)
         old = {
             m.key: fragment_created_us(m)
             for m in self.store.list(FRAGMENT_PREFIX)
@@ -568,20 +587,26 @@ class GarbageCollector:
 
 def collect_garbage(
     log: StoreLike,
+    gc_options: GCOptions | None = None,
     *,
     options: Mapping[str, str] | None = None,
     keep_from: int | None = None,
     dry_run: bool = False,
-    **kwargs: Any,
+    clock: Clock = SYSTEM,
+    progress: Callable[[int, int], None] | None = None,
 ) -> GCReport:
-    """Run garbage collection on the log at `log` (a URL or an ObjectStore)."""
-    return GarbageCollector(log, options=options, **kwargs).run(keep_from=keep_from, dry_run=dry_run)
+    """Run garbage collection on the log at `log` (a URL or an ObjectStore) once, as
+    `gc_options` say; `keep_from` may only lower the cursors' cutoff, `dry_run` deletes
+    nothing and reports what a run would delete."""
+    return GarbageCollector(log, gc_options, options=options, clock=clock, progress=progress).run(
+        keep_from=keep_from, dry_run=dry_run)
 
 
 __all__ = [
     "DEFAULT_GRACE_S",
     "DEFAULT_MAX_DROP_SHARE",
     "MIN_ORPHAN_GRACE_S",
+    "GCOptions",
     "GCReport",
     "GarbageCollector",
     "collect_garbage",

@@ -51,10 +51,11 @@ from wal3_spark.log.reader import LogReader
 from wal3_spark.log.tags import TagStore
 from wal3_spark.log.writer import LogWriter
 from wal3_spark.ops.checkpoint import checkpoint
-from wal3_spark.ops.garbage_collector import MIN_ORPHAN_GRACE_S, GarbageCollector
+from wal3_spark.ops.garbage_collector import MIN_ORPHAN_GRACE_S, GarbageCollector, GCOptions
 from wal3_spark.ops.verify import verify
 from wal3_spark.storage import ObjectStore, open_store
 from wal3_spark.storage.common import file_url
+from wal3_spark.testing.hooks import hooked
 
 ROLES = ("writer", "collector", "operator")
 #: pins without a branch are dropped once this old (the collector's orphan clock runs ahead)
@@ -156,8 +157,8 @@ def _collector(place: Place, rng: random.Random) -> None:
         manifest = read_manifest(root)
         target = max(manifest.oldest_offset, manifest.next_offset - rng.randint(20, 400))
         cursors.move("stress", target, allow_backwards=True)
-        GarbageCollector(root, grace_s=0, force=True, orphan_clock=ahead,
-                         writer="stress collector").run()
+        collector = GarbageCollector(root, GCOptions(grace_s=0, force=True, writer="stress collector"))
+        hooked(collector, orphan_clock=ahead).run()
         SYSTEM.sleep(rng.uniform(0.1, 1.0))
 
 
@@ -580,7 +581,7 @@ def _final(place: Place, checker: Checker, stats: BranchStats) -> None:
         if parent is not None:
             readers.setdefault(parent.log, set()).add(parent.pin)
     for url in [place.root] + [place.branch(n) for n in live]:
-        GarbageCollector(place.store(url), grace_s=0, force=True, orphan_clock=ahead).run()
+        hooked(GarbageCollector(place.store(url), GCOptions(grace_s=0, force=True)), orphan_clock=ahead).run()
         pins = set(list_pins(place.store(url)))
         stats.pins_at_end += len(pins)
         if pins != readers.get(url, set()):

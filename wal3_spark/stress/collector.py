@@ -24,10 +24,11 @@ from collections.abc import Callable
 
 from wal3_spark.clock import SystemClock
 from wal3_spark.errors import Wal3Error
-from wal3_spark.ops.garbage_collector import MIN_ORPHAN_GRACE_S, GarbageCollector
+from wal3_spark.ops.garbage_collector import MIN_ORPHAN_GRACE_S, GarbageCollector, GCOptions
 from wal3_spark.storage import ObjectStore
 from wal3_spark.stress.config import StressConfig
 from wal3_spark.stress.summary import ORPHAN_RACE
+from wal3_spark.testing.hooks import hooked
 
 logger = logging.getLogger(__name__)
 
@@ -67,10 +68,9 @@ class StressCollector:
         if race:
             self.races += 1
         ahead_s = max(self.config.gc_grace_s, MIN_ORPHAN_GRACE_S) + ORPHAN_RACE_LEAD_S
-        collector = GarbageCollector(
-            self.store, grace_s=self.config.gc_grace_s, force=True, writer=f"wal3 stress {self.name}",
-            orphan_clock=SystemClock(skew_s=ahead_s) if race else None,
-        )
+        collector = hooked(GarbageCollector(
+            self.store, GCOptions(grace_s=self.config.gc_grace_s, force=True, writer=f"wal3 stress {self.name}"),
+        ), orphan_clock=SystemClock(skew_s=ahead_s) if race else None)
         try:
             report = collector.run()
         except Wal3Error as exc:

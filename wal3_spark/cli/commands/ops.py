@@ -9,7 +9,7 @@ from wal3_spark.cli.commands import EXIT_FAIL, EXIT_OK, AddCommand, open_log_sto
 from wal3_spark.cli.output import Output
 from wal3_spark.cli.progress import ProgressBar
 from wal3_spark.ops.copy import copy_log
-from wal3_spark.ops.garbage_collector import DEFAULT_GRACE_S, GarbageCollector
+from wal3_spark.ops.garbage_collector import DEFAULT_GRACE_S, GarbageCollector, GCOptions
 from wal3_spark.ops.verify import verify as verify_log
 
 
@@ -24,10 +24,8 @@ def gc(args: argparse.Namespace, output: Output) -> int:
     with ProgressBar("deleting", "objects") as progress:
         collector = GarbageCollector(
             open_log_store(args.url, args),
-            grace_s=DEFAULT_GRACE_S if args.grace is None else args.grace,
-            max_drop_share=args.max_drop_share,
-            force=args.force,
-            writer="wal3 gc",
+            GCOptions(grace_s=DEFAULT_GRACE_S if args.grace is None else args.grace,
+                      max_drop_share=args.max_drop_share, force=args.force, writer="wal3 gc"),
             progress=progress,
         )
         report = collector.run(keep_from=args.keep_from, dry_run=args.dry_run)

@@ -1,0 +1,28 @@
+"""Seams into an operation that tests and `wal3 stress` use and no caller of the library should:
+they stay out of the operations' public signatures, which say what a user may choose.
+
+`hooked(collector, after_step=..., orphan_clock=...)` gives a `GarbageCollector` a function
+called with each step's name once it is done (what it raises ends the run there, as a crash
+would), and the clock its orphan sweep ages fragments by (run ahead, the sweep races appends
+still committing as it would after a writer stalled between upload and commit).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from wal3_spark.clock import Clock
+
+if TYPE_CHECKING:
+    from wal3_spark.ops.garbage_collector import GarbageCollector
+
+
+def hooked(collector: GarbageCollector, *, after_step: Callable[[str], None] | None = None,
+           orphan_clock: Clock | None = None) -> GarbageCollector:
+    """`collector`, with the seams given set (the others as they were)."""
+    if after_step is not None:
+        collector._after_step = after_step
+    if orphan_clock is not None:
+        collector._orphan_clock = orphan_clock
+    return collector
