@@ -9,7 +9,7 @@ import inspect
 
 import pytest
 
-from wal3_spark.log.branches import branch
+from wal3_spark.log.branches import branch, delete_branch
 from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.reader import LogReader
 from wal3_spark.log.tags import TagStore
@@ -30,6 +30,7 @@ FIRST_PARAMETERS = {
     GarbageCollector: ["log"],
     verify: ["log"],
     checkpoint: ["log"],
+    delete_branch: ["log"],
     collect_garbage: ["log"],
     copy_log: ["source", "destination"],
     branch: ["source", "destination"],
@@ -57,6 +58,7 @@ OPERATIONS = {
     "collect_garbage": "GCReport",
     "branch": "BranchReport",
     "checkpoint": "CheckpointReport",
+    "delete_branch": "DeletionReport",
 }
 #: what the package hands out besides the operations and their reports
 ENTRY_CLASSES = ["CursorStore", "DirtyLog", "LogReader", "LogSelection", "LogSet", "LogWriter",
@@ -73,7 +75,6 @@ def test_01_the_operations_and_their_reports_are_exported():
         assert inspect.signature(operation).return_annotation in (report, getattr(wal3_spark, report))
         assert dataclasses.is_dataclass(getattr(wal3_spark, report)), report
         assert name in wal3_spark.__all__ and report in wal3_spark.__all__
-    assert "delete_branch" in wal3_spark.__all__
     for name in ENTRY_CLASSES:
         assert name in wal3_spark.__all__, name
 

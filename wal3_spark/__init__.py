@@ -34,6 +34,7 @@ _EXPORTS = {
     "BranchReport": "wal3_spark.log.branches",
     "CheckpointReport": "wal3_spark.ops.checkpoint",
     "CopyReport": "wal3_spark.ops.copy",
+    "DeletionReport": "wal3_spark.log.branches",
     "GCOptions": "wal3_spark.ops.garbage_collector",
     "GCReport": "wal3_spark.ops.garbage_collector",
     "VerifyReport": "wal3_spark.ops.verify",
