@@ -462,3 +462,21 @@ def test_16_a_run_that_finishes_a_crashed_runs_garbage_reports_what_it_drops(tmp
     report = GarbageCollector(store, GCOptions(grace_s=0)).run()
     assert report.steps == ["apply", "mark", "delete", "reset"]
     assert (report.first_to_keep, report.records_dropped, report.fragments_dropped) == (26, 25, 5)
+
+
+@pytest.mark.parametrize("nested", ["snapshot", "log", "gc", "cursor"])
+def test_17_the_orphan_sweep_never_deletes_a_log_nested_below_the_log(tmp_path, nested):
+    """A log whose name is one of the layout's folders (`orders/snapshot`, `orders/log`), nested
+    below another log, shares the parent's prefixes: the parent's orphan sweep, listing
+    `snapshot/` and `log/`, must take only keys of its own layout, never that log's objects."""
+    from wal3_spark.storage.common import file_url
+
+    parent = file_url(str(tmp_path / "orders"))
+    child = file_url(str(tmp_path / "orders" / nested))
+    fill(open_store(child), appends=6, per=2, snapshot_options=SnapshotOptions(2, 2))
+    fill(open_store(parent), appends=2)
+    before = {m.key for m in open_store(child).list()}
+    report = GarbageCollector(parent, clock=ManualClock(now=time.time() + 7200)).run()
+    assert not any(key.startswith(f"{nested}/") for key in report.orphans_deleted), report.orphans_deleted
+    assert {m.key for m in open_store(child).list()} == before
+    assert verify(child).ok

@@ -45,6 +45,7 @@ from wal3_spark.errors import (
     LogNotFound,
     ObjectNotFound,
 )
+from wal3_spark.format.deletion import is_log_object
 from wal3_spark.format.garbage import (
     Garbage,
     apply_garbage,
@@ -533,7 +534,9 @@ class GarbageCollector:
         old.update(
             (m.key, int(m.last_modified * 1e6))
             for m in self.store.list(SNAPSHOT_PREFIX)
-            if m.last_modified * 1e6 < cutoff_us
+            # only keys of this log's layout: a log nested below it and named `snapshot`
+            # lists its own objects under this prefix, and they are never this log's orphans
+            if is_log_object(m.key) and m.last_modified * 1e6 < cutoff_us
         )
         return old
 
