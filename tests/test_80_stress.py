@@ -718,3 +718,18 @@ def test_28_the_branch_checker_catches_what_nobody_asked_for(tmp_path: Path) -> 
     for _ in range(2 * TAG_CHECK_EVERY):
         checker.check_all()
     assert stats.ok, stats.failures
+
+
+def test_29_recreating_a_log_keeps_the_logs_nested_below_it(tmp_path: Path) -> None:
+    """The log-set run's re-creator deletes one log's objects, never those of a log nested
+    below its URL (`a/sub`) or of a sibling sharing its name's prefix (`a2`)."""
+    from wal3_spark.stress.logset import recreate
+
+    prefix = open_store(file_url(str(tmp_path / "set")))
+    for name in ("a", "a/sub", "a2"):
+        LogWriter(file_url(str(tmp_path / "set" / name))).append([b"x", b"y"])
+    others = {m.key for m in prefix.list() if m.key.startswith(("a/sub/", "a2/"))}
+    recreate(prefix, "a")
+    assert {m.key for m in prefix.list() if not m.key.startswith("a/") or m.key.startswith("a/sub/")} == others
+    assert LogReader(file_url(str(tmp_path / "set" / "a"))).manifest().next_offset == 1
+    assert LogReader(file_url(str(tmp_path / "set" / "a" / "sub"))).manifest().next_offset == 3

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from wal3_spark.errors import CorruptLog, LogNotFound, LogRecreated, Wal3Error
+from wal3_spark.format.deletion import is_log_object
 from wal3_spark.format.layout import MANIFEST_KEY
 from wal3_spark.format.schema import OFFSET_COLUMN
 from wal3_spark.log.committer import Committer
@@ -238,13 +239,14 @@ def _close(writer: LogWriter) -> None:
 
 def recreate(prefix: ObjectStore, name: str) -> None:
     """Delete every object of log `name` (its manifest first: the log is gone at once) and
-    create the log again, empty."""
+    create the log again, empty. Only keys of a log's layout are deleted (`is_log_object`): a
+    log nested below `name` is not one of its objects."""
     store = prefix_store(prefix, name)
     try:
         store.delete(MANIFEST_KEY)
     except Wal3Error as exc:
         logger.info("deleting %s's manifest: %s", name, exc)
-    for meta in list(store.list("")):
+    for meta in [m for m in store.list("") if is_log_object(m.key)]:
         try:
             store.delete(meta.key)
         except Wal3Error as exc:  # a writer's fragment may come and go meanwhile
