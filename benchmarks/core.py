@@ -47,19 +47,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.support.fakes import FakeFragment  # noqa: E402
 from tests.support.seaweed import running_seaweed  # noqa: E402
-from wal3_spark.testing.emulators import running_azurite, running_fake_gcs  # noqa: E402
 from wal3_spark.format.layout import MANIFEST_KEY  # noqa: E402
 from wal3_spark.format.manifest import Manifest, SnapshotOptions  # noqa: E402
 from wal3_spark.format.setsum import Setsum  # noqa: E402
-from wal3_spark.log.committer import (
-    Committer,  # noqa: E402
-    roll_snapshots,  # noqa: E402
-)
+from wal3_spark.log.committer import Committer  # noqa: E402
 from wal3_spark.log.fragment_io import write_fragments
 from wal3_spark.log.reader import LogReader  # noqa: E402
+from wal3_spark.log.snapshots import roll_snapshots  # noqa: E402
 from wal3_spark.log.writer import LogWriter, to_batches  # noqa: E402
 from wal3_spark.storage import open_store  # noqa: E402
 from wal3_spark.storage.base import ObjectStore  # noqa: E402
+from wal3_spark.testing.emulators import running_azurite, running_fake_gcs  # noqa: E402
 
 ROWS: list[tuple[str, str, str]] = []
 

@@ -31,7 +31,7 @@ from tests.support.fakes import FakeFragment  # noqa: E402
 from wal3_spark.format.layout import KnownRefs  # noqa: E402
 from wal3_spark.format.manifest import Manifest, SnapshotOptions  # noqa: E402
 from wal3_spark.format.setsum import Setsum  # noqa: E402
-from wal3_spark.log.committer import roll_snapshots  # noqa: E402
+from wal3_spark.log.snapshots import roll_snapshots  # noqa: E402
 from wal3_spark.storage import open_store  # noqa: E402
 
 

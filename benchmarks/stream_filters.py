@@ -187,7 +187,7 @@ def main() -> None:
     refs = list(manifest.fragments)
     store = open_store(filtered)
     for pointer in manifest.snapshots:
-        from wal3_spark.log.reader import load_snapshot
+        from wal3_spark.log.snapshots import load_snapshot
 
         refs.extend(load_snapshot(store, pointer).fragments)
     with_filter = [r for r in refs if r.filter is not None]

@@ -16,7 +16,8 @@ from wal3_spark.format.manifest import SnapshotOptions
 from wal3_spark.format.setsum import Setsum
 from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.fragment_io import write_fragments
-from wal3_spark.log.reader import LogReader, load_snapshot
+from wal3_spark.log.reader import LogReader
+from wal3_spark.log.snapshots import load_snapshot
 from wal3_spark.log.writer import LogWriter, LogWriterOptions, to_batches
 from wal3_spark.ops.garbage_collector import GarbageCollector, GCOptions
 from wal3_spark.ops.verify import verify

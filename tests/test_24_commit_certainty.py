@@ -20,10 +20,11 @@ from wal3_spark.errors import (
 )
 from wal3_spark.format.layout import MANIFEST_KEY
 from wal3_spark.format.manifest import Manifest, Snapshot, SnapshotOptions
-from wal3_spark.log.committer import Committer, roll_snapshots, write_snapshot
+from wal3_spark.log.committer import Committer
 from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.fragment_io import write_fragments
-from wal3_spark.log.reader import LogReader, load_snapshot
+from wal3_spark.log.reader import LogReader
+from wal3_spark.log.snapshots import load_snapshot, roll_snapshots, write_snapshot
 from wal3_spark.log.writer import LogWriter, LogWriterOptions, to_batches
 from wal3_spark.ops.garbage_collector import GarbageCollector, GCOptions
 from wal3_spark.ops.verify import verify

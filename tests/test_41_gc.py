@@ -20,7 +20,8 @@ from wal3_spark.format.manifest import Manifest, Snapshot, SnapshotOptions
 from wal3_spark.format.setsum import Setsum
 from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.fragment_io import write_fragment
-from wal3_spark.log.reader import LogReader, iter_fragments, load_snapshot
+from wal3_spark.log.reader import LogReader, iter_fragments
+from wal3_spark.log.snapshots import load_snapshot
 from wal3_spark.log.writer import LogWriter, LogWriterOptions
 from wal3_spark.ops.garbage_collector import PHASES, GarbageCollector, GCOptions, referenced
 from wal3_spark.ops.verify import verify
@@ -349,7 +350,7 @@ def test_12_snapshots_left_by_lost_commit_attempts_go_after_the_orphan_grace(sto
     """A commit attempt that lost its race (or whose write never landed) leaves the snapshot it
     rolled; nothing references it, so the orphan sweep deletes it once it is older than the
     orphan grace, and never a snapshot the log references, however old."""
-    from wal3_spark.log.committer import write_snapshot
+    from wal3_spark.log.snapshots import write_snapshot
 
     writer = fill(store, appends=6, per=2, snapshot_options=SnapshotOptions(2, 2))
     referenced_snapshots = keys(store, SNAPSHOT_PREFIX)
@@ -371,7 +372,8 @@ def test_13_a_commit_never_reuses_a_snapshot_written_before_the_orphan_horizon(s
     """The race the horizon closes for snapshots: a commit rolls exactly the snapshot a lost
     attempt left, which a sweep is deleting. Once the manifest carries a horizon past that
     object, the commit rolls another snapshot (another path) instead of trusting it."""
-    from wal3_spark.log.committer import Committer, roll_snapshots, write_snapshot
+    from wal3_spark.log.committer import Committer
+    from wal3_spark.log.snapshots import roll_snapshots, write_snapshot
 
     options = SnapshotOptions(2, 2)
     fill(store, appends=3, per=1)

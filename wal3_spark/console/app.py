@@ -23,7 +23,7 @@ from wal3_spark.console import charts, figures
 from wal3_spark.console.target import Target
 from wal3_spark.console.verify_runs import VerifyRuns
 from wal3_spark.errors import InvalidOption, LogNotFound, Wal3Error
-from wal3_spark.log.reader import SnapshotCache
+from wal3_spark.log.snapshots import SnapshotCache
 from wal3_spark.logset.info import LogSummary, set_info
 from wal3_spark.logset.logs import LogSet
 from wal3_spark.observe.metrics import metrics_app, metrics_registry

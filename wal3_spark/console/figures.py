@@ -22,7 +22,8 @@ from wal3_spark.clock import micros
 from wal3_spark.errors import GCRefused, InvalidOption
 from wal3_spark.format.garbage import load_garbage
 from wal3_spark.format.uuid7 import uuid7_timestamp_us
-from wal3_spark.log.reader import LogReader, SnapshotCache, iter_fragments
+from wal3_spark.log.reader import LogReader, iter_fragments
+from wal3_spark.log.snapshots import SnapshotCache
 from wal3_spark.ops.garbage_collector import DEFAULT_GRACE_S, GarbageCollector, GCOptions
 from wal3_spark.storage.base import ObjectStore
 

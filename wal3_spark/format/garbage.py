@@ -300,7 +300,7 @@ def compute_garbage(
 ) -> Garbage | None:
     """The garbage below `cutoff` (the first offset that must stay readable), or None.
 
-    `load` returns the snapshot a pointer names (e.g. `wal3_spark.log.reader.load_snapshot`
+    `load` returns the snapshot a pointer names (e.g. `wal3_spark.log.snapshots.load_snapshot`
     bound to a store). Fragments are never split: one holding any offset >= cutoff is kept.
     With `rebuild=False` a snapshot straddling the cutoff is kept whole (used when a rebuilt
     snapshot's path holds another snapshot with the same setsum).

@@ -36,24 +36,19 @@ import pyarrow as pa
 
 from wal3_spark.clock import SYSTEM, Clock, micros
 from wal3_spark.errors import (
-    AmbiguousWrite,
     CommitFailed,
     CommitOutcomeUnknown,
     CorruptLog,
     DataLost,
     LogNotFound,
-    ObjectNotFound,
     PartlyCommitted,
-    PreconditionFailed,
     StorageError,
-    TransientError,
 )
 from wal3_spark.format.incarnation import UNRECORDED
 from wal3_spark.format.layout import MANIFEST_KEY, FragmentRef, KnownRefs
 from wal3_spark.format.manifest import (
     Manifest,
     NewFragment,
-    Snapshot,
     SnapshotOptions,
     Txn,
     newest_written_us,
@@ -85,9 +80,9 @@ from wal3_spark.log.invariants import (
     target_schema,
 )
 from wal3_spark.log.reader import iter_fragments
+from wal3_spark.log.snapshots import roll_snapshots
 from wal3_spark.storage import StoreLike, resolve_store
 from wal3_spark.storage.base import ObjectStore
-from wal3_spark.storage.retry import retry
 
 logger = logging.getLogger(__name__)
 
@@ -590,70 +585,3 @@ def _locate(store: ObjectStore, manifest: Manifest, paths: set[str], since: int)
         if ref.path in paths:
             return ref.start
     return None
-
-
-def write_snapshot(store: ObjectStore, snapshot: Snapshot, *, horizon_us: int | None = None) -> bool:
-    """Create the snapshot at its path (`snapshot/SNAPSHOT.<setsum>`); True when the path holds
-    it now: written here, or found there already with the same children at the same offsets.
-
-    With `horizon_us` (the orphan horizon of the manifest the snapshot is for), a snapshot found
-    there that was written before the horizon is not trusted either (False): a commit attempt
-    that lost its race left it unreferenced, and garbage collection may be deleting it as an
-    orphan (docs/design/32-orphan-horizon.md).
-
-    False when the path holds a *different* snapshot with the same setsum: the same fragments
-    rolled at other offsets by a commit attempt that lost its race (a fragment's setsum does not
-    depend on where it sits). Chroma takes any existing file as the one it meant; trusting it
-    here would publish a pointer to offsets the file does not hold. Callers roll a variant
-    instead (`roll_snapshots`, docs/design/22-snapshot-rollover.md).
-    """
-    snapshot.scrub()
-    data = snapshot.to_bytes()
-
-    def attempt() -> bool:
-        try:
-            store.put_if_absent(snapshot.path, data)
-            return True
-        except (PreconditionFailed, AmbiguousWrite):
-            pass
-        try:
-            existing = store.get(snapshot.path).data
-            if not (existing == data or _holds(existing, snapshot)):
-                return False
-            if horizon_us is None or store.head(snapshot.path).last_modified * 1e6 >= horizon_us:
-                return True
-        except ObjectNotFound:
-            raise TransientError(f"{snapshot.path} was not written: writing it again") from None
-        logger.info("%s was written before the orphan horizon: rolling a different one", snapshot.path)
-        return False
-
-    return retry(attempt, what=f"write {snapshot.path}")
-
-
-def _holds(data: bytes, snapshot: Snapshot) -> bool:
-    """Whether stored snapshot bytes hold `snapshot` (whoever wrote them); unreadable bytes do
-    not: the path is taken either way."""
-    try:
-        stored = Snapshot.from_bytes(data, snapshot.path)
-    except CorruptLog:
-        return False
-    if stored.same_content(snapshot):
-        return True
-    logger.warning("%s holds another snapshot with the same setsum (offsets [%d, %d), not [%d, %d)); "
-                "rolling a different one", snapshot.path, stored.start, stored.limit,
-                snapshot.start, snapshot.limit)
-    return False
-
-
-def roll_snapshots(store: ObjectStore, manifest: Manifest, options: SnapshotOptions, writer: str) -> Manifest:
-    """Write the snapshots `manifest` needs before it is published (docs/format.md section 5), and
-    return it with them rolled in. When a snapshot's path already holds a different snapshot,
-    a variant with one child fewer is tried (another setsum, another path), down to none; so it
-    is when the path holds a snapshot older than the manifest's orphan horizon."""
-    fewer = 0
-    while (snapshot := manifest.generate_snapshot(options, writer, fewer=fewer)) is not None:
-        if write_snapshot(store, snapshot, horizon_us=manifest.orphan_horizon_us):
-            manifest, fewer = manifest.apply_snapshot(snapshot), 0
-        else:
-            fewer += 1
-    return manifest

@@ -25,7 +25,8 @@ from wal3_spark.clock import micros
 from wal3_spark.format.manifest import Manifest, Snapshot
 from wal3_spark.format.uuid7 import uuid7_timestamp_us
 from wal3_spark.log.cursors import CursorState
-from wal3_spark.log.reader import SnapshotCache, iter_ranges, load_snapshot
+from wal3_spark.log.reader import iter_ranges
+from wal3_spark.log.snapshots import SnapshotCache, load_snapshot
 from wal3_spark.storage.base import ObjectStore
 
 

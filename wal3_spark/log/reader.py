@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import threading
-from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -33,94 +31,33 @@ import pyarrow as pa
 
 from wal3_spark.errors import (
     BranchError,
-    CorruptLog,
     DataLost,
     FilterError,
     InvalidOption,
     LogNotFound,
-    ObjectNotFound,
 )
 from wal3_spark.format.layout import (
     FIRST_OFFSET,
     FragmentRef,
     KnownRefs,
-    SnapshotPointer,
 )
 from wal3_spark.format.manifest import Manifest, Snapshot
 from wal3_spark.format.stream_filter import ValueFilter
 from wal3_spark.log.fragment_io import (
-    MISSING_SNAPSHOT,
     ReadRange,
     fragment_timestamp_us,
     load_fragment,
-    missing_error,
     output_schema,
     read_range,
 )
 from wal3_spark.log.manifest_reader import read_manifest
 from wal3_spark.log.parents import parent_store
 from wal3_spark.log.scan import LogScan, timestamp_us
+from wal3_spark.log.snapshots import SnapshotCache, load_snapshot
 from wal3_spark.storage import StoreLike, resolve_store
 from wal3_spark.storage.base import ObjectStore
 
 logger = logging.getLogger(__name__)
-
-
-class SnapshotCache:
-    """Snapshots loaded and checked, by (store URL, path, setsum): immutable and content-
-    addressed, so an entry is never stale. Thread-safe; the least recently used go first once
-    it holds `limit`."""
-
-    def __init__(self, limit: int = 4096) -> None:
-        self.limit = limit
-        self._snapshots: OrderedDict[tuple[str, str, str], Snapshot] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def __reduce__(self) -> tuple:  # travels empty (to Spark executors): a cache, not state
-        return SnapshotCache, (self.limit,)
-
-    @staticmethod
-    def _key(store: ObjectStore, pointer: SnapshotPointer) -> tuple[str, str, str]:
-        return store.url, pointer.path_to_snapshot, pointer.setsum.hexdigest()
-
-    def get(self, store: ObjectStore, pointer: SnapshotPointer) -> Snapshot | None:
-        key = self._key(store, pointer)
-        with self._lock:
-            cached = self._snapshots.get(key)
-            if cached is not None:
-                self._snapshots.move_to_end(key)
-            return cached
-
-    def put(self, store: ObjectStore, pointer: SnapshotPointer, snapshot: Snapshot) -> None:
-        with self._lock:
-            self._snapshots[self._key(store, pointer)] = snapshot
-            while len(self._snapshots) > self.limit:
-                self._snapshots.popitem(last=False)
-
-
-def load_snapshot(
-    store: ObjectStore, pointer: SnapshotPointer, cache: SnapshotCache | None = None
-) -> Snapshot:
-    """The snapshot a pointer names, checked against the pointer (setsum, range, depth); from
-    `cache` when it holds it, and kept there."""
-    cached = cache.get(store, pointer) if cache is not None else None
-    if cached is not None:
-        return cached
-    try:
-        data = store.get(pointer.path_to_snapshot).data
-    except ObjectNotFound:
-        raise missing_error(store, MISSING_SNAPSHOT, pointer.path_to_snapshot, pointer.start) from None
-    snapshot = Snapshot.from_bytes(data, pointer.path_to_snapshot)
-    snapshot.scrub()
-    if snapshot.pointer() != pointer:
-        raise CorruptLog(
-            "a snapshot matches the pointer to it",
-            pointer.path_to_snapshot,
-            f"does not match the pointer to it (pointer {pointer}, snapshot {snapshot.pointer()})",
-        )
-    if cache is not None:
-        cache.put(store, pointer, snapshot)
-    return snapshot
 
 
 def _fragments_within(

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from wal3_spark.format.layout import SnapshotPointer
 from wal3_spark.format.manifest import Manifest, Snapshot
 from wal3_spark.format.uuid7 import uuid7_timestamp_us
-from wal3_spark.log.reader import SnapshotCache, load_snapshot
+from wal3_spark.log.snapshots import SnapshotCache, load_snapshot
 from wal3_spark.storage.base import ObjectStore
 
 

@@ -18,7 +18,8 @@ from wal3_spark.errors import LogNotFound, Wal3Error
 from wal3_spark.format.manifest import Manifest
 from wal3_spark.log.cursor_lag import CursorLag, bytes_from, cursor_lags
 from wal3_spark.log.cursors import BrokenCursor, CursorState, CursorStore
-from wal3_spark.log.reader import LogReader, SnapshotCache
+from wal3_spark.log.reader import LogReader
+from wal3_spark.log.snapshots import SnapshotCache
 from wal3_spark.log.tree import TreeCounts, last_written_us, tree_counts
 from wal3_spark.logset.dirty import GC_CURSOR, dirty_store, rolled_up_to
 from wal3_spark.logset.logs import LogSet

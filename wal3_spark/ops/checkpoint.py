@@ -32,10 +32,11 @@ from wal3_spark.format.manifest import (
 )
 from wal3_spark.format.setsum import Setsum
 from wal3_spark.log.branches import release_pin
-from wal3_spark.log.committer import Committer, roll_snapshots, write_snapshot
+from wal3_spark.log.committer import Committer
 from wal3_spark.log.fragment_io import ReadRange
 from wal3_spark.log.parents import parent_store
 from wal3_spark.log.reader import iter_ranges
+from wal3_spark.log.snapshots import roll_snapshots, write_snapshot
 from wal3_spark.ops.copy import copy_fragment
 from wal3_spark.storage import StoreLike, resolve_store
 from wal3_spark.storage.base import ObjectStore

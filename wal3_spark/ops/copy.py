@@ -43,11 +43,12 @@ from wal3_spark.format.manifest import Manifest, SnapshotOptions
 from wal3_spark.format.setsum import Setsum
 from wal3_spark.format.uuid7 import new_uuid7
 from wal3_spark.log.cas import Outcome
-from wal3_spark.log.committer import manifest_object, roll_snapshots
+from wal3_spark.log.committer import manifest_object
 from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.fragment_io import ReadRange, check_fragment_data, fetch_fragment
 from wal3_spark.log.parents import parent_store
 from wal3_spark.log.reader import LogReader, iter_ranges
+from wal3_spark.log.snapshots import roll_snapshots
 from wal3_spark.ops.verify import verify
 from wal3_spark.storage import StoreLike, resolve_store
 from wal3_spark.storage.base import ObjectStore

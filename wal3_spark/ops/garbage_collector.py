@@ -62,10 +62,11 @@ from wal3_spark.format.layout import (
 from wal3_spark.format.manifest import Manifest
 from wal3_spark.format.uuid7 import uuid7_timestamp_us
 from wal3_spark.log.cas import CasObject, Outcome
-from wal3_spark.log.committer import Committer, write_snapshot
+from wal3_spark.log.committer import Committer
 from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.holds import holds, lowest_hold
-from wal3_spark.log.reader import SnapshotCache, iter_fragments, load_snapshot
+from wal3_spark.log.reader import iter_fragments
+from wal3_spark.log.snapshots import SnapshotCache, load_snapshot, write_snapshot
 from wal3_spark.storage import StoreLike, resolve_store
 from wal3_spark.storage.base import ObjectMeta, ObjectStore
 
@@ -497,7 +498,7 @@ class GarbageCollector:
         The orphan horizon is raised (by compare-and-swap) past every candidate before any is
         deleted, and the references are taken from the manifest that carries it: a commit that
         landed before the horizon is seen there, a commit after it is refused by the committer
-        (fragments) or rolls another snapshot (`committer.write_snapshot`).
+        (fragments) or rolls another snapshot (`snapshots.write_snapshot`).
         """
         old = self._aged()
         if not old:

@@ -45,7 +45,8 @@ from wal3_spark.format.manifest import Manifest
 from wal3_spark.format.setsum import Setsum
 from wal3_spark.log.fragment_io import MISSING_FRAGMENT, MISSING_SNAPSHOT, check_columns_known, load_fragment
 from wal3_spark.log.parents import parent_store
-from wal3_spark.log.reader import iter_ranges, load_snapshot, parent_manifest
+from wal3_spark.log.reader import iter_ranges, parent_manifest
+from wal3_spark.log.snapshots import load_snapshot
 from wal3_spark.storage import StoreLike, resolve_store
 from wal3_spark.storage.base import ObjectStore
 

@@ -57,7 +57,8 @@ from wal3_spark.format.layout import FIRST_OFFSET
 from wal3_spark.format.manifest import Manifest
 from wal3_spark.log.cursor_lag import bytes_from
 from wal3_spark.log.cursors import CursorStore
-from wal3_spark.log.reader import LogReader, SnapshotCache, iter_ranges
+from wal3_spark.log.reader import LogReader, iter_ranges
+from wal3_spark.log.snapshots import SnapshotCache
 from wal3_spark.logset.dirty import DirtyPosition, changes_since
 from wal3_spark.spark.fair_share import Chunk, Rotation, admit
 from wal3_spark.spark.logset_reader import (

@@ -48,7 +48,8 @@ from wal3_spark.format.manifest import Manifest
 from wal3_spark.log.cursor_lag import bytes_from
 from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.fragment_io import ReadRange
-from wal3_spark.log.reader import LogReader, SnapshotCache, iter_ranges
+from wal3_spark.log.reader import LogReader, iter_ranges
+from wal3_spark.log.snapshots import SnapshotCache
 from wal3_spark.spark.fair_share import Limits
 from wal3_spark.spark.options import Wal3Options
 from wal3_spark.spark.planning import Wal3Partition, partitions_of, resolve, value_filters
