@@ -482,3 +482,25 @@ def test_17_the_orphan_sweep_never_deletes_a_log_nested_below_the_log(tmp_path, 
     assert not any(key.startswith(f"{nested}/") for key in report.orphans_deleted), report.orphans_deleted
     assert {m.key for m in open_store(child).list()} == before
     assert verify(child).ok
+
+
+def test_18_garbage_naming_another_logs_object_deletes_only_this_logs(tmp_path):
+    """A garbage file that lists a key outside the log's layout (damaged, or written by hand:
+    another log's manifest nested below this one) is not trusted with it: the delete step
+    removes what it can prove is one of this log's objects, and keeps the rest with a note."""
+    from wal3_spark.storage.common import file_url
+
+    store = open_store(file_url(str(tmp_path / "orders")))
+    fill(store)
+    LogWriter(file_url(str(tmp_path / "orders" / "sub"))).append([b"nested"])
+    CursorStore(store).create("c", 26)
+    with pytest.raises(Crash):
+        hooked(GarbageCollector(store, GCOptions(grace_s=0)), after_step=crash_after("compute")).run()
+    garbage, etag = load_garbage(store)
+    stray = "sub/manifest/MANIFEST"
+    damaged = replace(garbage, fragment_paths_to_drop=garbage.fragment_paths_to_drop + (stray,))
+    store.put_if_match(GARBAGE_KEY, damaged.to_bytes(), etag)
+    report = GarbageCollector(store, GCOptions(grace_s=0)).run()
+    assert stray not in report.deleted and any("not one of this log's objects" in n for n in report.notes)
+    assert open_store(file_url(str(tmp_path / "orders" / "sub"))).exists("manifest/MANIFEST")
+    assert LogReader(store).manifest().oldest_offset == 26 and verify(store).ok

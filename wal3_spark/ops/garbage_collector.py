@@ -482,7 +482,15 @@ class GarbageCollector:
         if unsafe:
             logger.error("%s: garbage lists referenced objects %s; keeping them", self.url, unsafe)
             report.notes.append(f"kept {len(unsafe)} referenced object(s) the garbage listed")
-        paths = [p for p in candidates if p not in unsafe]
+        # Only what can be proved one of this log's objects: a damaged or hand-written garbage
+        # naming another key (a log nested below this one) must not delete it
+        strays = [p for p in candidates if p not in unsafe and not is_log_object(p)]
+        if strays:
+            logger.error("%s: garbage lists keys that are not this log's objects %s; keeping them",
+                         self.url, strays)
+            report.notes.append(f"kept {len(strays)} key(s) the garbage listed that are not one of "
+                                "this log's objects")
+        paths = [p for p in candidates if p not in unsafe and p not in strays]
         for done, path in enumerate(paths, 1):
             self.store.delete(path)
             report.deleted.append(path)
