@@ -142,9 +142,11 @@ def test_10_a_store_options_typo_is_refused_before_the_schema_read(monkeypatch):
     from pyspark_wal3 import DefaultSource
 
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
-    for options, listed in (({"endpont": "http://127.0.0.1:9"}, "Valid options for batch reads"),
+    both = r"Valid options for reads \(spark\.read, spark\.readStream\)"
+    for options, listed in (({"endpont": "http://127.0.0.1:9"}, both),
                             ({"endpont": "x", "cursor": "c"}, "Valid options for streaming reads")):
-        with pytest.raises(InvalidOption, match=r"wal3 option endpont='.*': unknown option\. " + listed) as info:
+        typo = r"wal3 option endpont='.*': unknown option \(did you mean endpoint\?\)\. "
+        with pytest.raises(InvalidOption, match=typo + listed) as info:
             DefaultSource({"path": "s3://bucket/log", **options}).schema()
         assert "endpoint" in str(info.value) and "accessKeyId" in str(info.value)
     where = opts.location({"path": "s3://bucket/log", "ENDPOINT": "http://127.0.0.1:9", "checkpointLocation": "/c",

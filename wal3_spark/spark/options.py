@@ -11,6 +11,7 @@ them.
 from __future__ import annotations
 
 import datetime as _dt
+import difflib
 import hashlib
 import json
 import re
@@ -656,9 +657,20 @@ def location(options: Mapping[str, str]) -> Wal3Options:
     known = {n.lower() for n in OPTIONS} | {a.lower() for a in ALIASES} | set(stores)
     for key, value in dict(options).items():
         if key.lower() not in known:
-            streaming = any(READ not in roles for n, (roles, _) in OPTIONS.items()
-                            if n.lower() in {k.lower() for k in options})  # the valid list to show
-            raise _fail(key, value, _foreign(key) or "unknown option", STREAM_READ if streaming else READ)
+            # Spark calls schema() for batch and streaming reads alike: a stream-only option
+            # given says which this is; else name the options of both, and the closest one
+            given = {k.lower() for k in options}
+            streaming = any(READ not in roles for n, (roles, _) in OPTIONS.items() if n.lower() in given)
+            roles_shown = (STREAM_READ,) if streaming else (READ, STREAM_READ)
+            reads = [n for n, (roles, _) in OPTIONS.items() if any(r in roles for r in roles_shown)]
+            valid = reads + sorted(stores.values(), key=str.lower)
+            close = difflib.get_close_matches(key.lower(), [n.lower() for n in valid], n=1, cutoff=0.7)
+            hint = next((f"unknown option (did you mean {n}?)" for n in valid if close and n.lower() == close[0]),
+                        "unknown option")
+            shown = "***" if is_secret(key) else repr(value)
+            which = _ROLE_TEXT[STREAM_READ] if streaming else "reads (spark.read, spark.readStream)"
+            raise InvalidOption(f"wal3 option {key}={shown}: {_foreign(key) or hint}. Valid options for "
+                                f"{which}: " + ", ".join(valid))
     url = next((v for k, v in dict(options).items() if k.lower() == "path"), None)
     if not url or not url.strip():
         raise InvalidOption(
