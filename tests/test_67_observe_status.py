@@ -176,7 +176,7 @@ def test_08_fragments_and_snapshots_count_the_whole_tree_and_read_each_snapshot_
     counting = CountingStore(store)
     model = StatusModel(counting, ttl_s=0)
     summary = model.status().logs[0]
-    from wal3_spark.cli.commands.log import log_info
+    from wal3_spark.observe.log_info import log_info
 
     info = log_info(store)
     assert (summary.fragments, summary.snapshots) == (info["fragments"], info["snapshots"]) and info["snapshots"] > 3

@@ -1,6 +1,6 @@
 """What the console's pages show, computed from the core's modules (never written to the log).
 
-The log page's figures are `wal3 info`'s (`wal3_spark.cli.commands.log.log_info`), so the two
+The log page's figures are `wal3 info`'s (`wal3_spark.observe.log_info.log_info`), so the two
 always agree; the console adds what a page can show and a terminal cannot: fragment write times
 (from their UUIDv7 paths: no fragment is read), the append rate they give, the age of the oldest
 record each cursor has not read, and what the next garbage collection would do (its dry run).
@@ -16,7 +16,6 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from wal3_spark.cli.commands.log import log_info
 from wal3_spark.cli.output import record_json
 from wal3_spark.clock import micros
 from wal3_spark.errors import GCRefused, InvalidOption
@@ -24,6 +23,7 @@ from wal3_spark.format.garbage import load_garbage
 from wal3_spark.format.uuid7 import uuid7_timestamp_us
 from wal3_spark.log.reader import LogReader, iter_fragments
 from wal3_spark.log.snapshots import SnapshotCache
+from wal3_spark.observe.log_info import log_info
 from wal3_spark.ops.garbage_collector import DEFAULT_GRACE_S, GarbageCollector, GCOptions
 from wal3_spark.storage.base import ObjectStore
 
