@@ -33,6 +33,7 @@ _EXPORTS = {
     # the operations on whole logs, each returning its report
     "BranchReport": "wal3_spark.log.branches",
     "CheckpointReport": "wal3_spark.ops.checkpoint",
+    "CompactReport": "wal3_spark.log.compaction",
     "CopyReport": "wal3_spark.ops.copy",
     "DeletionReport": "wal3_spark.log.branches",
     "GCOptions": "wal3_spark.ops.garbage_collector",
@@ -41,6 +42,7 @@ _EXPORTS = {
     "branch": "wal3_spark.log.branches",
     "checkpoint": "wal3_spark.ops.checkpoint",
     "collect_garbage": "wal3_spark.ops.garbage_collector",
+    "compact": "wal3_spark.log.compaction",
     "copy_log": "wal3_spark.ops.copy",
     "delete_branch": "wal3_spark.log.branches",
     "verify": "wal3_spark.ops.verify",

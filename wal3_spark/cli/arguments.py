@@ -112,3 +112,27 @@ def schema_arg(text: str) -> pa.Schema:
         return parse_schema(text)
     except Wal3Error as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def size_arg(text: str) -> int:
+    """A size in bytes > 0: `67108864`, `64m`, `64MiB`, `1g` (binary units)."""
+    from wal3_spark.spark.options import parse_size  # the one size syntax, as Spark options take it
+
+    try:
+        size = parse_size(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size: give bytes or 64k, 64m, 1g") from None
+    if size <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a size greater than 0")
+    return size
+
+
+def at_least_arg(low: int) -> Callable[[str], int]:
+    """An integer >= `low` (an argparse type)."""
+
+    def parse(text: str) -> int:
+        if not re.fullmatch(r"[0-9]+", text.strip()) or int(text) < low:
+            raise argparse.ArgumentTypeError(f"{text!r}: give an integer >= {low}")
+        return int(text)
+
+    return parse

@@ -73,6 +73,9 @@ JSON_SHAPES: dict[str, JsonShape] = {
     "seal": JsonShape("one object", ("url", "sealed", "next_offset")),
     "branch": JsonShape("one object", ("branch", "parent", "offset", "start", "pin", "setsum")),
     "branch --delete": JsonShape("one object", ("log", "parent", "objects_removed", "objects_left", "resumed")),
+    "compact": JsonShape("one object (`runs`: objects with start, limit, fragments, path)", (
+        "url", "dry_run", "fragments_before", "fragments_after", "runs", "records_rewritten",
+        "bytes_read", "bytes_written", "conflicts", "setsum", "notes")),
     "checkpoint": JsonShape("one object", (
         "log", "parent", "offset", "fragments_copied", "records_copied", "bytes_copied", "checkpointed")),
     "tag": JsonShape("one object (the tag as made)", (
@@ -375,6 +378,15 @@ class TextOutput(Output):
             self.write(f"{doc['branch']} is a branch of {doc['parent']} at offset {doc['offset']}: it "
                        f"reads [{doc['start']}, {doc['offset']}) from it (pin {doc['pin']}) and "
                        f"continues from {doc['offset']}\n")
+        elif command == "compact":
+            verb = "would rewrite" if doc["dry_run"] else "rewrote"
+            self.write(f"{doc['url']}: {verb} {len(doc['runs'])} run(s) of small fragments "
+                       f"({doc['records_rewritten']} records, {doc['bytes_read']} bytes): "
+                       f"{doc['fragments_before']} -> {doc['fragments_after']} fragments, setsum "
+                       f"{doc['setsum']} unchanged\n"
+                       + (f"{doc['conflicts']} run(s) changed meanwhile and were left as they were\n"
+                          if doc["conflicts"] else "")
+                       + "".join(f"note: {note}\n" for note in doc["notes"]))
         elif command == "checkpoint":
             self.write(f"{doc['log']} is not a branch: nothing to do\n" if not doc["checkpointed"] else
                        (f"{doc['log']} is standalone: {doc['records_copied']} records "

@@ -22,7 +22,8 @@ from wal3_spark.format.lineage import pin_key
 DELETION_KEY = "manifest/DELETION"
 
 #: every object a log writes under its root, by its full key (docs/format.md section 1 and 10):
-#: the manifest and its deletion record, snapshots, the garbage file, cursors, pins and tags;
+#: the manifest and its deletion record, snapshots, the garbage file, cursors, pins, tags and
+#: compaction records;
 #: fragments by `parse_fragment_path`. A full match, so `orders/manifest/MANIFEST` (a log nested
 #: below this one) or `cursor/x/y.json` is never taken for one of this log's objects.
 _LOG_OBJECT = re.compile(
@@ -31,6 +32,7 @@ _LOG_OBJECT = re.compile(
     r"|cursor/[A-Za-z0-9_]+\.json"
     r"|pin/[0-9a-f]{32}\.json"
     r"|tag/[A-Za-z0-9_][A-Za-z0-9._-]{0,199}\.json"
+    r"|compacted/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\.json"
 )
 
 

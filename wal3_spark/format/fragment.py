@@ -38,7 +38,7 @@ from wal3_spark.format.chunk_encoding import (
     raw_setsum,
     structured_setsum,
 )
-from wal3_spark.format.layout import ABSOLUTE_OFFSET, RELATIVE_OFFSET, TIMESTAMP
+from wal3_spark.format.layout import ABSOLUTE_OFFSET, RELATIVE_OFFSET, TIMESTAMP, Segment
 from wal3_spark.format.schema import RAW_SCHEMA, cast, check_columns, conform
 from wal3_spark.format.setsum import Setsum
 from wal3_spark.format.stream_filter import StreamFilter, check_filter_column, distinct_keys
@@ -87,6 +87,8 @@ class EncodedFragment:
     filter: StreamFilter | None = None
     #: `digest(data)`, for the manifest pointer (docs/format.md section 4, "Fragment digests")
     blake3: str | None = None
+    #: a compacted fragment's segments (`FragmentBuilder.add_segment`); None for an append's
+    segments: tuple[Segment, ...] | None = None
 
 
 def digest(data: bytes) -> str:
@@ -141,6 +143,9 @@ class FragmentBuilder:
         #: distinct values, known only then
         self._writer: pq.ParquetWriter | None = None
         self._pending: list[pa.RecordBatch] = []
+        #: a compaction's builder (`add_segment`): each row's own timestamp, pending rows' here
+        self._segments: list[Segment] | None = None
+        self._pending_ts: list[np.ndarray] = []
         self._pending_rows = 0
         self._pending_bytes = 0
         self._records = 0
@@ -184,8 +189,25 @@ class FragmentBuilder:
         if whole:
             self._flush(whole)
 
+    def add_segment(self, payload: pa.Table, timestamps_us: np.ndarray) -> None:
+        """Append the rows of one fragment being compacted, with the write time of each
+        (docs/format.md section 4, "Compacted fragments"): they form one segment, hashed as the
+        fragment they come from was. A builder takes segments or `add`, never both."""
+        if self._segments is None:
+            if self._records or self._pending_rows:
+                raise RuntimeError("FragmentBuilder.add_segment after add")
+            self._segments = []
+        if payload.num_rows != len(timestamps_us) or not payload.num_rows:
+            raise ValueError("a segment has rows, and one timestamp per row")
+        self._segments.append(Segment(payload.num_rows, int(timestamps_us[0])))
+        self._pending_ts.append(np.asarray(timestamps_us, dtype=np.uint64))
+        self.add(payload)
+
     def finish(self) -> EncodedFragment:
-        """Write the last row group and the footer; the builder cannot be used afterwards."""
+        """Write the last row group and the footer; the builder cannot be used afterwards.
+
+        A compacted fragment's setsum is recomputed from the bytes written, segment by segment
+        (`recompute_setsum`): what the fragment holds, not what was meant to go in."""
         if self._finished:
             raise RuntimeError("FragmentBuilder.finish called twice")
         if self._pending_rows:
@@ -207,8 +229,13 @@ class FragmentBuilder:
         logger.debug("encoded a fragment of %d records in %d bytes", self._records, len(data))
         stream_filter = None if self.filter_column is None else StreamFilter.build(
             self.filter_column, self._filter_keys)
-        return EncodedFragment(data, self._records, self._setsum, self.timestamp_us, self.item_hash,
-                               stream_filter, digest(data))
+        segments = None if self._segments is None else tuple(self._segments)
+        setsum = self._setsum
+        if segments is not None:
+            decoded = decode_fragment(data, path="(compacted fragment)", raw=self.raw)
+            setsum = recompute_setsum(decoded, self.raw, item_hash=self.item_hash, segments=segments)
+        return EncodedFragment(data, self._records, setsum, self.timestamp_us, self.item_hash,
+                               stream_filter, digest(data), segments)
 
     def _open(self, distinct: int) -> None:
         """Open the Parquet writer; a filter column gets Parquet's own bloom filter sized for
@@ -258,7 +285,12 @@ class FragmentBuilder:
         self._pending_rows = rest.num_rows
         self._pending_bytes = rest.nbytes
         step = self._row_group_rows
-        timestamps = pa.array(np.full(min(rows, step), self.timestamp_us, dtype=np.uint64))
+        if self._segments is not None:
+            pending_ts = np.concatenate(self._pending_ts)
+            self._pending_ts = [pending_ts[rows:]]
+            timestamps = pa.array(pending_ts[:rows])
+        else:
+            timestamps = pa.array(np.full(min(rows, step), self.timestamp_us, dtype=np.uint64))
         groups: list[tuple[int, np.ndarray, list[pa.Array]]] = []
         tables = []
         for start in range(0, rows, step):
@@ -266,13 +298,16 @@ class FragmentBuilder:
             first = self._records + start
             offsets = np.arange(first, first + size, dtype=np.uint64)
             columns = [_single_array(column) for column in table.slice(start, size).columns]
-            header = [pa.array(offsets), timestamps.slice(0, size)]
+            header = [pa.array(offsets),
+                      timestamps.slice(start if self._segments is not None else 0, size)]
             tables.append(pa.Table.from_arrays(header + columns, schema=self._file_schema))
             groups.append((first, offsets, columns))
         # Parquet encoding releases the GIL: it runs on another thread while this one hashes.
         written = self._io.submit(writer.write_table, pa.concat_tables(tables), row_group_size=step)
         try:
             for first, offsets, columns in groups:
+                if self._segments is not None:
+                    continue  # hashed from the bytes written, by segment (`finish`)
                 if self.raw:
                     self._setsum += raw_setsum(offsets, self.timestamp_us, columns[0])
                 else:
@@ -441,35 +476,62 @@ def _metadata_records(value: str | None, path: str) -> int | None:
     return int(value)
 
 
-def recompute_setsum(decoded: DecodedFragment, raw: bool, *, item_hash: str | None = None) -> Setsum:
+def recompute_setsum(
+    decoded: DecodedFragment,
+    raw: bool,
+    *,
+    item_hash: str | None = None,
+    segments: Sequence[Segment] | None = None,
+) -> Setsum:
     """The fragment's setsum from its content alone (never from its metadata).
 
     Raw: one item per record with the offset and timestamp as stored. Structured: one item per
     chunk, hashed as the log's `item_hash` says; the chunk header holds only the first row's
     offset and the timestamp, so the other rows' values are checked here instead (0..n-1, one
-    timestamp), else they would go unverified.
+    timestamp), else they would go unverified. A compacted fragment (`segments`, docs/format.md
+    section 4) sums its segments, each hashed as the fragment it was first written in: offsets
+    relative to the segment's first row, one timestamp per structured segment.
     """
-    n = decoded.records
+    if segments is None:
+        return _recompute(decoded, raw, item_hash, 0, decoded.records)
+    if sum(segment.records for segment in segments) != decoded.records:
+        raise CorruptLog("a compacted fragment's segments hold its records", decoded.path,
+                         f"its segments hold {sum(s.records for s in segments)} records, "
+                         f"the file {decoded.records}")
+    total, first = Setsum(), 0
+    for segment in segments:
+        total += _recompute(decoded, raw, item_hash, first, first + segment.records)
+        first += segment.records
+    return total
+
+
+def _recompute(decoded: DecodedFragment, raw: bool, item_hash: str | None, lo: int, hi: int) -> Setsum:
+    """`recompute_setsum` of rows [lo, hi), hashed as a fragment of their own."""
+    n = hi - lo
+    offsets = decoded.offsets[lo:hi]
+    timestamps = decoded.timestamp_us[lo:hi]
+    relative = offsets - np.uint64(lo) if lo and not decoded.absolute else offsets
     if raw:
-        body = decoded.payload.column(BODY)
+        body = decoded.payload.column(BODY).slice(lo, n)
         if body.null_count:
             problem = f"a raw fragment with {body.null_count} null bodies"
             raise CorruptLog("a raw fragment has no null body", decoded.path, problem)
         return Setsum.sum(
-            raw_setsum(
-                decoded.offsets[a:b], decoded.timestamp_us[a:b], _single_array(body.slice(a, b - a))
-            )
+            raw_setsum(relative[a:b], timestamps[a:b], _single_array(body.slice(a, b - a)))
             for a, b in _blocks(n)
         )
-    if decoded.absolute or not np.array_equal(decoded.offsets, np.arange(n, dtype=np.uint64)):
+    if decoded.absolute or not np.array_equal(relative, np.arange(n, dtype=np.uint64)):
         invariant = "a structured fragment's relative_offset is 0..n-1"
         raise CorruptLog(invariant, decoded.path, "its relative_offset column is not 0..n-1")
-    if n and (decoded.timestamp_us != decoded.timestamp_us[0]).any():
-        raise CorruptLog("a fragment has one timestamp_us", decoded.path, "its rows' timestamp_us differ")
-    timestamp_us = int(decoded.timestamp_us[0]) if n else 0
+    if n and (timestamps != timestamps[0]).any():
+        raise CorruptLog("a fragment has one timestamp_us", decoded.path,
+                         "its rows' timestamp_us differ" if decoded.records == n else
+                         f"the timestamp_us of its rows [{lo}, {hi}) (one segment) differ")
+    timestamp_us = int(timestamps[0]) if n else 0
+    payload = decoded.payload.slice(lo, n)
     return Setsum.sum(
         structured_setsum(
-            [_single_array(c) for c in decoded.payload.slice(a, b - a).columns],
+            [_single_array(c) for c in payload.slice(a, b - a).columns],
             b - a,
             timestamp_us,
             first_offset=a,

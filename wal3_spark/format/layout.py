@@ -202,6 +202,28 @@ def require_field(data: dict, name: str, obj: str, kind: type | tuple[type, ...]
 
 
 @dataclass(frozen=True)
+class Segment:
+    """One run of a compacted fragment's rows as they were first written: `records` rows, all
+    hashed as one fragment of their own would be (relative offsets from 0 within the segment),
+    written at `timestamp_us` (its first row's, for raw logs). docs/format.md section 4,
+    "Compacted fragments"."""
+
+    records: int
+    timestamp_us: int
+
+    def to_list(self) -> list[int]:
+        return [self.records, self.timestamp_us]
+
+    @classmethod
+    def from_list(cls, value: Any, obj: str, path: str) -> Segment:
+        if not (isinstance(value, list) and len(value) == 2 and all(is_u64(v) for v in value)
+                and value[0] > 0):
+            raise CorruptLog("field type", obj, f"a segment of fragment {path} is not "
+                             f"[records > 0, timestamp_us]: {shown(value)}")
+        return cls(value[0], value[1])
+
+
+@dataclass(frozen=True)
 class FragmentRef:
     """A manifest's pointer to one fragment file: where its records sit in the log."""
 
@@ -221,6 +243,9 @@ class FragmentRef:
     #: a verifying read checks instead of recomputing every record's setsum item; None: not
     #: recorded (a fragment written before the field, or by Chroma), verified by its setsum
     blake3: str | None = None
+    #: wal3-spark extension (docs/format.md section 4, "Compacted fragments"): the fragments a
+    #: compaction merged into this one, oldest first; None: written by an append
+    segments: tuple[Segment, ...] | None = None
 
     @property
     def records(self) -> int:
@@ -239,6 +264,8 @@ class FragmentRef:
             doc["blake3"] = self.blake3
         if self.filter is not None:
             doc["filter"] = self.filter.to_dict(self.setsum.hexdigest())
+        if self.segments is not None:
+            doc["segments"] = [segment.to_list() for segment in self.segments]
         return doc
 
     @functools.cached_property
@@ -260,6 +287,9 @@ class FragmentRef:
         path = require_field(data, "path", obj, str)
         setsum = parse_setsum(data.get("setsum"), obj, "setsum")
         stored = data.get("filter")
+        segments = data.get("segments")
+        if segments is not None and not isinstance(segments, list):
+            raise CorruptLog("field type", obj, f"'segments' of fragment {path} is not a list")
         ref = cls(
             path=path,
             seq_no=require_field(data, "seq_no", obj, (int, str)),
@@ -269,8 +299,11 @@ class FragmentRef:
             setsum=setsum,
             filter=None if stored is None else StreamFilter.from_dict(stored, obj, path),
             blake3=parse_digest(data.get("blake3"), obj, path),
+            segments=None if segments is None else tuple(
+                Segment.from_list(v, obj, path) for v in segments),
         )
         ref.check_identity(obj)
+        ref.check_segments(obj)
         return ref
 
     def check(self, obj: str) -> None:
@@ -289,6 +322,14 @@ class FragmentRef:
                              f"one: {self.filter!r}")
         parse_digest(self.blake3, obj, self.path)
         self.check_identity(obj)
+        self.check_segments(obj)
+
+    def check_segments(self, obj: str) -> None:
+        """A compacted fragment's segments hold its records exactly."""
+        if self.segments is not None and sum(s.records for s in self.segments) != self.records:
+            raise CorruptLog("a compacted fragment's segments hold its records", obj,
+                             f"the segments of fragment {self.path} hold "
+                             f"{sum(s.records for s in self.segments)} records, not {self.records}")
 
     def check_identity(self, obj: str) -> None:
         """A sequence number is an integer in range, and a path of one of the two known shapes

@@ -234,7 +234,10 @@ def _landed(store: ObjectStore, path: str, data: bytes) -> bool:
 
 
 def fragment_timestamp_us(store: ObjectStore, ref: FragmentRef) -> int:
-    """A fragment's write time: from its UUIDv7 path when it has one, else from its data."""
+    """A fragment's write time: its first segment's for a compacted one (its path holds the
+    compaction's time), from its UUIDv7 path when it has one, else from its data."""
+    if ref.segments is not None:
+        return ref.segments[0].timestamp_us
     if isinstance(ref.seq_no, str):
         ts = uuid7_timestamp_us(ref.seq_no)
         if ts is not None:
@@ -256,8 +259,8 @@ def exact_path_timestamp_us(ref: FragmentRef, structured: bool) -> int | None:
     ours, so their time is in the file only (the native scan reads its column; `_timestamp`
     filter pushdown keeps such fragments for Spark's filter to decide).
     """
-    if not structured or not isinstance(ref.seq_no, str):
-        return None
+    if not structured or not isinstance(ref.seq_no, str) or ref.segments is not None:
+        return None  # a compacted fragment's rows keep their own times (docs/format.md section 4)
     return uuid7_timestamp_us(ref.seq_no, exact=True)
 
 
@@ -361,7 +364,7 @@ def check_fragment_data(
             f"{first}, manifest start {ref.start})",
         )
     if verify and (records or ref.blake3 is None):
-        actual = recompute_setsum(decoded, raw=raw, item_hash=item_hash)
+        actual = recompute_setsum(decoded, raw=raw, item_hash=item_hash, segments=ref.segments)
         if actual != ref.setsum:
             raise CorruptLog(
                 "a fragment's content matches its setsum in the manifest",

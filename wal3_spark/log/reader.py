@@ -368,6 +368,13 @@ class LogReader:
         manifest = manifest or self.manifest()
         for part in iter_ranges(self.store, manifest, manifest.oldest_offset, manifest.next_offset,
                                 self.snapshots):
+            if part.ref.segments is not None:  # a compacted fragment: cut where its segment starts
+                first = part.ref.start
+                for segment in part.ref.segments:
+                    if segment.timestamp_us >= timestamp_us and first + segment.records > part.start:
+                        return max(first, part.start)
+                    first += segment.records
+                continue
             store = self.store if part.root is None else parent_store(self.store, part.root)
             if fragment_timestamp_us(store, part.ref) >= timestamp_us:
                 return part.start

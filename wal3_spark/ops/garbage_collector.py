@@ -63,6 +63,7 @@ from wal3_spark.format.manifest import Manifest
 from wal3_spark.format.uuid7 import uuid7_timestamp_us
 from wal3_spark.log.cas import CasObject, Outcome
 from wal3_spark.log.committer import Committer
+from wal3_spark.log.compaction import replaced_held
 from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.holds import holds, lowest_hold
 from wal3_spark.log.reader import iter_fragments
@@ -509,6 +510,11 @@ class GarbageCollector:
         (fragments) or rolls another snapshot (`snapshots.write_snapshot`).
         """
         old = self._aged()
+        orphan_before_us = int((self._orphan_clock.now() - self.orphan_grace_s) * 1e6)
+        _, records = replaced_held(self.store, orphan_before_us)
+        if not dry_run:
+            for key in records:  # a compaction's record, past the grace it kept fragments for
+                self.store.delete(key)
         if not old:
             return
         kept = self._held(self.committer.manifest())
@@ -594,7 +600,9 @@ class GarbageCollector:
             pending.update(s.path for s in garbage.snapshots_to_make)
             if garbage.snapshot_for_root is not None:
                 pending.add(garbage.snapshot_for_root.path_to_snapshot)
-        return refs.fragments | refs.snapshots | frozenset(pending)
+        orphan_before_us = int((self._orphan_clock.now() - self.orphan_grace_s) * 1e6)
+        replaced, _ = replaced_held(self.store, orphan_before_us)
+        return refs.fragments | refs.snapshots | frozenset(pending) | replaced
 
 
 def collect_garbage(

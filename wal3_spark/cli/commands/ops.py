@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-from wal3_spark.cli.arguments import offset_arg, seconds_arg, share_arg, url_arg
+from wal3_spark.cli.arguments import at_least_arg, offset_arg, seconds_arg, share_arg, size_arg, url_arg
 from wal3_spark.cli.commands import EXIT_FAIL, EXIT_OK, AddCommand, open_log_store
 from wal3_spark.cli.output import Output
 from wal3_spark.cli.progress import ProgressBar
+from wal3_spark.log.compaction import DEFAULT_MIN_FRAGMENTS, DEFAULT_TARGET_BYTES, compact as compact_log
 from wal3_spark.ops.copy import copy_log
 from wal3_spark.ops.garbage_collector import DEFAULT_GRACE_S, GarbageCollector, GCOptions
 from wal3_spark.ops.verify import verify as verify_log
@@ -30,6 +31,13 @@ def gc(args: argparse.Namespace, output: Output) -> int:
         )
         report = collector.run(keep_from=args.keep_from, dry_run=args.dry_run)
     output.collected(report)
+    return EXIT_OK
+
+
+def compact(args: argparse.Namespace, output: Output) -> int:
+    report = compact_log(open_log_store(args.url, args), target_bytes=args.target_bytes,
+                         min_fragments=args.min_fragments, dry_run=args.dry_run)
+    output.report("compact", report.to_dict())
     return EXIT_OK
 
 
@@ -59,6 +67,15 @@ def register(add: AddCommand) -> None:
     p.add_argument("--force", action="store_true", help="collect even beyond --max-drop-share")
     p.add_argument("--max-drop-share", type=share_arg, default=0.9,
                    help="refuse to drop more than this share of the log without --force (default 0.9)")
+
+    p = add("compact", compact, "rewrite runs of small fragments into larger ones, every record "
+            "and the setsum kept", json=("compact",))
+    p.add_argument("url", type=url_arg)
+    p.add_argument("--target-bytes", type=size_arg, default=DEFAULT_TARGET_BYTES, metavar="SIZE",
+                   help="the size to merge small fragments up to (default 64MiB; 64m, 1g, bytes)")
+    p.add_argument("--min-fragments", type=at_least_arg(2), default=DEFAULT_MIN_FRAGMENTS, metavar="N",
+                   help="merge runs of at least N fragments (default 2)")
+    p.add_argument("--dry-run", action="store_true", help="report the runs that would be merged")
 
     p = add("copy", copy, "copy a log (or its suffix) to a new location and verify it", json=("copy",))
     p.add_argument("source", type=url_arg)

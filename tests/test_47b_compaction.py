@@ -1,0 +1,172 @@
+"""Compaction (docs/format.md section 4, "Compacted fragments"): runs of small fragments merged
+into one, every record's offset, `_timestamp` and bytes kept, the setsum unchanged; a damaged
+fragment refuses it; a racing append rebases, a racing change of the run leaves an orphan; GC's
+orphan sweep keeps the replaced fragments for the orphan grace after the compaction."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import subprocess
+import sys
+
+import pyarrow as pa
+import pytest
+
+from wal3_spark.clock import ManualClock
+from wal3_spark.errors import CorruptLog, InvalidOption, LogNotFound
+from wal3_spark.log.compaction import REPLACED_PREFIX, compact
+from wal3_spark.log.reader import LogReader
+from wal3_spark.log.writer import LogWriter
+from wal3_spark.ops.garbage_collector import GarbageCollector
+from wal3_spark.ops.verify import verify
+from wal3_spark.storage import resolve_store
+
+NOW = 1_800_000_000.0
+
+
+def _log(tmp_path, structured: bool, appends: int = 8, clock: ManualClock | None = None) -> str:
+    url = f"file://{tmp_path}/log"
+    clock = clock or ManualClock(NOW)
+    with LogWriter(url, clock=clock) as writer:
+        for i in range(appends):
+            clock.advance(1.0)
+            if structured:
+                writer.append(pa.table({"k": pa.array(range(i * 10, i * 10 + 3 + i), pa.int64()),
+                                        "v": [f"v{i}-{j}" for j in range(3 + i)]}))
+            else:
+                writer.append([f"body-{i}-{j}".encode() for j in range(3 + i)])
+    return url
+
+
+def _everything(url: str) -> tuple[pa.Table, str, list[int]]:
+    reader = LogReader(url)
+    manifest = reader.manifest()
+    table = reader.read_table()
+    times = sorted({int(t.timestamp() * 1e6) for t in table.column("_timestamp").to_pylist()})
+    cuts = [reader.offset_for_timestamp(t + d) for t in times for d in (-1, 0, 1)]
+    return table, manifest.setsum.hexdigest(), cuts
+
+
+@pytest.mark.parametrize("structured", [False, True], ids=["raw", "structured"])
+def test_47b_01_compaction_keeps_every_record_time_and_the_setsum(tmp_path, structured):
+    url = _log(tmp_path, structured)
+    before = _everything(url)
+    report = compact(url, target_bytes=1 << 20)
+    assert (report.fragments_before, report.fragments_after, len(report.runs)) == (8, 1, 1)
+    after = _everything(url)
+    assert after[0].equals(before[0])  # payload, _offset and _timestamp of every record
+    assert after[1] == before[1] == report.setsum
+    assert after[2] == before[2]  # startingTimestamp cuts at the same offsets
+    ref = LogReader(url).manifest().fragments[0]
+    assert [s.records for s in ref.segments] == [3 + i for i in range(8)]
+    assert ref.blake3 is not None  # verifying reads check the new file's digest
+    assert verify(url).ok
+    again = compact(url, target_bytes=1 << 20)  # nothing left to merge
+    assert again.runs == [] and again.fragments_after == 1
+
+
+def test_47b_02_compacted_fragments_compact_again_and_a_target_cuts_runs(tmp_path):
+    url = _log(tmp_path, structured=True, appends=12)
+    before = _everything(url)
+    size = LogReader(url).manifest().fragments[0].num_bytes
+    first = compact(url, target_bytes=size * 3)
+    assert first.fragments_after < 12 and len(first.runs) > 1
+    compact(url, target_bytes=1 << 20)
+    assert len(LogReader(url).manifest().fragments) == 1
+    assert _everything(url) == before or _everything(url)[0].equals(before[0])
+    assert _everything(url)[1:] == before[1:]
+    assert verify(url).ok
+
+
+def test_47b_03_a_damaged_fragment_refuses_compaction_naming_it(tmp_path):
+    url = _log(tmp_path, structured=False, appends=4)
+    store = resolve_store(url)
+    manifest = LogReader(url).manifest()
+    victim = manifest.fragments[2]
+    data = bytearray(store.get(victim.path).data)
+    data[data.index(b"body-2-0")] ^= 1
+    store.put_if_match(victim.path, bytes(data), store.head(victim.path).etag)
+    with pytest.raises(CorruptLog, match=victim.path):
+        compact(url)
+    assert LogReader(url).manifest() == manifest
+    assert not list(store.list(REPLACED_PREFIX))
+
+
+def test_47b_04_an_append_racing_the_compaction_is_rebased(tmp_path):
+    url = _log(tmp_path, structured=False, appends=5)
+    writer = LogWriter(url)
+    report = compact(url, before_commit=lambda run: writer.append([b"late"]))
+    writer.close()
+    table = LogReader(url).read_table()
+    assert table.column("body").to_pylist()[-1] == b"late"
+    assert table.column("_offset").to_pylist() == list(range(1, table.num_rows + 1))
+    assert report.conflicts == 0 and len(LogReader(url).manifest().fragments) == 2
+    assert verify(url).ok
+
+
+def test_47b_05_a_run_changed_meanwhile_leaves_the_log_as_the_other_made_it(tmp_path):
+    url = _log(tmp_path, structured=True, appends=5)
+    before = _everything(url)
+    report = compact(url, before_commit=lambda run: compact(url))  # another compaction wins
+    assert report.conflicts == 1
+    assert len(LogReader(url).manifest().fragments) == 1
+    assert _everything(url)[0].equals(before[0]) and _everything(url)[1:] == before[1:]
+    # the loser's fragment is referenced by nothing: an orphan for the sweep
+    store = resolve_store(url)
+    referenced = {f.path for f in LogReader(url).manifest().fragments}
+    assert report.runs[0]["path"] not in referenced and store.exists(report.runs[0]["path"])
+
+
+def test_47b_06_the_orphan_sweep_keeps_replaced_fragments_for_the_grace(tmp_path):
+    clock = ManualClock(NOW)
+    url = _log(tmp_path, structured=False, appends=4, clock=clock)
+    replaced = [f.path for f in LogReader(url).manifest().fragments]
+    clock.advance(7200.0)  # the fragments are two hours old when compacted
+    compact(url, clock=clock)
+    store = resolve_store(url)
+    reader_view = LogReader(url)
+    GarbageCollector(url, clock=clock).run()
+    assert all(store.exists(path) for path in replaced)  # a reader of the older manifest finishes
+    clock.advance(3600.0 + 1)
+    report = GarbageCollector(url, clock=clock).run()
+    assert sorted(report.orphans_deleted) == sorted(replaced)
+    assert not list(store.list(REPLACED_PREFIX))
+    assert reader_view.read_table().num_rows == 3 + 4 + 5 + 6
+
+
+def test_47b_07_bad_input_changes_nothing(tmp_path):
+    url = _log(tmp_path, structured=False, appends=3)
+    manifest = LogReader(url).manifest()
+    for kwargs in ({"target_bytes": 0}, {"target_bytes": -5}, {"min_fragments": 1}):
+        with pytest.raises(InvalidOption):
+            compact(url, **kwargs)
+    with pytest.raises(LogNotFound):
+        compact(f"file://{tmp_path}/missing")
+    assert LogReader(url).manifest() == manifest
+
+
+def test_47b_08_cli_compact_dry_run_json_and_bad_sizes(tmp_path):
+    url = _log(tmp_path, structured=False, appends=3)
+    wal3 = [sys.executable, "-m", "wal3_spark.cli"]
+    out = subprocess.run(wal3 + ["compact", url, "--dry-run", "--json"], capture_output=True,
+                         text=True, check=True)
+    doc = json.loads(out.stdout)
+    assert doc["dry_run"] and doc["fragments_after"] == 1 and len(LogReader(url).manifest().fragments) == 3
+    for bad in (["--target-bytes", "0"], ["--target-bytes", "lots"], ["--min-fragments", "1"]):
+        failed = subprocess.run(wal3 + ["compact", url, *bad], capture_output=True, text=True)
+        assert failed.returncode == 2 and bad[0] in failed.stderr
+    done = subprocess.run(wal3 + ["compact", url, "--target-bytes", "1m"], capture_output=True,
+                          text=True, check=True)
+    assert "3 -> 1 fragments" in done.stdout
+    assert len(LogReader(url).manifest().fragments) == 1
+
+
+def test_47b_09_timestamps_inside_a_compacted_fragment(tmp_path):
+    url = _log(tmp_path, structured=True, appends=4)
+    compact(url)
+    reader = LogReader(url)
+    second = dt.datetime.fromtimestamp(NOW + 2, dt.timezone.utc)
+    # the second append's records (offsets 4..7) were written at NOW + 2
+    assert reader.offset_for_timestamp(int((NOW + 2) * 1e6)) == 4
+    assert reader.scan(start_time=second).start == 4
