@@ -1,7 +1,7 @@
 """Wall-clock and CPU time of test files, one file at a time (docs/development.md).
 
-    ./dev python benchmarks/suite_time.py tests/test_30_spark_batch.py
-    ./dev python benchmarks/suite_time.py --base /tmp/wal3-base tests/test_34_spark_cluster_connect.py
+    ./dev python benchmarks/suite_time.py tests/spark/test_08_batch.py
+    ./dev python benchmarks/suite_time.py --base /tmp/wal3-base tests/spark/test_22_cluster_connect.py
 
 Each file runs as `python -m pytest FILE -q -p no:cacheprovider` in its own process. CPU is the
 user + system time of that process and of every process it started, the JVMs, Python workers

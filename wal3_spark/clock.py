@@ -1,6 +1,6 @@
 """Time has one owner: this module. Every component that stamps, ages, times out, backs off or
 measures is given a `Clock` (as SlateDB injects its `SystemClock`), and no other module of the
-package reads the time or sleeps (tests/test_09_clock.py checks the source for it).
+package reads the time or sleeps (tests/package/test_01_clock.py checks the source for it).
 
 A clock answers three questions: `now` (wall time, seconds since the epoch: what is stored in
 the log, txns, cursors and garbage, and what ages fragments for garbage collection),

@@ -1,8 +1,9 @@
 """pytest plugin: the markers that pick a part of the suite (registered in pyproject.toml).
 
-- `spark`: needs Spark (a JVM). Every test of a `test_NN_spark_*.py` file and every test using
-  the `spark` fixture gets it here, so a new Spark test is marked without remembering to; tests
-  elsewhere that start Spark in a subprocess (spark-submit) carry `@pytest.mark.spark` themselves.
+- `spark`: needs Spark (a JVM). Every test under `tests/spark/`, of a `test_NN_spark_*.py` file
+  in another folder (`tests/jobs/`), and every test using the `spark` fixture gets it here, so a
+  new Spark test is marked without remembering to; tests elsewhere that start Spark in a
+  subprocess (spark-submit) carry `@pytest.mark.spark` themselves.
 - `s3`: needs the SeaweedFS server. Tests using the `seaweed` or `s3_store` fixture, and the `s3`
   case of a backend-parametrized fixture (`store`, `store_url`, `backend`), get it here; tests
   that ask for the server with `request.getfixturevalue("seaweed")` carry the marker themselves.
@@ -32,7 +33,8 @@ def _uses_s3(item: pytest.Item) -> bool:
 
 
 def _uses_spark(item: pytest.Item) -> bool:
-    return "_spark_" in item.path.name or "spark" in getattr(item, "fixturenames", ())
+    return (item.path.parent.name == "spark" or "_spark_" in item.path.name
+            or "spark" in getattr(item, "fixturenames", ()))
 
 
 def _uses(item: pytest.Item, backend: str) -> bool:

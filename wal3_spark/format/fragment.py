@@ -224,7 +224,7 @@ class FragmentBuilder:
         # Copied into `bytes` (~1 ms per 14 MB), not handed on as a view of Arrow's buffer: the
         # stream's buffer keeps its grown capacity (16.8 MB for 10 MB written), and a task holds
         # one fragment while it uploads and builds the next, so a view broke the bound of about
-        # 2x fragmentBytes per writing task (a view measured 2.8x in tests/test_55_spark_write_tasks.py).
+        # 2x fragmentBytes per writing task (a view measured 2.8x in tests/spark/test_04_write_tasks.py).
         data = self._sink.getvalue().to_pybytes()
         logger.debug("encoded a fragment of %d records in %d bytes", self._records, len(data))
         stream_filter = None if self.filter_column is None else StreamFilter.build(

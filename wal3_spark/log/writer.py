@@ -144,7 +144,7 @@ class _Condition(threading.Condition):
 class _AppendFuture(Future):
     """What `submit` returns: a `concurrent.futures.Future` (every method is Future's) whose
     condition is a `_Condition`, half the garbage-collected objects of a plain Future's. Sets
-    the attributes `Future.__init__` sets (tests/test_25_writer.py checks they are the same)."""
+    the attributes `Future.__init__` sets (tests/log/test_07_writer.py checks they are the same)."""
 
     def __init__(self) -> None:  # Future.__init__ would build a plain Condition first
         self._condition = _Condition()
