@@ -49,7 +49,7 @@ def _everything(url: str) -> tuple[pa.Table, str, list[int]]:
 
 
 @pytest.mark.parametrize("structured", [False, True], ids=["raw", "structured"])
-def test_47b_01_compaction_keeps_every_record_time_and_the_setsum(tmp_path, structured):
+def test_01_compaction_keeps_every_record_time_and_the_setsum(tmp_path, structured):
     url = _log(tmp_path, structured)
     before = _everything(url)
     report = compact(url, target_bytes=1 << 20)
@@ -66,7 +66,7 @@ def test_47b_01_compaction_keeps_every_record_time_and_the_setsum(tmp_path, stru
     assert again.runs == [] and again.fragments_after == 1
 
 
-def test_47b_02_compacted_fragments_compact_again_and_a_target_cuts_runs(tmp_path):
+def test_02_compacted_fragments_compact_again_and_a_target_cuts_runs(tmp_path):
     url = _log(tmp_path, structured=True, appends=12)
     before = _everything(url)
     size = LogReader(url).manifest().fragments[0].num_bytes
@@ -79,7 +79,7 @@ def test_47b_02_compacted_fragments_compact_again_and_a_target_cuts_runs(tmp_pat
     assert verify(url).ok
 
 
-def test_47b_03_a_damaged_fragment_refuses_compaction_naming_it(tmp_path):
+def test_03_a_damaged_fragment_refuses_compaction_naming_it(tmp_path):
     url = _log(tmp_path, structured=False, appends=4)
     store = resolve_store(url)
     manifest = LogReader(url).manifest()
@@ -93,7 +93,7 @@ def test_47b_03_a_damaged_fragment_refuses_compaction_naming_it(tmp_path):
     assert not list(store.list(REPLACED_PREFIX))
 
 
-def test_47b_04_an_append_racing_the_compaction_is_rebased(tmp_path):
+def test_04_an_append_racing_the_compaction_is_rebased(tmp_path):
     url = _log(tmp_path, structured=False, appends=5)
     writer = LogWriter(url)
     report = compact(url, before_commit=lambda run: writer.append([b"late"]))
@@ -105,7 +105,7 @@ def test_47b_04_an_append_racing_the_compaction_is_rebased(tmp_path):
     assert verify(url).ok
 
 
-def test_47b_05_a_run_changed_meanwhile_leaves_the_log_as_the_other_made_it(tmp_path):
+def test_05_a_run_changed_meanwhile_leaves_the_log_as_the_other_made_it(tmp_path):
     url = _log(tmp_path, structured=True, appends=5)
     before = _everything(url)
     report = compact(url, before_commit=lambda run: compact(url))  # another compaction wins
@@ -118,7 +118,7 @@ def test_47b_05_a_run_changed_meanwhile_leaves_the_log_as_the_other_made_it(tmp_
     assert report.runs[0]["path"] not in referenced and store.exists(report.runs[0]["path"])
 
 
-def test_47b_06_the_orphan_sweep_keeps_replaced_fragments_for_the_grace(tmp_path):
+def test_06_the_orphan_sweep_keeps_replaced_fragments_for_the_grace(tmp_path):
     clock = ManualClock(NOW)
     url = _log(tmp_path, structured=False, appends=4, clock=clock)
     replaced = [f.path for f in LogReader(url).manifest().fragments]
@@ -135,7 +135,7 @@ def test_47b_06_the_orphan_sweep_keeps_replaced_fragments_for_the_grace(tmp_path
     assert reader_view.read_table().num_rows == 3 + 4 + 5 + 6
 
 
-def test_47b_07_bad_input_changes_nothing(tmp_path):
+def test_07_bad_input_changes_nothing(tmp_path):
     url = _log(tmp_path, structured=False, appends=3)
     manifest = LogReader(url).manifest()
     for kwargs in ({"target_bytes": 0}, {"target_bytes": -5}, {"min_fragments": 1}):
@@ -146,7 +146,7 @@ def test_47b_07_bad_input_changes_nothing(tmp_path):
     assert LogReader(url).manifest() == manifest
 
 
-def test_47b_08_cli_compact_dry_run_json_and_bad_sizes(tmp_path):
+def test_08_cli_compact_dry_run_json_and_bad_sizes(tmp_path):
     url = _log(tmp_path, structured=False, appends=3)
     wal3 = [sys.executable, "-m", "wal3_spark.cli"]
     out = subprocess.run(wal3 + ["compact", url, "--dry-run", "--json"], capture_output=True,
@@ -162,7 +162,7 @@ def test_47b_08_cli_compact_dry_run_json_and_bad_sizes(tmp_path):
     assert len(LogReader(url).manifest().fragments) == 1
 
 
-def test_47b_09_timestamps_inside_a_compacted_fragment(tmp_path):
+def test_09_timestamps_inside_a_compacted_fragment(tmp_path):
     url = _log(tmp_path, structured=True, appends=4)
     compact(url)
     reader = LogReader(url)
