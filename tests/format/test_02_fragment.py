@@ -1,6 +1,6 @@
 """Fragments: the setsum vectors, the column-major chunk encoding against a per-row reference,
 independence from batching, Parquet round trips, corruption, schema projection and paths
-(UUIDv7: test_04; uploads: test_05)."""
+(UUIDv7: format/test_01_uuid7; uploads: log/test_02_fragment_upload)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The jobs (ingest, tail, verify, gc) on `gs://` and `az://` logs, on the emulators: each job's
 `main` runs with the store options as its `--option` arguments, in this process on the test
 session's Spark (a spark-submit per job and store would add a JVM start each, ~20 s, and
-test_33 runs the entry points through spark-submit on local logs). The jobs stop their session
+jobs/test_00_spark_jobs runs the entry points through spark-submit on local logs). The jobs stop their session
 when they end: here that stop is the shared session's, so it is skipped."""
 
 from __future__ import annotations

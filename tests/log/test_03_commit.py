@@ -1,5 +1,5 @@
 """The commit protocol on the in-memory store: creation, placement, idempotence, seal, schema,
-ambiguity (the batched LogWriter: test_25; cursors: test_28; reads below the oldest offset: test_29)."""
+ambiguity (the batched LogWriter: log/test_07_writer; cursors: log/test_12_cursors; reads below the oldest offset: log/test_11_data_loss)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Reads of offsets the log no longer holds (garbage-collected below its oldest offset): data loss
 named with the missing range, or skipped when the reader says `fail_on_data_loss=False` (readers
-racing GC: test_23; Spark's startingOffsets: test_31)."""
+racing GC: log/test_08_reader; Spark's startingOffsets: spark/test_09_stream_read)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Cursors on the in-memory store: a consumer's position moves forward by compare-and-swap, never
-backwards, and names are checked (validation of bad cursor objects: test_46; lag: test_48)."""
+backwards, and names are checked (validation of bad cursor objects: log/test_13_cursor_validation; lag: log/test_14_cursor_lag)."""
 
 from __future__ import annotations
 

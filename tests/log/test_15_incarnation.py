@@ -1,6 +1,6 @@
 """A log deleted and created again under the same name is another log: its manifest records a
 new incarnation, cursors record theirs, and a cursor of an earlier incarnation is reported stale,
-replaced by its consumer's next move and never wedges garbage collection (the streams: test_79).
+replaced by its consumer's next move and never wedges garbage collection (the streams: spark/test_20_recreated_logs).
 """
 
 from __future__ import annotations

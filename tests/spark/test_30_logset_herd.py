@@ -29,7 +29,7 @@ def check(result: dict) -> None:
     assert result["first_batches"][0] == 300, result
 
 
-# the herd on the emulators would add minutes; test_59 runs the data source on each of them
+# the herd on the emulators would add minutes; spark/test_21_cloud_stores runs the data source on each of them
 @pytest.mark.parametrize("store_url", ["local", "s3"], indirect=True)
 def test_00_herd_of_logs_streams_exactly_once(spark, store_url, store_options, tmp_path):
     """Locally without a dirty log (every trigger reads every manifest), on S3 with one."""

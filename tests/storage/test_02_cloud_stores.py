@@ -1,4 +1,4 @@
-"""Google Cloud Storage and Azure Blob Storage: what the shared store contract (test_00) cannot
+"""Google Cloud Storage and Azure Blob Storage: what the shared store contract (storage/test_00_stores) cannot
 say. The request forms the GCS store relies on (the emulator ignores preconditions on the
 others), failure classification (a write that may have landed is ambiguous and never resent;
 one that provably was not sent is retried), URLs and the ways each cloud finds credentials, and

@@ -1,4 +1,4 @@
-"""Driving Chromium through Selenium on pages that replace themselves: what test_68 and
+"""Driving Chromium through Selenium on pages that replace themselves: what console/test_00_console and
 benchmarks/console_acceptance.py share (imported only where Selenium is installed)."""
 
 from __future__ import annotations
