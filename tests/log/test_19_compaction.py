@@ -170,3 +170,18 @@ def test_09_timestamps_inside_a_compacted_fragment(tmp_path):
     # the second append's records (offsets 4..7) were written at NOW + 2
     assert reader.offset_for_timestamp(int((NOW + 2) * 1e6)) == 4
     assert reader.scan(start_time=second).start == 4
+
+
+def test_10_kill_9_before_the_commit_leaves_the_log_as_it_was(tmp_path):
+    url = _log(tmp_path, structured=True, appends=5)
+    before = _everything(url)
+    manifest = LogReader(url).manifest()
+    script = ("import os, signal, sys\n"
+              "from wal3_spark import compact\n"
+              "compact(sys.argv[1], before_commit=lambda run: os.kill(os.getpid(), signal.SIGKILL))\n")
+    killed = subprocess.run([sys.executable, "-c", script, url], capture_output=True, text=True)
+    assert killed.returncode == -9, killed.stderr
+    assert LogReader(url).manifest() == manifest  # the fragment and its record written, nothing committed
+    assert _everything(url)[0].equals(before[0]) and verify(url).ok
+    report = compact(url)  # the next run compacts; the dead run's fragment is an orphan
+    assert report.fragments_after == 1 and _everything(url)[1:] == before[1:]
