@@ -3,7 +3,6 @@ refuses what its rule forbids and lets through what it allows, and the committer
 
 from __future__ import annotations
 
-import itertools
 from uuid import uuid4
 from dataclasses import replace
 
@@ -19,9 +18,7 @@ from wal3_spark.format.setsum import Setsum
 from wal3_spark.format.uuid7 import new_uuid7
 from wal3_spark.log import invariants
 from wal3_spark.log.committer import Committer
-from wal3_spark.storage import open_store
 
-_names = itertools.count()
 T0 = 1_800_000_000_000_000  # µs since the epoch: the fragments' write times count from here
 SCHEMA = pa.schema([("id", pa.int64())])
 
@@ -34,11 +31,6 @@ def fragment(written_us: int, *, item_hash: str | None = None, uuid: str | None 
 
 def raw_log(*fragments: FakeFragment) -> Manifest:
     return Manifest.empty("test").with_fragments(list(fragments) or [fragment(T0)], "test")
-
-
-@pytest.fixture
-def store():
-    return open_store(f"memory://invariants-{next(_names)}")
 
 
 def test_00_a_sealed_log_takes_no_appends(store):

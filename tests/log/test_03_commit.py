@@ -3,7 +3,6 @@ ambiguity (the batched LogWriter: log/test_07_writer; cursors: log/test_12_curso
 
 from __future__ import annotations
 
-import itertools
 import threading
 
 import pyarrow as pa
@@ -17,14 +16,6 @@ from wal3_spark.log.committer import Committer
 from wal3_spark.log.fragment_io import write_fragments
 from wal3_spark.log.reader import LogReader
 from wal3_spark.log.writer import LogWriter, LogWriterOptions, to_batches
-from wal3_spark.storage import open_store
-
-_names = itertools.count()
-
-
-@pytest.fixture
-def store():
-    return open_store(f"memory://commit-{next(_names)}")
 
 
 def raw_files(store, bodies):

@@ -5,12 +5,12 @@ commit gives up, have its fragments deleted under it."""
 from __future__ import annotations
 
 import functools
-import itertools
 from dataclasses import replace
 
 import pytest
 
 from tests.support.fakes import CountingStore
+from tests.support.memory import memory_store
 from wal3_spark.clock import SYSTEM, SystemClock
 from wal3_spark.errors import (
     AlreadyCollected,
@@ -33,13 +33,6 @@ from wal3_spark.spark.commit import commit_files
 from wal3_spark.storage import open_store
 from wal3_spark.storage.forwarding import ForwardingStore
 from wal3_spark.testing import LateLandingStore
-
-_names = itertools.count()
-
-
-@pytest.fixture
-def store():
-    return open_store(f"memory://certainty-{next(_names)}")
 
 
 def raw_files(store, bodies):
@@ -229,7 +222,7 @@ def test_08_an_empty_append_writes_nothing_so_manifest_bytes_never_repeat(store)
     empty = Committer(store, writer="Z").commit([])
     assert (empty.start, empty.limit, empty.duplicate) == (2, 2, False)
     assert store.head(MANIFEST_KEY).etag == before
-    fresh = open_store(f"memory://certainty-{next(_names)}")
+    fresh = memory_store("certainty")
     assert Committer(fresh).commit([]).limit == 1 and LogReader(fresh).manifest().next_offset == 1
     assert Committer(fresh).commit([], app_id="q", version=3).duplicate is False  # records the txn
     assert LogReader(fresh).manifest().txns["q"].version == 3

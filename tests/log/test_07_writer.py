@@ -29,17 +29,9 @@ from wal3_spark.log.cas import CasPolicy
 from wal3_spark.log.reader import LogReader
 from wal3_spark.log.writer import LogWriter, LogWriterOptions
 from wal3_spark.ops.verify import verify
-from wal3_spark.storage import open_store
 from wal3_spark.storage.base import Blob
 from wal3_spark.storage.forwarding import ForwardingStore
 from wal3_spark.testing import FaultyStore, LateLandingStore
-
-_names = itertools.count()
-
-
-@pytest.fixture
-def store():
-    return open_store(f"memory://writer-{next(_names)}")
 
 
 class GatedUploads(ForwardingStore):

@@ -4,7 +4,6 @@ racing GC: log/test_08_reader; Spark's startingOffsets: spark/test_09_stream_rea
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import replace
 
 import pyarrow as pa
@@ -14,14 +13,6 @@ from wal3_spark.errors import DataLost
 from wal3_spark.log.committer import Committer
 from wal3_spark.log.reader import LogReader
 from wal3_spark.log.writer import LogWriter
-from wal3_spark.storage import open_store
-
-_names = itertools.count()
-
-
-@pytest.fixture
-def store():
-    return open_store(f"memory://data-loss-{next(_names)}")
 
 
 def test_00_reading_below_the_oldest_offset_is_data_loss(store):

@@ -3,22 +3,12 @@ backwards, and names are checked (validation of bad cursor objects: log/test_13_
 
 from __future__ import annotations
 
-import itertools
-
 import pytest
 
 from wal3_spark.clock import ManualClock
 from wal3_spark.errors import CursorError
 from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.writer import LogWriter
-from wal3_spark.storage import open_store
-
-_names = itertools.count()
-
-
-@pytest.fixture
-def store():
-    return open_store(f"memory://cursors-{next(_names)}")
 
 
 def test_00_cursors_move_forward_by_cas(store):

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import itertools
 import json
 import shutil
 from dataclasses import replace
@@ -31,13 +30,6 @@ from wal3_spark.ops.verify import verify
 from wal3_spark.storage import open_store
 from wal3_spark.storage.base import Blob
 from wal3_spark.storage.forwarding import ForwardingStore
-
-_names = itertools.count()
-
-
-@pytest.fixture
-def store():
-    return open_store(f"memory://incarnation-{next(_names)}")
 
 
 def delete_log(store) -> None:

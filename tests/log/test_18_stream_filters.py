@@ -5,7 +5,6 @@ filter of another column, are read as before."""
 
 from __future__ import annotations
 
-import itertools
 import json
 import subprocess
 import sys
@@ -15,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.support.fakes import CountingStore
+from tests.support.memory import memory_store
 from wal3_spark.errors import CorruptLog, FilterError
 from wal3_spark.format.fragment import PARQUET_BLOOM_FILTERS, encode_table
 from wal3_spark.format.layout import MANIFEST_KEY, FragmentRef
@@ -29,14 +29,6 @@ from wal3_spark.format.stream_filter import (
 from wal3_spark.log.reader import LogReader
 from wal3_spark.log.writer import LogWriter, LogWriterOptions
 from wal3_spark.ops.verify import verify
-from wal3_spark.storage import open_store
-
-_names = itertools.count()
-
-
-@pytest.fixture
-def store():
-    return open_store(f"memory://filters-{next(_names)}")
 
 
 def _batch(tenants: list[str], first: int = 0) -> pa.Table:
@@ -196,7 +188,7 @@ def test_09_integer_and_binary_columns(store):
     got = LogReader(counting).read_table(filter_column="account", filter_values=["3", 104])
     assert sorted(got["account"].to_pylist()) == [3, 104]
     assert counting.counts[("get", "log")] == 2
-    other = open_store(f"memory://filters-{next(_names)}")
+    other = memory_store("filters")
     with LogWriter(other, LogWriterOptions(filter_column="b")) as w:
         w.append(pa.table({"b": [b"x"]}))
         w.append(pa.table({"b": [b"y"]}))
@@ -271,11 +263,11 @@ def test_14_errors_name_the_problem(store):
     with LogWriter(store, LogWriterOptions(filter_column="tenantt")) as w:
         with pytest.raises(FilterError, match="'tenantt' is not a column.*tenant, n"):
             w.append(_batch(["a"]))
-    floats = open_store(f"memory://filters-{next(_names)}")
+    floats = memory_store("filters")
     with LogWriter(floats, LogWriterOptions(filter_column="x")) as w:
         with pytest.raises(FilterError, match="double.*string, binary or integer"):
             w.append(pa.table({"x": [1.5]}))
-    raw = open_store(f"memory://filters-{next(_names)}")
+    raw = memory_store("filters")
     with LogWriter(raw, LogWriterOptions(filter_column="body")) as w:
         with pytest.raises(FilterError, match="raw"):
             w.append([b"bytes"])
