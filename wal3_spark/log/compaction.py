@@ -12,7 +12,8 @@ Compaction deletes nothing. Before its compare-and-swap it records the fragments
 `compacted/<new fragment's UUID>.json`, so that GC's orphan sweep keeps them for the orphan grace
 after the compaction (readers that planned on the older manifest finish), not by their own age.
 
-Fragments a branch's pin covers are never replaced (the branch reads them by their paths), nor
+Fragments younger than `SETTLE_S` are not compacted (their writers may still be looking for
+them by path), and fragments a branch's pin covers are never replaced (the branch reads them by their paths), nor
 are fragments inside snapshots or of a Chroma S3 log (sequence-number fragments); a sealed log
 is compacted (its records are kept, nothing is appended).
 """
@@ -43,6 +44,11 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_TARGET_BYTES = 64 << 20
 DEFAULT_MIN_FRAGMENTS = 2
+#: a fragment is compacted only once it is this old (by its UUIDv7): a writer whose commit was
+#: ambiguous looks for its fragments by their paths until its commit deadline (300 s,
+#: `CasPolicy.deadline_s`), and would append them again if a compaction had replaced them by
+#: then; three deadlines, as garbage collection's shortest orphan grace
+SETTLE_S = 900.0
 #: where a compaction records the fragments it replaced (see the module docstring)
 REPLACED_PREFIX = "compacted/"
 
@@ -70,18 +76,24 @@ class CompactReport:
 
 
 def plan_runs(manifest: Manifest, target_bytes: int, min_fragments: int,
-              pinned_below: int) -> list[tuple[int, int]]:
+              pinned_below: int, settled_before_us: int) -> list[tuple[int, int]]:
     """Index ranges [i, j) of `Manifest.fragments` to merge: consecutive fragments smaller than
-    `target_bytes`, at or after `pinned_below`, grouped until they reach it, at least
-    `min_fragments` each."""
+    `target_bytes`, at or after `pinned_below`, written before `settled_before_us`, grouped
+    until they reach it, at least `min_fragments` each."""
     runs: list[tuple[int, int]] = []
     i, refs = 0, manifest.fragments
+
+    def fits(ref: FragmentRef) -> bool:
+        written = uuid7_timestamp_us(str(ref.seq_no))
+        return (ref.num_bytes < target_bytes and ref.start >= pinned_below
+                and written is not None and written < settled_before_us)
+
     while i < len(refs):
-        if refs[i].num_bytes >= target_bytes or refs[i].start < pinned_below:
+        if not fits(refs[i]):
             i += 1
             continue
         j, size = i, 0
-        while j < len(refs) and refs[j].num_bytes < target_bytes and size < target_bytes:
+        while j < len(refs) and fits(refs[j]) and size < target_bytes:
             size += refs[j].num_bytes
             j += 1
         if j - i >= min_fragments:
@@ -126,7 +138,8 @@ def compact(
     if pins:
         report.notes.append(f"fragments below offset {pinned_below} are kept: branches read them "
                             f"({', '.join(sorted(pins))})")
-    runs = plan_runs(manifest, target_bytes, min_fragments, pinned_below)
+    settled_before_us = micros(clock) - int(SETTLE_S * 1e6)
+    runs = plan_runs(manifest, target_bytes, min_fragments, pinned_below, settled_before_us)
     for i, j in runs:
         run = manifest.fragments[i:j]
         report.runs.append({"start": run[0].start, "limit": run[-1].limit, "fragments": len(run)})
