@@ -230,3 +230,32 @@ def test_09_failed_routing_jobs_leave_no_fragments_and_no_directories(spark, tmp
         report = verify(f"{prefix.as_uri()}/{name}")
         assert report.ok and not [p for p in report.problems if p.kind == "extra"], name
         assert LogReader(open_store(f"{prefix.as_uri()}/{name}")).read_table().num_rows == 1
+
+
+def test_10_what_failed_routing_jobs_leave_is_swept_after_the_orphan_grace(spark, tmp_path):
+    """Tasks still running when a job fails (here: two at once, the invalid name in the last of
+    four partitions) write fragments that no commit message reports, so neither the failing task
+    nor the abort can delete them: garbage collection of the existing log and prefix GC's sweep
+    of names without a manifest remove them once older than the orphan grace, and nothing else."""
+    from wal3_spark.clock import SystemClock
+    from wal3_spark.ops.garbage_collector import MIN_ORPHAN_GRACE_S, GarbageCollector, GCOptions
+
+    prefix = tmp_path / "set"
+    routed(spark.createDataFrame([(1, "existing")], "id long, tenant string"), prefix.as_uri())
+    for job in range(6):
+        df = spark.range(0, 4000, numPartitions=4).select("id", F.when(F.col("id") == 3999 - job, "bad/name")
+            .when(F.col("id") % 3 == 0, "existing").otherwise(F.format_string("new%d", F.col("id") % 2))
+            .alias("tenant"))
+        with pytest.raises(Exception, match="invalid log name 'bad/name'"):
+            routed(df, prefix.as_uri(), fragmentBytes="4096")
+    later = SystemClock(skew_s=MIN_ORPHAN_GRACE_S + 3600)
+    for name in sorted(os.listdir(prefix)):
+        store = open_store(f"{prefix.as_uri()}/{name}")
+        GarbageCollector(store, GCOptions(orphans_without_log=True), clock=later).run()
+    existing = f"{prefix.as_uri()}/existing"
+    report = verify(existing)
+    assert report.ok and not [p for p in report.problems if p.kind == "extra"], report.problems
+    assert LogReader(open_store(existing)).read_table().column("id").to_pylist() == [1]
+    for name in sorted(set(os.listdir(prefix)) - {"existing"}):  # fenced: empty logs, no fragment
+        assert LogReader(open_store(f"{prefix.as_uri()}/{name}")).read_table().num_rows == 0, name
+        assert not os.path.exists(prefix / name / "log") or not os.listdir(prefix / name / "log"), name
