@@ -755,3 +755,30 @@ def test_28_the_cli_reports_a_deletion_and_refuses_an_unknown_location(urls, tmp
     doc = json.loads(capsys.readouterr().out)
     assert doc == {"log": urls["dst"], "parent": urls["src"], "objects_removed": doc["objects_removed"],
                    "objects_left": 0, "resumed": False} and doc["objects_removed"] == 1  # its manifest
+
+
+def test_29_a_deletion_or_checkpoint_releases_only_a_pin_naming_its_branch(urls):
+    """A branch's manifest naming another branch's pin (damaged, or edited by hand) must not
+    make deleting or checkpointing it delete that pin: the other branch would lose what it
+    reads to the parent's next collection. The pin is released only when it names this branch."""
+    from dataclasses import replace
+
+    from wal3_spark.log.manifest_reader import read_manifest
+
+    fill(urls["src"])
+    branch(urls["src"], urls["dst"], at=23)
+    branch(urls["src"], urls["dst2"], at=30)
+    theirs = read_manifest(open_store(urls["dst2"])).parent.pin
+    for op in (checkpoint, delete_branch):
+        if op is delete_branch:  # the checkpoint made it standalone: branch it again
+            delete_branch(urls["dst"])
+            branch(urls["src"], urls["dst"], at=23)
+        dst = open_store(urls["dst"])
+        mine = read_manifest(dst)
+        blob = dst.get(MANIFEST_KEY)
+        dst.put_if_match(MANIFEST_KEY, replace(mine, parent=replace(mine.parent, pin=theirs)).to_bytes(),
+                         blob.etag)
+        op(urls["dst"])
+        assert theirs in list_pins(open_store(urls["src"])), op.__name__
+    collect(urls["src"])
+    assert bodies(urls["dst2"]) == parent_records(29)

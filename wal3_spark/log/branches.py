@@ -35,6 +35,7 @@ from wal3_spark.clock import SYSTEM, Clock, micros
 from wal3_spark.errors import (
     BranchError,
     CommitOutcomeUnknown,
+    CorruptLog,
     LogNotFound,
     ObjectNotFound,
     PreconditionFailed,
@@ -259,8 +260,30 @@ def _check_reaches(src: ObjectStore, dst: ObjectStore, manifest: Manifest) -> No
 
 
 def release_pin(store: ObjectStore, parent: Parent) -> None:
-    """Delete the pin `parent` names in its log (a branch no longer reads through it)."""
-    _release(parent_store(store, parent.log), pin_key(parent.pin))
+    """Delete the pin `parent` names in its log (the branch at `store` no longer reads through
+    it)."""
+    release_own_pin(store, parent.log, parent.pin)
+
+
+def release_own_pin(store: ObjectStore, parent_log: str, name: str) -> None:
+    """Delete pin `name` in `parent_log` only if it is the pin of the branch at `store` (its
+    `branch` is this URL): a manifest or deletion record naming another branch's pin (damaged,
+    edited by hand) must not release it, or that branch would lose what it reads. A pin kept
+    here is dropped by the parent's collection as an orphan once nothing reads through it."""
+    parent = parent_store(store, parent_log)
+    key = pin_key(name)
+    try:
+        pin = Pin.from_bytes(parent.get(key).data, f"{parent.url}/{key}")
+    except ObjectNotFound:
+        return  # released already
+    except CorruptLog as exc:
+        logger.warning("%s: keeping pin %s in %s: it cannot be read (%s)", store.url, name, parent_log, exc)
+        return
+    if pin.branch != store.url:
+        logger.warning("%s: keeping pin %s in %s: it is the pin of %s, not of this branch", store.url, name,
+                       parent_log, pin.branch)
+        return
+    _release(parent, key)
 
 
 def _release(store: ObjectStore, key: str) -> None:
@@ -338,7 +361,7 @@ def delete_branch(
     _step(after_step, "unpublish")
     assert record is not None
     if record.parent_log is not None and record.parent_pin is not None:
-        _release(parent_store(store, record.parent_log), pin_key(record.parent_pin))
+        release_own_pin(store, record.parent_log, record.parent_pin)
     _step(after_step, "release")
     removed, left = int(manifest is not None), 0
     for meta in list(store.list()):
