@@ -504,3 +504,21 @@ def test_18_garbage_naming_another_logs_object_deletes_only_this_logs(tmp_path):
     assert stray not in report.deleted and any("not one of this log's objects" in n for n in report.notes)
     assert open_store(file_url(str(tmp_path / "orders" / "sub"))).exists("manifest/MANIFEST")
     assert LogReader(store).manifest().oldest_offset == 26 and verify(store).ok
+
+
+def test_19_a_name_without_a_log_above_a_nested_log_is_not_fenced_or_swept(tmp_path):
+    """Prefix GC's sweep of a name without a manifest (a failed job's leftovers) must not take a
+    log nested below that name (`team/snapshot`) for leftovers: it would create an empty log
+    above it and sweep its objects as orphans."""
+    from wal3_spark.storage.common import file_url
+
+    nested = file_url(str(tmp_path / "team" / "snapshot"))
+    fill(open_store(nested), appends=6, per=2, snapshot_options=SnapshotOptions(2, 2))
+    before = {m.key for m in open_store(nested).list()}
+    from wal3_spark.errors import LogNotFound
+
+    with pytest.raises(LogNotFound):  # nothing of its own to sweep: no log there
+        GarbageCollector(file_url(str(tmp_path / "team")), GCOptions(orphans_without_log=True),
+                         clock=ManualClock(now=time.time() + 7200)).run()
+    assert not open_store(file_url(str(tmp_path / "team"))).exists("manifest/MANIFEST")
+    assert {m.key for m in open_store(nested).list()} == before and verify(nested).ok
