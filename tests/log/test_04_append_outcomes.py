@@ -12,12 +12,13 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import sys
 from collections.abc import Callable
 
 import pyarrow as pa
 import pytest
 
-from tests.support.fakes import HookedStore
+from tests.support.fakes import FailingStore, HookedStore
 from wal3_spark.errors import (
     AccessDenied,
     CommitFailed,
@@ -37,7 +38,6 @@ from wal3_spark.ops.garbage_collector import GarbageCollector, GCOptions
 from wal3_spark.ops.verify import verify
 from wal3_spark.spark.commit import commit_files
 from wal3_spark.storage import open_store
-from wal3_spark.storage.forwarding import ForwardingStore
 
 _names = itertools.count()
 OPTIONS = SnapshotOptions(2, 2)
@@ -134,33 +134,6 @@ def test_00_gc_deleting_a_snapshot_under_a_commit_is_not_a_readers_error(path, n
     assert verify(store).ok
 
 
-class Refusing(ForwardingStore):
-    """`inner`, where the `op` calls on keys `when(key)` holds for raise `error(key)`, from the
-    `after`-th such call on (0: the first)."""
-
-    def __init__(self, inner, op: str, when: Callable[[str], bool], error, after: int = 0) -> None:
-        super().__init__(inner)
-        self.op, self.when, self.error, self.after, self.calls = op, when, error, after, 0
-
-    def _check(self, op: str, key: str) -> None:
-        if op == self.op and self.when(key):
-            self.calls += 1
-            if self.calls > self.after:
-                raise self.error(key)
-
-    def get(self, key):
-        self._check("get", key)
-        return self.inner.get(key)
-
-    def put_if_absent(self, key, data):
-        self._check("put", key)
-        return self.inner.put_if_absent(key, data)
-
-    def put_if_match(self, key, data, etag):
-        self._check("put", key)
-        return self.inner.put_if_match(key, data, etag)
-
-
 def is_manifest(key: str) -> bool:
     return key == MANIFEST_KEY
 
@@ -188,7 +161,9 @@ def test_05_an_append_that_fails_before_any_write_may_land_is_commit_failed(path
     the caller learns from the type alone that nothing was written and a retry is safe."""
     store = snapshotted(3)
     op, when, error, after = FAULTS[fault]
-    refusing = Refusing(store, op, when, error, after=after if path in (writer_append, writer_submit) else 0)
+    after = after if path in (writer_append, writer_submit) else 0
+    ops = ("get",) if op == "get" else ("put_if_absent", "put_if_match")
+    refusing = FailingStore(store, when, error, ops=ops, calls=range(after, sys.maxsize))
     before = bodies(store)
     try:
         path(refusing, store)

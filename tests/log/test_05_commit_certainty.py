@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from tests.support.fakes import CountingStore
+from tests.support.fakes import CountingStore, FailingStore
 from tests.support.memory import memory_store
 from wal3_spark.clock import SYSTEM, SystemClock
 from wal3_spark.errors import (
@@ -177,27 +177,16 @@ def test_06_a_snapshot_path_holding_other_offsets_is_not_ours_but_the_same_one_i
     rolled.scrub()
 
 
-class SnapshotReadsFail(ForwardingStore):
-    """Snapshot GETs fail transiently (`times` times; None: always)."""
-
-    def __init__(self, inner, times: int | None) -> None:
-        super().__init__(inner)
-        self.left = times
-
-    def get(self, key):
-        if key.startswith("snapshot/") and (self.left is None or self.left > 0):
-            self.left = None if self.left is None else self.left - 1
-            raise TransientError(f"injected: get {key} failed after the store's retries")
-        return self.inner.get(key)
-
-
 @pytest.mark.parametrize("times", [2, None])
 def test_07_a_landed_commit_whose_check_cannot_read_a_snapshot_is_never_a_transient_error(store, times):
     """The late write landed and rolled the fragments into a snapshot; looking for them there failed
     transiently, and that TransientError ("nothing changed") escaped the commit: a caller retrying
     on it appended the records twice."""
     LogWriter(store).append(b"r0")
-    late = late_manifest_writes(SnapshotReadsFail(store, times), writes=[1], land="after_get")
+    snapshots_fail = FailingStore(store, lambda key: key.startswith("snapshot/"),
+                                  lambda key: TransientError(f"injected: get {key} failed after the store's retries"),
+                                  calls=None if times is None else range(times))
+    late = late_manifest_writes(snapshots_fail, writes=[1], land="after_get")
     committer = Committer(late, snapshot_options=SMALL_ROLLS, max_attempts=6)
     files = one_per_record(store, b"r1", b"r2", b"r3")
     if times is None:

@@ -14,6 +14,7 @@ import time
 import pyarrow as pa
 import pytest
 
+from tests.support.fakes import FailingStore
 from wal3_spark.errors import (
     AccessDenied,
     AmbiguousWrite,
@@ -212,22 +213,11 @@ def test_07_a_failed_fragment_upload_fails_exactly_the_appends_it_carried(store)
     assert bodies(store) == [b"r0", b"a", b"c", b"d"]
 
 
-class FailManifestWrites(ForwardingStore):
-    """The manifest CAS numbered in `failing` (from 0) raises `AccessDenied`."""
-
-    def __init__(self, inner, failing):
-        super().__init__(inner)
-        self.failing, self.calls = set(failing), itertools.count()
-
-    def put_if_match(self, key, data, etag):
-        if key == MANIFEST_KEY and next(self.calls) in self.failing:
-            raise AccessDenied("injected: the manifest write was refused")
-        return self.inner.put_if_match(key, data, etag)
-
-
 def test_08_a_failed_commit_fails_exactly_the_appends_it_carried(store):
     LogWriter(store).append(b"r0")
-    with LogWriter(FailManifestWrites(store, failing={1}), LogWriterOptions(batch_bytes=1)) as writer:
+    with LogWriter(FailingStore(store, lambda key: key == MANIFEST_KEY,
+                                 lambda key: AccessDenied("injected: the manifest write was refused"),
+                                 ops=["put_if_match"], calls={1}), LogWriterOptions(batch_bytes=1)) as writer:
         assert writer.submit(b"a").result(timeout=60).start == 2
         b = writer.submit([b"b1", b"b2"])
         with pytest.raises(CommitFailed, match="AccessDenied: injected") as refused:  # the refusal is the cause

@@ -9,7 +9,7 @@ import itertools
 
 import pytest
 
-from tests.support.fakes import CountingStore
+from tests.support.fakes import CountingStore, FailingStore
 from wal3_spark.clock import ManualClock
 from wal3_spark.errors import StorageError
 from wal3_spark.format.layout import MANIFEST_KEY
@@ -23,7 +23,6 @@ from wal3_spark.logset.logs import LogSelection, LogSet
 from wal3_spark.observe.status import StatusModel
 from wal3_spark.storage import open_store
 from wal3_spark.storage.base import ObjectStore
-from wal3_spark.storage.forwarding import ForwardingStore
 
 _names = itertools.count()
 NAMES = ["a", "b", "c", "d"]
@@ -197,25 +196,10 @@ def test_09_an_unreadable_dirty_log_makes_a_refresh_read_every_log(herd):
     assert [s.name for s in status.logs] == [s.name for s in first.logs]
 
 
-class Unreachable(ForwardingStore):
-    """`inner`, until `down` is set: then every GET and listing fails."""
-
-    down = False
-
-    def get(self, key):
-        if self.down:
-            raise StorageError("the store is unreachable")
-        return super().get(key)
-
-    def list_children(self, prefix=""):
-        if self.down:
-            raise StorageError("the store is unreachable")
-        return super().list_children(prefix)
-
-
 def test_10_a_failed_refresh_serves_the_last_figures_with_the_error(herd):
     prefix, _ = herd
-    store = Unreachable(prefix)
+    store = FailingStore(prefix, lambda key: True, lambda key: StorageError("the store is unreachable"),
+                         ops=["get", "list_children"], down=False)
     clock, model = watch(store, ttl_s=0)
     first = model.status()
     store.down = True

@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.fakes import FailingStore
 from wal3_spark.clock import SYSTEM, ManualClock, SystemClock, micros, utc_text
-from wal3_spark.errors import CommitFailed, TransientError
+from wal3_spark.errors import CommitFailed, PreconditionFailed, TransientError
 from wal3_spark.format.layout import MANIFEST_KEY
 from wal3_spark.format.uuid7 import uuid7_timestamp_us
 from wal3_spark.log.committer import Committer
 from wal3_spark.log.reader import LogReader
 from wal3_spark.log.writer import LogWriter
 from wal3_spark.storage import open_store
-from wal3_spark.storage.forwarding import ForwardingStore
 from wal3_spark.storage.retry import retry
 
 PACKAGE = Path(__file__).resolve().parents[2] / "wal3_spark"
@@ -112,24 +112,15 @@ def test_03_backoff_sleeps_on_the_clock_it_is_given():
     assert clock.sleeps == [1.0, 1.0]
 
 
-class Refusing(ForwardingStore):
-    """Every manifest update loses its race (another writer, forever)."""
-
-    def put_if_match(self, key, data, etag):
-        if key == MANIFEST_KEY:
-            from wal3_spark.errors import PreconditionFailed
-
-            raise PreconditionFailed(key, "a rival wrote first")
-        return super().put_if_match(key, data, etag)
-
-
 def test_04_a_commit_runs_out_its_deadline_on_the_clock_without_waiting_for_it():
     """A five-minute compare-and-swap deadline, backing off up to 100 ms between attempts: on
     a manual clock the commit gives up after the deadline's worth of backoff, in no real time."""
     store = open_store(f"memory://clock-{next(_names)}")
     Committer(store).create()
     clock = ManualClock()
-    committer = Committer(Refusing(store), clock=clock, max_attempts=10**6, deadline_s=300.0)
+    committer = Committer(FailingStore(store, lambda key: key == MANIFEST_KEY,
+                                       lambda key: PreconditionFailed(key, "a rival wrote first"), ops=["put_if_match"]),
+                          clock=clock, max_attempts=10**6, deadline_s=300.0)
     with pytest.raises(CommitFailed, match="nothing was written"):
         committer.commit([], app_id="job", version=1)
     assert clock.monotonic() > 300.0 and sum(clock.sleeps) > 300.0

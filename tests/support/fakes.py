@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import io
+import itertools
 import struct
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -140,17 +141,76 @@ class HookedStore(ForwardingStore):
 
 
 class FailingStore(ForwardingStore):
-    """`inner`, except that every `get` of a key `when(key)` holds for raises `error(key)`: a
-    store failing the way real ones do (refused permission, retries exhausted)."""
+    """`inner`, except that the calls named in `ops` on keys `when(key)` holds for raise
+    `error(key)` without being sent: a store failing the way real ones do (refused permission,
+    retries exhausted, a race lost to another writer, an outage). `calls` picks which of those
+    calls fail, counted from 0 (`{1}`: the second; `range(2)`: the first two; None: every one);
+    `down` turns the failures off and on (an outage that starts and ends mid-test). For the
+    listings the key is the prefix. `failed` counts the calls that failed."""
 
-    def __init__(self, inner: ObjectStore, when: Callable[[str], bool], error: Callable[[str], Exception]) -> None:
+    OPERATIONS = frozenset({"get", "get_range", "head", "put_if_absent", "put_if_match", "list",
+                            "list_children", "delete"})
+
+    def __init__(
+        self,
+        inner: ObjectStore,
+        when: Callable[[str], bool],
+        error: Callable[[str], Exception],
+        *,
+        ops: Iterable[str] = ("get",),
+        calls: Container[int] | None = None,
+        down: bool = True,
+    ) -> None:
         super().__init__(inner)
-        self.when, self.error = when, error
+        self.ops = frozenset(ops)
+        unknown = self.ops - self.OPERATIONS
+        assert not unknown, f"FailingStore cannot fail {sorted(unknown)}: one of {sorted(self.OPERATIONS)}"
+        self.when, self.error, self.calls, self.down = when, error, calls, down
+        self.failed = 0
+        self._seen = itertools.count()
+        self._lock = threading.Lock()
+
+    def _check(self, op: str, key: str) -> None:
+        if not (self.down and op in self.ops and self.when(key)):
+            return
+        with self._lock:
+            n = next(self._seen)
+            fails = self.calls is None or n in self.calls
+            self.failed += fails
+        if fails:
+            raise self.error(key)
 
     def get(self, key: str) -> Blob:
-        if self.when(key):
-            raise self.error(key)
+        self._check("get", key)
         return self.inner.get(key)
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        self._check("get_range", key)
+        return self.inner.get_range(key, start, length)
+
+    def head(self, key: str) -> ObjectMeta:
+        self._check("head", key)
+        return self.inner.head(key)
+
+    def put_if_absent(self, key: str, data: bytes) -> str:
+        self._check("put_if_absent", key)
+        return self.inner.put_if_absent(key, data)
+
+    def put_if_match(self, key: str, data: bytes, etag: str) -> str:
+        self._check("put_if_match", key)
+        return self.inner.put_if_match(key, data, etag)
+
+    def list(self, prefix: str = "") -> Iterator[ObjectMeta]:
+        self._check("list", prefix)
+        return self.inner.list(prefix)
+
+    def list_children(self, prefix: str = "") -> Iterator[str]:
+        self._check("list_children", prefix)
+        return self.inner.list_children(prefix)
+
+    def delete(self, key: str) -> None:
+        self._check("delete", key)
+        self.inner.delete(key)
 
 
 class CountingStore(ForwardingStore):
