@@ -15,7 +15,9 @@ import pyarrow as pa
 import pytest
 
 from wal3_spark.clock import SYSTEM, ManualClock
-from wal3_spark.errors import CorruptLog, InvalidOption, LogNotFound
+from wal3_spark.errors import CorruptLog, InvalidOption, LogNotFound, LogSealed
+from wal3_spark.format.manifest import Txn
+from wal3_spark.log.committer import Committer
 from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.compaction import REPLACED_PREFIX, compact
 from wal3_spark.log.reader import LogReader
@@ -251,3 +253,20 @@ def test_13_a_collection_racing_the_compaction_leaves_its_output_an_orphan(tmp_p
     assert LogReader(url).read_table().equals(kept) and verify(url).ok
     again = compact(url, clock=LATER)  # the rest compacts on the next run
     assert again.fragments_after == 1 and LogReader(url).read_table().equals(kept)
+
+
+def test_14_a_sealed_log_with_txns_is_compacted_and_stays_sealed_with_them(tmp_path):
+    """Compaction keeps everything else in the manifest: the seal (records are kept, nothing is
+    appended, so a sealed log may be compacted), txns, schema and incarnation."""
+    url = _log(tmp_path, structured=True, appends=4)
+    committer = Committer(url)
+    committer.update(lambda m: m.with_txns({"job": Txn(7, 1)}))
+    committer.seal()
+    before = LogReader(url).manifest()
+    assert compact(url, clock=LATER).fragments_after == 1
+    after = LogReader(url).manifest()
+    assert after.sealed and dict(after.txns) == {"job": Txn(7, 1)}
+    assert (after.schema, after.incarnation, after.setsum, after.acc_bytes) == (
+        before.schema, before.incarnation, before.setsum, before.acc_bytes)
+    with pytest.raises(LogSealed):
+        LogWriter(url).append(pa.table({"k": pa.array([1], pa.int64()), "v": ["x"]}))
