@@ -17,6 +17,7 @@ import pytest
 from wal3_spark.clock import SYSTEM, ManualClock
 from wal3_spark.errors import CorruptLog, InvalidOption, LogNotFound, LogSealed
 from wal3_spark.format.manifest import Txn
+from wal3_spark.log.branches import branch
 from wal3_spark.log.committer import Committer
 from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.compaction import REPLACED_PREFIX, compact
@@ -270,3 +271,18 @@ def test_14_a_sealed_log_with_txns_is_compacted_and_stays_sealed_with_them(tmp_p
         before.schema, before.incarnation, before.setsum, before.acc_bytes)
     with pytest.raises(LogSealed):
         LogWriter(url).append(pa.table({"k": pa.array([1], pa.int64()), "v": ["x"]}))
+
+
+def test_15_fragments_a_branch_reads_through_its_pin_are_never_replaced(tmp_path):
+    """A branch reads its parent's fragments by their paths: those below its branch point stay
+    (the report names the pin), those above are compacted, and the branch reads as before."""
+    url = _log(tmp_path, structured=False, appends=6)
+    child = f"file://{tmp_path}/child"
+    branch(url, child, at=13)  # the first three appends: offsets 1-12
+    pinned = [f.path for f in LogReader(url).manifest().fragments if f.start < 13]
+    before = LogReader(child).read_table()
+    report = compact(url, clock=LATER)
+    fragments = LogReader(url).manifest().fragments
+    assert [f.path for f in fragments[:len(pinned)]] == pinned and len(fragments) == len(pinned) + 1
+    assert any("branches read them" in note for note in report.notes)
+    assert LogReader(child).read_table().equals(before) and verify(url).ok
