@@ -32,7 +32,7 @@ from wal3_spark.ops.garbage_collector import MIN_ORPHAN_GRACE_S, GarbageCollecto
 from wal3_spark.ops.verify import verify
 from wal3_spark.storage import StoreLike, open_store
 from wal3_spark.storage.common import file_url
-from wal3_spark.testing.hooks import hooked
+from wal3_spark.testing.hooks import after_steps, hooked
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -157,7 +157,8 @@ def test_04_a_crash_at_each_step_of_branching_is_safe(urls, step):
     fill(urls["src"])
     src = open_store(urls["src"])
     with pytest.raises(Crash):
-        branch(urls["src"], urls["dst"], at=20, after_step=crash_after(step))
+        with after_steps(crash_after(step)):
+            branch(urls["src"], urls["dst"], at=20)
     published = open_store(urls["dst"]).exists(MANIFEST_KEY)
     assert published == (step == "publish")
     assert len(list_pins(src)) == 1  # the pin is written first, whatever comes after
@@ -184,7 +185,8 @@ def test_05_a_branch_is_published_within_its_pin_deadline_or_not_at_all(urls):
             clock.advance(10)
 
     with pytest.raises(BranchError, match="took longer than 5 s"):
-        branch(urls["src"], urls["dst"], clock=clock, after_step=slow, pin_deadline_s=5)
+        with after_steps(slow):
+            branch(urls["src"], urls["dst"], clock=clock, pin_deadline_s=5)
     assert not open_store(urls["dst"]).exists(MANIFEST_KEY)
     assert list_pins(open_store(urls["src"])) == {}
 
@@ -259,7 +261,8 @@ def test_08_a_crash_at_each_step_of_a_checkpoint_is_safe(urls, step):
     LogWriter(urls["dst"]).append([b"own"])
     before = bodies(urls["dst"])
     with pytest.raises(Crash):
-        checkpoint(urls["dst"], after_step=crash_after(step))
+        with after_steps(crash_after(step)):
+            checkpoint(urls["dst"])
     assert bodies(urls["dst"]) == before
     # the branch's own collection sweeps none of the copies while it still names its parent
     hooked(GarbageCollector(urls["dst"], GCOptions(grace_s=0)), orphan_clock=ORPHANS_OLD).run()
@@ -276,7 +279,8 @@ def test_09_a_crash_at_each_step_of_deleting_a_branch_is_safe(urls, step):
     fill(urls["src"])
     branch(urls["src"], urls["dst"], at=23)
     with pytest.raises(Crash):
-        delete_branch(urls["dst"], after_step=crash_after(step))
+        with after_steps(crash_after(step)):
+            delete_branch(urls["dst"])
     if step != "record":
         with pytest.raises(LogNotFound):
             LogReader(urls["dst"]).manifest()  # no longer a log once its manifest is removed
@@ -354,14 +358,17 @@ _KILLER = textwrap.dedent("""
     import os, signal, sys
     from wal3_spark.log.branches import branch
     from wal3_spark.ops.checkpoint import checkpoint
+    from wal3_spark.testing.hooks import after_steps
     what, step, src, dst = sys.argv[1:5]
     def die(done):
         if done == step:
             os.kill(os.getpid(), signal.SIGKILL)
     if what == "branch":
-        branch(src, dst, at=20, after_step=die)
+        with after_steps(die):
+            branch(src, dst, at=20)
     else:
-        checkpoint(dst, after_step=die)
+        with after_steps(die):
+            checkpoint(dst)
 """)
 
 
@@ -389,15 +396,15 @@ _GC_LOOP = textwrap.dedent("""
     import sys, time
     from wal3_spark.log.cursors import CursorStore
     from wal3_spark.log.reader import LogReader
-    from wal3_spark.log.writer import LogWriter, LogWriterOptions
-    from wal3_spark.ops.garbage_collector import GarbageCollector
+    from wal3_spark.log.writer import LogWriter
+    from wal3_spark.ops.garbage_collector import GarbageCollector, GCOptions
     src, seconds = sys.argv[1], float(sys.argv[2])
     writer, end, n = LogWriter(src), time.monotonic() + seconds, 0
     while time.monotonic() < end:
         writer.append([b"x%d" % (n + i) for i in range(5)]); n += 5
         tail = LogReader(src).manifest().next_offset
         CursorStore(src).move("gc", tail, allow_backwards=True)
-        GarbageCollector(src, grace_s=0, force=True).run()
+        GarbageCollector(src, GCOptions(grace_s=0, force=True)).run()
 """)
 
 
@@ -542,7 +549,8 @@ def test_20_a_creator_whose_clock_is_behind_keeps_its_pin_while_it_publishes(url
         if step == "pin":
             seen.append(collect(urls["src"]).pins_dropped)
 
-    branch(urls["src"], urls["dst"], at=20, clock=SystemClock(skew_s=-3600), after_step=collect_meanwhile)
+    with after_steps(collect_meanwhile):
+        branch(urls["src"], urls["dst"], at=20, clock=SystemClock(skew_s=-3600))
     assert seen == [[]] and len(list_pins(open_store(urls["src"]))) == 1
     fill(urls["src"], appends=2, start=50)
     collect(urls["src"])
@@ -643,13 +651,15 @@ def test_24_only_live_branches_block_deleting_their_parent(urls):
     with pytest.raises(BranchError, match=r"2 branch\(es\) reading through it"):
         delete_branch(urls["src"])
     with pytest.raises(Crash):  # killed after removing the manifest, before releasing its pin
-        delete_branch(urls["dst"], after_step=crash_after("unpublish"))
+        with after_steps(crash_after("unpublish")):
+            delete_branch(urls["dst"])
     with pytest.raises(BranchError, match=r"1 branch\(es\) reading through it \(\S+/dst2\)"):
         delete_branch(urls["src"])  # dst2 only: dst is being deleted
     delete_branch(urls["dst2"])
     # a pin whose branch never appeared: blocks while young (a creation may still publish it)
     with pytest.raises(Crash):
-        branch(urls["src"], urls["copy"], at=10, after_step=crash_after("pin"))
+        with after_steps(crash_after("pin")):
+            branch(urls["src"], urls["copy"], at=10)
     with pytest.raises(BranchError, match="being created"):
         delete_branch(urls["src"])
     report = delete_branch(urls["src"], clock=ORPHANS_OLD)  # once older than the grace it does not
@@ -706,11 +716,13 @@ def test_26_a_creation_that_fails_definitely_releases_its_pin(urls, fails):
 _DELETE_KILLER = textwrap.dedent("""
     import os, signal, sys
     from wal3_spark.log.branches import delete_branch
+    from wal3_spark.testing.hooks import after_steps
     step, dst = sys.argv[1:3]
     def die(done):
         if done == step:
             os.kill(os.getpid(), signal.SIGKILL)
-    delete_branch(dst, after_step=die)
+    with after_steps(die):
+        delete_branch(dst)
 """)
 
 

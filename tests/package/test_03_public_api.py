@@ -107,6 +107,6 @@ TEST_HOOKS = {"after_step", "orphan_clock"}
 
 
 def test_04_test_hooks_are_no_public_parameter():
-    for entry in (GarbageCollector, collect_garbage):
+    for entry in (GarbageCollector, collect_garbage, branch, delete_branch, checkpoint):
         assert not TEST_HOOKS & set(_parameters(entry)), entry.__name__
     assert "kwargs" not in _parameters(collect_garbage), "collect_garbage names its options"

@@ -28,7 +28,7 @@ standalone.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
 from wal3_spark.clock import SYSTEM, Clock, micros
@@ -48,6 +48,7 @@ from wal3_spark.format.lineage import PIN_PREFIX, Parent, Pin, pin_key
 from wal3_spark.format.manifest import Manifest
 from wal3_spark.format.setsum import Setsum
 from wal3_spark.format.uuid7 import new_uuid7
+from wal3_spark.log import steps
 from wal3_spark.log.cas import Outcome
 from wal3_spark.log.committer import manifest_object
 from wal3_spark.log.holds import list_pins, pin_is_live, settle
@@ -106,7 +107,6 @@ def branch(
     options: Mapping[str, str] | None = None,
     destination_options: Mapping[str, str] | None = None,
     clock: Clock = SYSTEM,
-    after_step: Callable[[str], None] | None = None,
     pin_deadline_s: float = PIN_DEADLINE_S,
 ) -> BranchReport:
     """Branch the log at `source` at offset `at` (default: its tail) into a new log at
@@ -148,7 +148,7 @@ def branch(
     except Exception:
         _release_after_failure(src, key)  # the pin's name is new: if the write landed anyway, it is ours
         raise
-    _step(after_step, "pin")
+    steps.done("pin")
     try:
         start = settle(src, oldest)
         if start > offset:
@@ -164,7 +164,7 @@ def branch(
     except Exception:
         _release_after_failure(src, key)
         raise
-    _step(after_step, "settle")
+    steps.done("settle")
     parent = Parent(src.url, offset, start, name, current.incarnation, setsum)
     first = Manifest(
         setsum=Setsum(), collected=Setsum(), acc_bytes=0, writer=BRANCH_WRITER, snapshots=(),
@@ -197,7 +197,7 @@ def branch(
     if created.outcome is Outcome.NOTHING_TO_DO:
         _release(src, key)
         raise BranchError(f"{dst.url}: another process created a log there meanwhile; nothing was published")
-    _step(after_step, "publish")
+    steps.done("publish")
     logger.info("%s: branched from %s at %d (reads [%d, %d) from it)", dst.url, src.url, offset, start, offset)
     return BranchReport(dst.url, src.url, offset, start, name, setsum.hexdigest())
 
@@ -323,7 +323,6 @@ def delete_branch(
     options: Mapping[str, str] | None = None,
     force: bool = False,
     clock: Clock = SYSTEM,
-    after_step: Callable[[str], None] | None = None,
 ) -> DeletionReport:
     """Delete the log at `log` (a branch or any log) and release the pin it holds in its parent.
 
@@ -356,13 +355,13 @@ def delete_branch(
         record = Deletion(store.url, manifest.incarnation, parent.log if parent else None,
                           parent.pin if parent else None, micros(clock), BRANCH_WRITER)
         _write_deletion(store, record)  # before anything is removed
-        _step(after_step, "record")
+        steps.done("record")
         store.delete(MANIFEST_KEY)
-    _step(after_step, "unpublish")
+    steps.done("unpublish")
     assert record is not None
     if record.parent_log is not None and record.parent_pin is not None:
         release_own_pin(store, record.parent_log, record.parent_pin)
-    _step(after_step, "release")
+    steps.done("release")
     removed, left = int(manifest is not None), 0
     for meta in list(store.list()):
         if meta.key == DELETION_KEY:
@@ -373,7 +372,7 @@ def delete_branch(
         store.delete(meta.key)
         removed += 1
     store.delete(DELETION_KEY)
-    _step(after_step, "remove")
+    steps.done("remove")
     if left:
         logger.warning("%s: deleted; %d object(s) there are not this log's and were left", store.url, left)
     return DeletionReport(store.url, record.parent_log, removed, left, resumed)
@@ -412,8 +411,3 @@ def _branches_reading(store: ObjectStore, clock: Clock) -> list[str]:
         if age_s < UNPUBLISHED_PIN_S:
             found.append(f"{pin.branch}, being created (its pin {name} is {age_s:.0f} s old)")
     return found
-
-
-def _step(hook: Callable[[str], None] | None, name: str) -> None:
-    if hook is not None:
-        hook(name)

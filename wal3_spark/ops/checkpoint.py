@@ -18,7 +18,7 @@ Steps, each safe to crash after:
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 
@@ -31,6 +31,7 @@ from wal3_spark.format.manifest import (
     newest_written_us,
 )
 from wal3_spark.format.setsum import Setsum
+from wal3_spark.log import steps
 from wal3_spark.log.branches import release_pin
 from wal3_spark.log.committer import Committer
 from wal3_spark.log.fragment_io import ReadRange
@@ -68,7 +69,6 @@ def checkpoint(
     options: Mapping[str, str] | None = None,
     parallelism: int = 8,
     snapshot_options: SnapshotOptions | None = None,
-    after_step: Callable[[str], None] | None = None,
 ) -> CheckpointReport:
     """Make the branch at `log` standalone (see the module docstring); a log that is not a
     branch is left as it is."""
@@ -91,7 +91,7 @@ def checkpoint(
 
         with ThreadPoolExecutor(max_workers=max(1, parallelism)) as pool:
             copied = list(pool.map(copy_one, parts))
-    _step(after_step, "copy")
+    steps.done("copy")
     options_ = snapshot_options or SnapshotOptions()
 
     def decide(current: Manifest) -> Manifest | None:
@@ -104,9 +104,9 @@ def checkpoint(
         return _standalone(store, current, copied, options_)
 
     committer.update(decide)
-    _step(after_step, "publish")
+    steps.done("publish")
     release_pin(store, parent)
-    _step(after_step, "release")
+    steps.done("release")
     report.fragments_copied = len(copied)
     report.records_copied = sum(f.records for f in copied)
     report.bytes_copied = sum(f.num_bytes for f in copied)
@@ -143,8 +143,3 @@ def _standalone(store: ObjectStore, current: Manifest, copied: list[FragmentRef]
         rolled_written_us=rolled, parent=None, writer=CHECKPOINT_WRITER,
     )
     return roll_snapshots(store, new, options, CHECKPOINT_WRITER)
-
-
-def _step(hook: Callable[[str], None] | None, name: str) -> None:
-    if hook is not None:
-        hook(name)
