@@ -259,3 +259,24 @@ def test_10_what_failed_routing_jobs_leave_is_swept_after_the_orphan_grace(spark
     for name in sorted(set(os.listdir(prefix)) - {"existing"}):  # fenced: empty logs, no fragment
         assert LogReader(open_store(f"{prefix.as_uri()}/{name}")).read_table().num_rows == 0, name
         assert not os.path.exists(prefix / name / "log") or not os.listdir(prefix / name / "log"), name
+
+
+def test_11_a_failing_task_deletes_what_it_uploaded_before_the_invalid_name(spark, tmp_path):
+    """With nothing running beside it (one partition), a task that meets an invalid name in its
+    third Arrow batch, after uploading fragments of the first two to an existing log and to two
+    new ones, leaves nothing right after the failure: no unreferenced fragment in the existing
+    log, no object under the names never created. A name is checked with its batch, before that
+    batch's first upload, so an invalid name in the first batch uploads nothing."""
+    prefix = tmp_path / "set"
+    routed(spark.createDataFrame([(1, "existing")], "id long, tenant string"), prefix.as_uri())
+    n = 30_000  # three Arrow batches of spark.sql.execution.arrow.maxRecordsPerBatch (10,000)
+    assert int(spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch")) == 10_000
+    for bad in (n - 1, 0):
+        df = spark.range(0, n, numPartitions=1).select("id", F.when(F.col("id") == bad, "bad/name")
+            .when(F.col("id") % 3 == 0, "existing").otherwise(F.format_string("new%d", F.col("id") % 2))
+            .alias("tenant"))
+        with pytest.raises(Exception, match="invalid log name 'bad/name'"):
+            routed(df, prefix.as_uri(), fragmentBytes="4096")
+        assert sorted(os.listdir(prefix)) == ["existing"], bad
+        report = verify(f"{prefix.as_uri()}/existing")
+        assert report.ok and not [p for p in report.problems if p.kind == "extra"], report.problems
