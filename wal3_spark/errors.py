@@ -304,6 +304,15 @@ class TagError(Wal3Error):
     log, a name already taken); the message names the log and the fix."""
 
 
+# -------------------------------------------------------------------------------- compaction
+
+
+class CompactionRefused(Wal3Error):
+    """A compaction refused before it wrote anything because its result would break a reader
+    the log may have: a raw log, whose compacted fragments Chroma's wal3 rejects, compacted
+    without the opt-in (`allow_chroma_incompatible`). The message names the fix."""
+
+
 # -------------------------------------------------------------------------------------- copy
 
 

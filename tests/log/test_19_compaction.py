@@ -6,6 +6,7 @@ orphan sweep keeps the replaced fragments for the orphan grace after the compact
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import subprocess
 import threading
@@ -14,13 +15,14 @@ import sys
 import pyarrow as pa
 import pytest
 
+from tests.support import chroma_reader
 from wal3_spark.clock import SYSTEM, ManualClock
-from wal3_spark.errors import CorruptLog, InvalidOption, LogNotFound, LogSealed
+from wal3_spark.errors import CompactionRefused, CorruptLog, InvalidOption, LogNotFound, LogSealed
 from wal3_spark.format.manifest import Txn
 from wal3_spark.log.branches import branch
 from wal3_spark.log.committer import Committer
 from wal3_spark.log.cursors import CursorStore
-from wal3_spark.log.compaction import REPLACED_PREFIX, compact
+from wal3_spark.log.compaction import REPLACED_PREFIX, compact as compact_log
 from wal3_spark.log.reader import LogReader
 from wal3_spark.log.writer import LogWriter
 from wal3_spark.ops.garbage_collector import GarbageCollector, GCOptions
@@ -30,6 +32,9 @@ from wal3_spark.storage import resolve_store
 NOW = 1_800_000_000.0
 #: when the tests compact: every fragment written at NOW + a few seconds has settled
 LATER = ManualClock(NOW + 3600.0)
+#: the raw logs these tests compact are read by no Chroma process: they opt in (test_16 is the
+#: refusal without it)
+compact = functools.partial(compact_log, allow_chroma_incompatible=True)
 
 
 def _log(tmp_path, structured: bool, appends: int = 8, clock: ManualClock | None = None) -> str:
@@ -156,15 +161,18 @@ def test_07_bad_input_changes_nothing(tmp_path):
 def test_08_cli_compact_dry_run_json_and_bad_sizes(tmp_path):
     url = _log(tmp_path, structured=False, appends=3, clock=ManualClock(SYSTEM.now() - 7200.0))
     wal3 = [sys.executable, "-m", "wal3_spark.cli"]
-    out = subprocess.run(wal3 + ["compact", url, "--dry-run", "--json"], capture_output=True,
-                         text=True, check=True)
+    out = subprocess.run(wal3 + ["compact", url, "--dry-run", "--json", "--allow-chroma-incompatible"],
+                         capture_output=True, text=True, check=True)
     doc = json.loads(out.stdout)
     assert doc["dry_run"] and doc["fragments_after"] == 1 and len(LogReader(url).manifest().fragments) == 3
     for bad in (["--target-bytes", "0"], ["--target-bytes", "lots"], ["--min-fragments", "1"]):
         failed = subprocess.run(wal3 + ["compact", url, *bad], capture_output=True, text=True)
         assert failed.returncode == 2 and bad[0] in failed.stderr
-    done = subprocess.run(wal3 + ["compact", url, "--target-bytes", "1m"], capture_output=True,
-                          text=True, check=True)
+    refused = subprocess.run(wal3 + ["compact", url], capture_output=True, text=True)
+    assert refused.returncode == 1 and "--allow-chroma-incompatible" in refused.stderr
+    assert len(LogReader(url).manifest().fragments) == 3
+    done = subprocess.run(wal3 + ["compact", url, "--target-bytes", "1m", "--allow-chroma-incompatible"],
+                          capture_output=True, text=True, check=True)
     assert "3 -> 1 fragments" in done.stdout
     assert len(LogReader(url).manifest().fragments) == 1
 
@@ -286,3 +294,47 @@ def test_15_fragments_a_branch_reads_through_its_pin_are_never_replaced(tmp_path
     assert [f.path for f in fragments[:len(pinned)]] == pinned and len(fragments) == len(pinned) + 1
     assert any("branches read them" in note for note in report.notes)
     assert LogReader(child).read_table().equals(before) and verify(url).ok
+
+
+def test_16_a_raw_log_is_compacted_only_with_the_opt_in(tmp_path):
+    """Chroma's wal3 cannot read a compacted raw fragment (test_17): without the opt-in a raw log
+    is refused, dry run or not, naming the flag, and nothing is written; a structured log (which
+    Chroma never reads) needs none."""
+    url = _log(tmp_path, structured=False, appends=3)
+    store = resolve_store(url)
+    before = sorted((m.key, m.etag) for m in store.list())
+    for dry_run in (True, False):
+        with pytest.raises(CompactionRefused, match="raw log.*--allow-chroma-incompatible"):
+            compact_log(url, clock=LATER, dry_run=dry_run)
+    assert sorted((m.key, m.etag) for m in store.list()) == before
+    assert compact_log(url, clock=LATER, allow_chroma_incompatible=True).fragments_after == 1
+    structured = _log(tmp_path / "s", structured=True, appends=3)
+    assert compact_log(structured, clock=LATER).fragments_after == 1
+
+
+@pytest.mark.parametrize("one_time", [False, True], ids=["appends-at-their-times", "one-timestamp"])
+def test_17_what_chromas_reader_makes_of_a_compacted_raw_log(tmp_path, one_time):
+    """Chroma's own code path (tests/support/chroma_reader): a raw log wal3-spark appended reads
+    and scrubs clean there; compacted, its fragment holds rows of several write times, which
+    Chroma's `checksum_parquet` rejects on every read and scrub. Even appends that share one
+    timestamp, whose compacted file Chroma reads record for record, fail its scrub: the setsum it
+    recomputes over the file as one fragment is not the pointer's (the sum of the segments')."""
+    clock = ManualClock(NOW)
+    url = f"file://{tmp_path}/log"
+    with LogWriter(url, clock=clock) as writer:
+        for i in range(4):
+            clock.advance(0.0 if one_time else 1.0)
+            writer.append([f"body-{i}-{j}".encode() for j in range(3 + i)])
+    store = resolve_store(url)
+    expected = [(o, b) for o, b in zip(LogReader(url).read_table().column("_offset").to_pylist(),
+                                       LogReader(url).read_table().column("body").to_pylist())]
+    assert chroma_reader.read(store) == expected and chroma_reader.scrub(store) == []
+    compact(url, clock=LATER)
+    assert verify(url).ok and len(LogReader(url).manifest().fragments) == 1
+    if one_time:
+        assert chroma_reader.read(store) == expected
+        assert chroma_reader.scrub(store) == ["OverallMismatch", "MismatchedFragmentSetsum"]
+    else:
+        with pytest.raises(chroma_reader.ChromaError, match="inconsistent epoch_micros"):
+            chroma_reader.read(store)
+        assert chroma_reader.scrub(store) == ["OverallMismatch", "CorruptFragment"]

@@ -44,6 +44,7 @@ SAMPLES: dict[type[errors.Wal3Error], tuple[tuple, dict]] = {
     errors.GarbageError: (("gc/GARBAGE is malformed",), {}),
     errors.GarbageStale: (("the garbage no longer applies",), {}),
     errors.GCRefused: (("a cursor cannot be read",), {}),
+    errors.CompactionRefused: (("s3://bucket/log is a raw log",), {}),
     errors.CopyError: (("the copy did not verify",), {}),
     errors.BranchError: (("cannot branch s3://bucket/log at offset 99",), {}),
     errors.TagError: (("no tag 'q3-close' in s3://bucket/log",), {}),

@@ -16,6 +16,12 @@ Fragments younger than `SETTLE_S` are not compacted (their writers may still be 
 them by path), and fragments a branch's pin covers are never replaced (the branch reads them by their paths), nor
 are fragments inside snapshots or of a Chroma S3 log (sequence-number fragments); a sealed log
 is compacted (its records are kept, nothing is appended).
+
+A raw log is compacted only when asked with `allow_chroma_incompatible`: Chroma's wal3 reads a
+raw log's fragments itself and rejects a fragment whose rows carry different write times, which a
+compacted one does (docs/format.md section 4, "Compacted fragments", "Chroma"), so a log Chroma
+reads would become unreadable to it. Without the opt-in the compaction refuses and changes
+nothing.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
 from wal3_spark.clock import SYSTEM, Clock, micros
-from wal3_spark.errors import CorruptLog, InvalidOption, LogNotFound, ObjectNotFound
+from wal3_spark.errors import CompactionRefused, CorruptLog, InvalidOption, LogNotFound, ObjectNotFound
 from wal3_spark.format.deletion import is_log_object
 from wal3_spark.format.fragment import FragmentBuilder
 from wal3_spark.format.layout import FragmentRef
@@ -108,12 +114,15 @@ def compact(
     target_bytes: int = DEFAULT_TARGET_BYTES,
     min_fragments: int = DEFAULT_MIN_FRAGMENTS,
     dry_run: bool = False,
+    allow_chroma_incompatible: bool = False,
     options: dict[str, str] | None = None,
     clock: Clock = SYSTEM,
     before_commit: Callable[[int], None] | None = None,
 ) -> CompactReport:
     """Rewrite the log's runs of small fragments into fragments of about `target_bytes`.
 
+    A raw log is refused (`CompactionRefused`, nothing changed) unless `allow_chroma_incompatible`
+    says that no Chroma process reads it (see the module docstring).
     `before_commit(run)` is called after a run's fragment and record are written, before its
     compare-and-swap (tests race other writers there)."""
     if isinstance(target_bytes, bool) or not isinstance(target_bytes, int) or target_bytes <= 0:
@@ -133,6 +142,14 @@ def compact(
         report.notes.append("a Chroma S3 log (sequence-number fragments): not compacted")
         report.fragments_after = report.fragments_before
         return report
+    if manifest.is_raw and not allow_chroma_incompatible:
+        raise CompactionRefused(
+            f"{store.url} is a raw log, and Chroma's wal3 cannot read a compacted raw fragment: "
+            "its rows keep their own write times, while Chroma's reader requires one timestamp_us "
+            "per fragment, and Chroma's scrub recomputes a fragment's setsum over the file as one "
+            "fragment. Nothing was changed. If no Chroma process reads this log, compact it with "
+            "--allow-chroma-incompatible (allow_chroma_incompatible=True); see docs/format.md, "
+            "\"Compacted fragments\"")
     pins = list_pins(store)
     pinned_below = max((pin.offset for pin, _ in pins.values()), default=0)
     if pins:

@@ -36,7 +36,8 @@ def gc(args: argparse.Namespace, output: Output) -> int:
 
 def compact(args: argparse.Namespace, output: Output) -> int:
     report = compact_log(open_log_store(args.url, args), target_bytes=args.target_bytes,
-                         min_fragments=args.min_fragments, dry_run=args.dry_run)
+                         min_fragments=args.min_fragments, dry_run=args.dry_run,
+                         allow_chroma_incompatible=args.allow_chroma_incompatible)
     output.report("compact", report.to_dict())
     return EXIT_OK
 
@@ -76,6 +77,8 @@ def register(add: AddCommand) -> None:
     p.add_argument("--min-fragments", type=at_least_arg(2), default=DEFAULT_MIN_FRAGMENTS, metavar="N",
                    help="merge runs of at least N fragments (default 2)")
     p.add_argument("--dry-run", action="store_true", help="report the runs that would be merged")
+    p.add_argument("--allow-chroma-incompatible", action="store_true",
+                   help="compact a raw log, which Chroma's wal3 then cannot read (refused without it)")
 
     p = add("copy", copy, "copy a log (or its suffix) to a new location and verify it", json=("copy",))
     p.add_argument("source", type=url_arg)
