@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import json
+import pickle
 import subprocess
 import threading
 import sys
@@ -16,18 +17,21 @@ import pyarrow as pa
 import pytest
 
 from tests.support import chroma_reader
+from tests.support.fakes import CountingStore
 from wal3_spark.clock import SYSTEM, ManualClock
 from wal3_spark.errors import CompactionRefused, CorruptLog, InvalidOption, LogNotFound, LogSealed
 from wal3_spark.format.manifest import Txn
 from wal3_spark.log.branches import branch
 from wal3_spark.log.committer import Committer
 from wal3_spark.log.cursors import CursorStore
-from wal3_spark.log.compaction import REPLACED_PREFIX, compact as compact_log
+from wal3_spark.log.compaction import REPLACED_PREFIX, CompactOptions, commit, plan, rewrite
+from wal3_spark.log.compaction import compact as compact_log
 from wal3_spark.log.reader import LogReader
 from wal3_spark.log.writer import LogWriter
 from wal3_spark.ops.garbage_collector import GarbageCollector, GCOptions
 from wal3_spark.ops.verify import verify
 from wal3_spark.storage import resolve_store
+from wal3_spark.testing.hooks import after_steps
 
 NOW = 1_800_000_000.0
 #: when the tests compact: every fragment written at NOW + a few seconds has settled
@@ -108,7 +112,8 @@ def test_03_a_damaged_fragment_refuses_compaction_naming_it(tmp_path):
 def test_04_an_append_racing_the_compaction_is_rebased(tmp_path):
     url = _log(tmp_path, structured=False, appends=5)
     writer = LogWriter(url)
-    report = compact(url, clock=LATER, before_commit=lambda run: writer.append([b"late"]))
+    with after_steps(lambda step: writer.append([b"late"])):
+        report = compact(url, clock=LATER)
     writer.close()
     table = LogReader(url).read_table()
     assert table.column("body").to_pylist()[-1] == b"late"
@@ -120,7 +125,15 @@ def test_04_an_append_racing_the_compaction_is_rebased(tmp_path):
 def test_05_a_run_changed_meanwhile_leaves_the_log_as_the_other_made_it(tmp_path):
     url = _log(tmp_path, structured=True, appends=5)
     before = _everything(url)
-    report = compact(url, clock=LATER, before_commit=lambda run: compact(url, clock=LATER))  # another compaction wins
+    rivals: list[str] = []
+
+    def rival(step: str) -> None:  # another compaction wins (its own step is let pass)
+        if not rivals:
+            rivals.append(step)
+            compact(url, clock=LATER)
+
+    with after_steps(rival):
+        report = compact(url, clock=LATER)
     assert report.conflicts == 1
     assert len(LogReader(url).manifest().fragments) == 1
     assert _everything(url)[0].equals(before[0]) and _everything(url)[1:] == before[1:]
@@ -194,7 +207,9 @@ def test_10_kill_9_before_the_commit_leaves_the_log_as_it_was(tmp_path):
     script = ("import os, signal, sys\n"
               "from wal3_spark import compact\n"
               "from wal3_spark.clock import ManualClock\n"
-              f"compact(sys.argv[1], clock=ManualClock({NOW + 3600.0}), before_commit=lambda run: os.kill(os.getpid(), signal.SIGKILL))\n")
+              "from wal3_spark.testing.hooks import after_steps\n"
+              "with after_steps(lambda step: os.kill(os.getpid(), signal.SIGKILL)):\n"
+              f"    compact(sys.argv[1], clock=ManualClock({NOW + 3600.0}))\n")
     killed = subprocess.run([sys.executable, "-c", script, url], capture_output=True, text=True)
     assert killed.returncode == -9, killed.stderr
     assert LogReader(url).manifest() == manifest  # the fragment and its record written, nothing committed
@@ -253,11 +268,12 @@ def test_13_a_collection_racing_the_compaction_leaves_its_output_an_orphan(tmp_p
     kept = LogReader(url).read_table(8)  # offsets 8 on: the third append's first record on
     CursorStore(url).create("consumer", 8)
 
-    def collect(run: int) -> None:
+    def collect(step: str) -> None:
         report = GarbageCollector(url, GCOptions(grace_s=0, force=True)).run()
         assert report.records_dropped == 7
 
-    report = compact(url, clock=LATER, before_commit=collect)
+    with after_steps(collect):
+        report = compact(url, clock=LATER)
     assert report.conflicts == 1
     assert LogReader(url).read_table().equals(kept) and verify(url).ok
     again = compact(url, clock=LATER)  # the rest compacts on the next run
@@ -338,3 +354,32 @@ def test_17_what_chromas_reader_makes_of_a_compacted_raw_log(tmp_path, one_time)
         with pytest.raises(chroma_reader.ChromaError, match="inconsistent epoch_micros"):
             chroma_reader.read(store)
         assert chroma_reader.scrub(store) == ["OverallMismatch", "CorruptFragment"]
+
+
+def test_18_the_steps_pickle_and_one_compare_and_swap_commits_every_run(tmp_path):
+    """plan -> rewrite -> commit, as a Spark job runs them (each run and each rewritten result
+    pickled to and from an executor): every rewritten run of the log is replaced with one
+    manifest write; a run another process changed meanwhile is a conflict, its fragment an
+    orphan, while the other runs are committed."""
+    url = _log(tmp_path, structured=True, appends=12)
+    before = _everything(url)
+    store = resolve_store(url)
+    size = LogReader(url).manifest().fragments[0].num_bytes
+    planned = plan(store, CompactOptions(target_bytes=size * 3), LATER)
+    assert len(planned.runs) >= 2
+
+    def on_executor(run):
+        return pickle.loads(pickle.dumps(rewrite(store, pickle.loads(pickle.dumps(run)), LATER)))
+
+    rewritten = [on_executor(run) for run in planned.runs]
+    rival = plan(store, CompactOptions(target_bytes=size * 3), LATER)  # merges the first run first
+    assert commit(store, rival, [rewrite(store, rival.runs[0], LATER)]).conflicts == 0
+    counting = CountingStore(store)
+    report = commit(counting, planned, rewritten)
+    assert counting.by_operation()["put"] == 1  # the manifest, once
+    assert report.conflicts == 1 and report.runs[0]["conflict"] and "conflict" not in report.runs[1]
+    fragments = LogReader(url).manifest().fragments
+    assert report.fragments_after == len(fragments) == len(planned.runs)
+    assert rewritten[0].fragment.path not in {f.path for f in fragments}
+    assert _everything(url)[0].equals(before[0]) and _everything(url)[1:] == before[1:]
+    assert verify(url).ok

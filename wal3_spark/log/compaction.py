@@ -1,5 +1,11 @@
 """Compaction: runs of consecutive small fragments rewritten as one, every record kept.
 
+Three steps, so that a Spark job can spread the work (jobs/compact.py): `plan` reads
+the manifest and picks the runs (`Run`: all an executor needs, picklable), `rewrite` turns one
+run into one uploaded, verified fragment and its `compacted/` record (`Rewritten`, picklable),
+and `commit` replaces every rewritten run of the log with one compare-and-swap. `compact` does
+the three in one process.
+
 docs/format.md section 4, "Compacted fragments". A run's fragments are read and verified
 (a damaged one refuses the compaction, naming it), their rows written to one new fragment in
 segments, each hashed as the fragment it came from was, so the new fragment's setsum, recomputed
@@ -26,11 +32,12 @@ nothing.
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
+
+import pyarrow as pa
 
 from wal3_spark.clock import SYSTEM, Clock, micros
 from wal3_spark.errors import CompactionRefused, CorruptLog, InvalidOption, LogNotFound, ObjectNotFound
@@ -40,6 +47,7 @@ from wal3_spark.format.layout import FragmentRef
 from wal3_spark.format.manifest import Manifest
 from wal3_spark.format.setsum import Setsum
 from wal3_spark.format.uuid7 import uuid7_timestamp_us
+from wal3_spark.log import steps
 from wal3_spark.log.committer import Committer
 from wal3_spark.log.fragment_io import load_fragment, write_fragment
 from wal3_spark.log.holds import list_pins
@@ -50,6 +58,9 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_TARGET_BYTES = 64 << 20
 DEFAULT_MIN_FRAGMENTS = 2
+#: the smallest target: a fragment of one record is about 1 KB (its Parquet or Arrow footer), so
+#: a smaller target cannot hold one fragment and would merge nothing on any log
+MIN_TARGET_BYTES = 1 << 10
 #: a fragment is compacted only once it is this old (by its UUIDv7): a writer whose commit was
 #: ambiguous looks for its fragments by their paths until its commit deadline (300 s,
 #: `CasPolicy.deadline_s`), and would append them again if a compaction had replaced them by
@@ -57,6 +68,58 @@ DEFAULT_MIN_FRAGMENTS = 2
 SETTLE_S = 900.0
 #: where a compaction records the fragments it replaced (see the module docstring)
 REPLACED_PREFIX = "compacted/"
+
+
+@dataclass(frozen=True)
+class CompactOptions:
+    """What a compaction merges: runs of at least `min_fragments` consecutive fragments smaller
+    than `target_bytes`, grouped until they reach it; a raw log only with
+    `allow_chroma_incompatible` (see the module docstring)."""
+
+    target_bytes: int = DEFAULT_TARGET_BYTES
+    min_fragments: int = DEFAULT_MIN_FRAGMENTS
+    allow_chroma_incompatible: bool = False
+
+    def __post_init__(self) -> None:
+        size = self.target_bytes
+        if isinstance(size, bool) or not isinstance(size, int) or size < MIN_TARGET_BYTES:
+            raise InvalidOption(
+                f"target_bytes={size!r}: give a size in bytes of at least {MIN_TARGET_BYTES} "
+                "(1KiB: a fragment of one record is about 1 KB, so a smaller target cannot hold "
+                "one fragment), e.g. 64MiB")
+        count = self.min_fragments
+        if isinstance(count, bool) or not isinstance(count, int) or count < 2:
+            raise InvalidOption(f"min_fragments={count!r}: give an integer >= 2 (merging one "
+                                "fragment changes nothing)")
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run of fragments to merge, with everything `rewrite` needs (an executor gets it
+    pickled): the fragments, and the log's schema and setsum item hash."""
+
+    #: its place among the plan's runs
+    number: int
+    fragments: tuple[FragmentRef, ...]
+    schema: pa.Schema | None
+    item_hash: str | None
+
+    @property
+    def start(self) -> int:
+        return self.fragments[0].start
+
+    @property
+    def limit(self) -> int:
+        return self.fragments[-1].limit
+
+
+@dataclass(frozen=True)
+class Rewritten:
+    """A run rewritten: its new fragment, uploaded, verified and recorded in `compacted/`, not
+    yet in the manifest (an orphan until `commit` puts it there)."""
+
+    number: int
+    fragment: FragmentRef
 
 
 @dataclass
@@ -79,6 +142,29 @@ class CompactReport:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class CompactionPlan:
+    """The runs of one log to merge, planned on `manifest` (the version `commit` checks them
+    against)."""
+
+    url: str
+    manifest: Manifest
+    runs: tuple[Run, ...]
+    notes: tuple[str, ...] = ()
+
+    def report(self, dry_run: bool = False) -> CompactReport:
+        """The report of the plan alone: what a dry run says, where `commit` starts from."""
+        before = len(self.manifest.fragments)
+        report = CompactReport(self.url, dry_run=dry_run, fragments_before=before,
+                               fragments_after=before - sum(len(r.fragments) - 1 for r in self.runs),
+                               setsum=self.manifest.setsum.hexdigest(), notes=list(self.notes))
+        for run in self.runs:
+            report.runs.append({"start": run.start, "limit": run.limit, "fragments": len(run.fragments)})
+            report.records_rewritten += run.limit - run.start
+            report.bytes_read += sum(f.num_bytes for f in run.fragments)
+        return report
 
 
 def plan_runs(manifest: Manifest, target_bytes: int, min_fragments: int,
@@ -108,6 +194,105 @@ def plan_runs(manifest: Manifest, target_bytes: int, min_fragments: int,
     return runs
 
 
+def plan(store: ObjectStore, options: CompactOptions | None = None, clock: Clock = SYSTEM) -> CompactionPlan:
+    """The runs of the log to merge now (none: nothing to do, the notes say why when it is not
+    obvious). Raises LogNotFound when there is no log, CompactionRefused for a raw log without
+    the opt-in."""
+    options = options or CompactOptions()
+    loaded = Committer(store).load()
+    if loaded is None:
+        raise LogNotFound(store.url)
+    manifest = loaded[0]
+    if manifest.uses_seq_nos:
+        return CompactionPlan(store.url, manifest, (),
+                              ("a Chroma S3 log (sequence-number fragments): not compacted",))
+    if manifest.is_raw and not options.allow_chroma_incompatible:
+        raise CompactionRefused(
+            f"{store.url} is a raw log, and Chroma's wal3 cannot read a compacted raw fragment: "
+            "its rows keep their own write times, while Chroma's reader requires one timestamp_us "
+            "per fragment, and Chroma's scrub recomputes a fragment's setsum over the file as one "
+            "fragment. Nothing was changed. If no Chroma process reads this log, compact it with "
+            "--allow-chroma-incompatible (allow_chroma_incompatible=True); see docs/format.md, "
+            "\"Compacted fragments\"")
+    notes = []
+    pins = list_pins(store)
+    pinned_below = max((pin.offset for pin, _ in pins.values()), default=0)
+    if pins:
+        notes.append(f"fragments below offset {pinned_below} are kept: branches read them "
+                     f"({', '.join(sorted(pins))})")
+    if len(manifest.fragments) >= options.min_fragments and all(
+            f.num_bytes >= options.target_bytes for f in manifest.fragments):
+        notes.append(f"every fragment holds at least the target ({options.target_bytes} bytes; the "
+                     f"smallest {min(f.num_bytes for f in manifest.fragments)}): nothing to merge, "
+                     "give a larger --target-bytes to merge them")
+    settled_before_us = micros(clock) - int(SETTLE_S * 1e6)
+    ranges = plan_runs(manifest, options.target_bytes, options.min_fragments, pinned_below,
+                       settled_before_us)
+    schema, item_hash = manifest.arrow_schema(), manifest.item_hash
+    runs = tuple(Run(number, manifest.fragments[i:j], schema, item_hash)
+                 for number, (i, j) in enumerate(ranges))
+    return CompactionPlan(store.url, manifest, runs, tuple(notes))
+
+
+def rewrite(store: ObjectStore, run: Run, clock: Clock = SYSTEM) -> Rewritten:
+    """The run's rows as one uploaded fragment, checked (its setsum, recomputed from its bytes,
+    is the run's, else nothing is uploaded), and its `compacted/` record written. Reading a
+    damaged fragment raises CorruptLog naming it. Safe to retry or to die in: what it leaves
+    behind is an orphan until `commit`."""
+    columns = {f.filter.column for f in run.fragments if f.filter is not None}
+    builder = FragmentBuilder(run.schema, micros(clock), item_hash=run.item_hash,
+                              filter_column=columns.pop() if len(columns) == 1 else None)
+    for ref in run.fragments:
+        decoded = load_fragment(store, ref, run.schema is None, item_hash=run.item_hash)  # CorruptLog names it
+        payload, first = decoded.payload, 0
+        for segment in ref.segments or [None]:
+            rows = decoded.records if segment is None else segment.records
+            builder.add_segment(payload.slice(first, rows), decoded.timestamp_us[first:first + rows])
+            first += rows
+    encoded = builder.finish()
+    expected = Setsum.sum(f.setsum for f in run.fragments)
+    if encoded.setsum != expected:  # never commits what does not hold exactly the run's records
+        raise AssertionError(f"compacted fragment setsum {encoded.setsum.hexdigest()} is not the "
+                             f"run's {expected.hexdigest()}")
+    file = write_fragment(store, encoded, clock=clock)
+    new = FragmentRef(file.path, file.uuid, run.start, run.limit, file.num_bytes, file.setsum,
+                      filter=file.filter, blake3=file.blake3, segments=encoded.segments)
+    body = json.dumps({"fragment": new.path, "replaced": [f.path for f in run.fragments]}).encode()
+    store.create(f"{REPLACED_PREFIX}{new.seq_no}.json", body)
+    return Rewritten(run.number, new)
+
+
+def commit(store: ObjectStore, plan: CompactionPlan, rewritten: Sequence[Rewritten]) -> CompactReport:
+    """Replace each rewritten run by its new fragment with one compare-and-swap of the manifest
+    (appends that raced it are rebased: the runs lie below the tail). A run another process
+    changed since `plan` (a garbage collection, compaction, re-creation) is a conflict: its new
+    fragment stays an orphan for GC's sweep, the others are committed. Whether a run was
+    committed is read from the manifest the compare-and-swap left, so a write that timed out
+    but landed counts as committed."""
+    report = plan.report()
+    runs = {run.number: run for run in plan.runs}
+    pairs = [(runs[r.number].fragments, r.fragment) for r in rewritten]
+    final = plan.manifest
+    if pairs:
+        committer = Committer(store, writer="wal3-spark compact")
+        result = committer.update_result(lambda current: _replace(current, plan.manifest, pairs))
+        final = result.current.value if result.current is not None else committer.manifest()
+    present = {f.path for f in final.fragments}
+    for r in rewritten:
+        entry = report.runs[r.number]
+        entry["path"] = r.fragment.path
+        report.bytes_written += r.fragment.num_bytes
+        if r.fragment.path not in present:
+            report.conflicts += 1
+            entry["conflict"] = True
+            logger.warning("%s: offsets [%d, %d) changed while being compacted; %s is an orphan "
+                           "for garbage collection", store.url, entry["start"], entry["limit"],
+                           r.fragment.path)
+    report.fragments_after = len(final.fragments)
+    report.setsum = final.setsum.hexdigest()
+    return report
+
+
 def compact(
     log: StoreLike,
     *,
@@ -117,122 +302,44 @@ def compact(
     allow_chroma_incompatible: bool = False,
     options: dict[str, str] | None = None,
     clock: Clock = SYSTEM,
-    before_commit: Callable[[int], None] | None = None,
 ) -> CompactReport:
-    """Rewrite the log's runs of small fragments into fragments of about `target_bytes`.
+    """Rewrite the log's runs of small fragments into fragments of about `target_bytes`: `plan`,
+    `rewrite` each run, `commit` them (step "rewrite" is done after each run's rewrite).
 
     A raw log is refused (`CompactionRefused`, nothing changed) unless `allow_chroma_incompatible`
-    says that no Chroma process reads it (see the module docstring).
-    `before_commit(run)` is called after a run's fragment and record are written, before its
-    compare-and-swap (tests race other writers there)."""
-    if isinstance(target_bytes, bool) or not isinstance(target_bytes, int) or target_bytes <= 0:
-        raise InvalidOption(f"target_bytes={target_bytes!r}: give a size in bytes > 0, e.g. 64MiB")
-    if isinstance(min_fragments, bool) or not isinstance(min_fragments, int) or min_fragments < 2:
-        raise InvalidOption(f"min_fragments={min_fragments!r}: give an integer >= 2 (merging one "
-                            "fragment changes nothing)")
+    says that no Chroma process reads it (see the module docstring)."""
+    settings = CompactOptions(target_bytes, min_fragments, allow_chroma_incompatible)
     store = resolve_store(log, options)
-    committer = Committer(store, writer="wal3-spark compact")
-    loaded = committer.load()
-    if loaded is None:
-        raise LogNotFound(store.url)
-    manifest = loaded[0]
-    report = CompactReport(store.url, dry_run=dry_run, fragments_before=len(manifest.fragments),
-                           setsum=manifest.setsum.hexdigest())
-    if manifest.uses_seq_nos:
-        report.notes.append("a Chroma S3 log (sequence-number fragments): not compacted")
-        report.fragments_after = report.fragments_before
-        return report
-    if manifest.is_raw and not allow_chroma_incompatible:
-        raise CompactionRefused(
-            f"{store.url} is a raw log, and Chroma's wal3 cannot read a compacted raw fragment: "
-            "its rows keep their own write times, while Chroma's reader requires one timestamp_us "
-            "per fragment, and Chroma's scrub recomputes a fragment's setsum over the file as one "
-            "fragment. Nothing was changed. If no Chroma process reads this log, compact it with "
-            "--allow-chroma-incompatible (allow_chroma_incompatible=True); see docs/format.md, "
-            "\"Compacted fragments\"")
-    pins = list_pins(store)
-    pinned_below = max((pin.offset for pin, _ in pins.values()), default=0)
-    if pins:
-        report.notes.append(f"fragments below offset {pinned_below} are kept: branches read them "
-                            f"({', '.join(sorted(pins))})")
-    settled_before_us = micros(clock) - int(SETTLE_S * 1e6)
-    runs = plan_runs(manifest, target_bytes, min_fragments, pinned_below, settled_before_us)
-    for i, j in runs:
-        run = manifest.fragments[i:j]
-        report.runs.append({"start": run[0].start, "limit": run[-1].limit, "fragments": len(run)})
-        report.records_rewritten += run[-1].limit - run[0].start
-        report.bytes_read += sum(f.num_bytes for f in run)
-    if dry_run or not runs:
-        report.fragments_after = report.fragments_before - sum(j - i - 1 for i, j in runs)
-        return report
-    for number, (i, j) in enumerate(runs):
-        run = manifest.fragments[i:j]
-        new = _rewrite(store, manifest, run, clock)
-        report.runs[number]["path"] = new.path
-        report.bytes_written += new.num_bytes
-        _record_replaced(store, new, run)
-        if before_commit is not None:
-            before_commit(number)
-        result = committer.update(functools.partial(_replace, planned=manifest, run=run, new=new))
-        if result is None:
-            report.conflicts += 1
-            report.runs[number]["conflict"] = True
-            logger.warning("%s: offsets [%d, %d) changed while being compacted; %s is an orphan "
-                           "for garbage collection", store.url, run[0].start, run[-1].limit, new.path)
-    final = committer.manifest()
-    report.fragments_after = len(final.fragments)
-    report.setsum = final.setsum.hexdigest()
-    return report
+    planned = plan(store, settings, clock)
+    if dry_run or not planned.runs:
+        return planned.report(dry_run)
+    rewritten = []
+    for run in planned.runs:
+        rewritten.append(rewrite(store, run, clock))
+        steps.done("rewrite")
+    return commit(store, planned, rewritten)
 
 
-def _rewrite(store: ObjectStore, manifest: Manifest, run: tuple[FragmentRef, ...],
-             clock: Clock) -> FragmentRef:
-    """The run's rows as one uploaded fragment, checked: its setsum (recomputed from its bytes)
-    is the run's, else nothing is committed."""
-    raw = manifest.is_raw
-    columns = {f.filter.column for f in run if f.filter is not None}
-    builder = FragmentBuilder(manifest.arrow_schema(), micros(clock), item_hash=manifest.item_hash,
-                              filter_column=columns.pop() if len(columns) == 1 else None)
-    for ref in run:
-        decoded = load_fragment(store, ref, raw, item_hash=manifest.item_hash)  # CorruptLog names it
-        segments = ref.segments or ()
-        payload, first = decoded.payload, 0
-        for segment in segments or [None]:
-            rows = decoded.records if segment is None else segment.records
-            builder.add_segment(payload.slice(first, rows), decoded.timestamp_us[first:first + rows])
-            first += rows
-    encoded = builder.finish()
-    expected = Setsum.sum(f.setsum for f in run)
-    if encoded.setsum != expected:  # never commits what does not hold exactly the run's records
-        raise AssertionError(f"compacted fragment setsum {encoded.setsum.hexdigest()} is not the "
-                             f"run's {expected.hexdigest()}")
-    file = write_fragment(store, encoded, clock=clock)
-    return FragmentRef(file.path, file.uuid, run[0].start, run[-1].limit, file.num_bytes,
-                       file.setsum, filter=file.filter, blake3=file.blake3,
-                       segments=encoded.segments)
-
-
-def _record_replaced(store: ObjectStore, new: FragmentRef, run: tuple[FragmentRef, ...]) -> None:
-    body = json.dumps({"fragment": new.path, "replaced": [f.path for f in run]}).encode()
-    store.create(f"{REPLACED_PREFIX}{new.seq_no}.json", body)
-
-
-def _replace(current: Manifest, planned: Manifest, run: tuple[FragmentRef, ...],
-             new: FragmentRef) -> Manifest | None:
-    """`current` with `run` replaced by `new`; None (an orphan) when the run is not there as it
-    was, or the log is another incarnation, or GC fenced the new fragment."""
+def _replace(current: Manifest, planned: Manifest,
+             pairs: Sequence[tuple[tuple[FragmentRef, ...], FragmentRef]]) -> Manifest | None:
+    """`current` with each run replaced by its new fragment, where the run is there as it was;
+    None (nothing to do) when no run is, or the log is another incarnation. A new fragment GC
+    fenced (older than the orphan horizon) is not committed either."""
     if current.incarnation != planned.incarnation:
         return None
-    if current.orphan_horizon_us is not None and (uuid7_timestamp_us(str(new.seq_no)) or 0) < current.orphan_horizon_us:
+    fragments, horizon = current.fragments, current.orphan_horizon_us
+    for run, new in pairs:
+        if horizon is not None and (uuid7_timestamp_us(str(new.seq_no)) or 0) < horizon:
+            continue
+        paths = [f.path for f in fragments]
+        try:
+            i = paths.index(run[0].path)
+        except ValueError:
+            continue
+        if fragments[i:i + len(run)] == run:
+            fragments = fragments[:i] + (new,) + fragments[i + len(run):]
+    if fragments == current.fragments:
         return None
-    paths = [f.path for f in current.fragments]
-    try:
-        i = paths.index(run[0].path)
-    except ValueError:
-        return None
-    if current.fragments[i:i + len(run)] != run:
-        return None
-    fragments = current.fragments[:i] + (new,) + current.fragments[i + len(run):]
     return replace(current, fragments=fragments, writer="wal3-spark compact")
 
 

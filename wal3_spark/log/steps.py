@@ -1,5 +1,5 @@
 """The named steps of operations made of several requests (branching, deleting a log,
-checkpointing), and the one observer that may watch them.
+checkpointing, compacting), and the one observer that may watch them.
 
 Tests and `wal3 stress` crash or race an operation between two of its steps to prove each is
 safe to die after; a caller of the library has no reason to, so the observer is no parameter of

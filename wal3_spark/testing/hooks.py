@@ -1,8 +1,8 @@
 """Seams into an operation that tests and `wal3 stress` use and no caller of the library should:
 they stay out of the operations' public signatures, which say what a user may choose.
 
-`after_steps(observer)` calls `observer` with each step's name as branching, deleting a log or
-checkpointing finishes it, within a `with` block (`wal3_spark.log.steps`).
+`after_steps(observer)` calls `observer` with each step's name as branching, deleting a log,
+checkpointing or compacting finishes it, within a `with` block (`wal3_spark.log.steps`).
 `hooked(collector, after_step=..., orphan_clock=...)` gives a `GarbageCollector` a function
 called with each step's name once it is done (what it raises ends the run there, as a crash
 would), and the clock its orphan sweep ages fragments by (run ahead, the sweep races appends
@@ -35,7 +35,8 @@ def hooked(collector: GarbageCollector, *, after_step: Callable[[str], None] | N
 @contextmanager
 def after_steps(observer: Callable[[str], None]) -> Iterator[None]:
     """Within the block, `observer` is called with the name of each step of `branch`,
-    `delete_branch` and `checkpoint` once it is done (what it raises ends the operation there)."""
+    `delete_branch`, `checkpoint` and `compact` once it is done (what it raises ends the
+    operation there)."""
     token = steps.observer.set(observer)
     try:
         yield
