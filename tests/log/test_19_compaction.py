@@ -10,8 +10,8 @@ import functools
 import json
 import pickle
 import subprocess
-import threading
 import sys
+import threading
 
 import pyarrow as pa
 import pytest
@@ -23,10 +23,11 @@ from wal3_spark.errors import CompactionRefused, CorruptLog, InvalidOption, LogN
 from wal3_spark.format.manifest import Txn
 from wal3_spark.log.branches import branch
 from wal3_spark.log.committer import Committer
-from wal3_spark.log.cursors import CursorStore
-from wal3_spark.log.compaction import REPLACED_PREFIX, CompactOptions, commit, plan, rewrite
+from wal3_spark.log.compaction import SETTLE_FOREIGN_S, CompactOptions, commit, plan, rewrite
 from wal3_spark.log.compaction import compact as compact_log
+from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.reader import LogReader
+from wal3_spark.log.replaced import REPLACED_PREFIX
 from wal3_spark.log.writer import LogWriter
 from wal3_spark.ops.garbage_collector import GarbageCollector, GCOptions
 from wal3_spark.ops.verify import verify
@@ -194,7 +195,7 @@ def test_09_timestamps_inside_a_compacted_fragment(tmp_path):
     url = _log(tmp_path, structured=True, appends=4)
     compact(url, clock=LATER)
     reader = LogReader(url)
-    second = dt.datetime.fromtimestamp(NOW + 2, dt.timezone.utc)
+    second = dt.datetime.fromtimestamp(NOW + 2, dt.UTC)
     # the second append's records (offsets 4..7) were written at NOW + 2
     assert reader.offset_for_timestamp(int((NOW + 2) * 1e6)) == 4
     assert reader.scan(start_time=second).start == 4
@@ -218,13 +219,18 @@ def test_10_kill_9_before_the_commit_leaves_the_log_as_it_was(tmp_path):
     assert report.fragments_after == 1 and _everything(url)[1:] == before[1:]
 
 
-def test_11_fragments_a_writer_may_still_be_resolving_are_not_compacted(tmp_path):
-    """A writer whose commit was ambiguous looks for its fragments by path until its deadline:
-    replaced by then, it would append them again. Fragments younger than SETTLE_S stay."""
+def test_11_a_settle_time_keeps_young_fragments_for_writers_that_do_not_know_compaction(tmp_path):
+    """Writers that look for their fragments by path without the compaction records (Chroma's,
+    older wal3-spark) would append replaced ones again: `settle_s` keeps fragments younger
+    than it (900 s for such logs); by default none is kept. A bad value changes nothing."""
     url = _log(tmp_path, structured=False, appends=4)
     soon = ManualClock(NOW + 100.0)  # the appends were written at NOW + 1 .. NOW + 4
-    assert compact(url, clock=soon).runs == []
-    assert compact(url, clock=LATER).fragments_after == 1
+    assert compact(url, clock=soon, settle_s=SETTLE_FOREIGN_S).runs == []
+    for bad in (-1.0, "5", True):
+        with pytest.raises(InvalidOption, match="settle_s"):
+            compact(url, clock=soon, settle_s=bad)
+    assert len(LogReader(url).manifest().fragments) == 4
+    assert compact(url, clock=soon).fragments_after == 1
 
 
 def test_12_appends_racing_repeated_compactions_lose_and_duplicate_nothing(store_url, store_options):

@@ -343,6 +343,12 @@ class Manifest:
     #: collected none (or, with `collected` non-empty, not known: a log collected before the
     #: field). A commit of fragments written after it cannot be a re-commit of collected ones
     collected_written_us: int | None = None
+    #: wal3-spark extension (docs/format.md section 4, "Compacted fragments"): no fragment a
+    #: compaction replaced was written (its UUIDv7 time, µs; 0 for one of unknown age) after
+    #: this; None: no compaction replaced any (or one did and a writer that does not know the
+    #: field rewrote the manifest). A commit of fragments written after it cannot be a
+    #: re-commit of compacted ones (`wal3_spark.log.replaced`)
+    compacted_written_us: int | None = None
     #: wal3-spark extension (docs/design/17-incarnations.md): the log's identity, a UUIDv7 recorded
     #: when the log is created and kept by every later manifest, so that consumers tell a log
     #: deleted and created again under the same name from the one they read; None: a log
@@ -412,6 +418,7 @@ class Manifest:
             orphan_horizon_us=doc.get("orphan_horizon_us"),
             rolled_written_us=doc.get("rolled_written_us"),
             collected_written_us=doc.get("collected_written_us"),
+            compacted_written_us=doc.get("compacted_written_us"),
             incarnation=doc.get("incarnation"),
             parent=Parent.from_dict(doc["parent"], obj) if doc.get("parent") is not None else None,
         )
@@ -451,6 +458,8 @@ class Manifest:
             extras["rolled_written_us"] = self.rolled_written_us
         if self.collected_written_us is not None:
             extras["collected_written_us"] = self.collected_written_us
+        if self.compacted_written_us is not None:
+            extras["compacted_written_us"] = self.compacted_written_us
         if self.incarnation is not None:
             extras["incarnation"] = self.incarnation
         if self.parent is not None:
@@ -590,7 +599,8 @@ class Manifest:
             if not isinstance(txn, Txn):
                 raise CorruptLog("field type", obj, f"txn {app_id!r} has the wrong type: {txn!r}")
             txn.check(app_id, obj)
-        for name in ("orphan_horizon_us", "rolled_written_us", "collected_written_us"):
+        for name in ("orphan_horizon_us", "rolled_written_us", "collected_written_us",
+                     "compacted_written_us"):
             value = getattr(self, name)
             if value is not None:
                 check_int(value, obj, name)

@@ -80,6 +80,7 @@ from wal3_spark.log.invariants import (
     target_schema,
 )
 from wal3_spark.log.reader import iter_fragments
+from wal3_spark.log.replaced import replaced_positions
 from wal3_spark.log.snapshots import roll_snapshots
 from wal3_spark.storage import StoreLike, resolve_store
 from wal3_spark.storage.base import ObjectStore
@@ -326,6 +327,8 @@ class Committer:
                 if current.own_oldest_offset > placed["since"]:
                     return None  # garbage collection moved past where they would be: cannot tell
                 raise StaleVersion(exc) from exc
+            if start is None:  # a compaction may have replaced them since they landed
+                start = _compacted_start(self.store, current, fragments)
             if start is not None:
                 placed["start"] = start
                 return True
@@ -539,6 +542,11 @@ def _committed_at(
     paths = [f.path for f in fragments]
     wanted = set(paths)
     found = [ref for ref in refs if ref.path in wanted]
+    if len(found) < len(paths):
+        seen = {ref.path for ref in found}
+        moved = replaced_positions(store, manifest, [f for f in fragments if f.path not in seen])
+        if moved:
+            return _moved_start(store, manifest, paths, found, moved), rolled_written_us
     if not found:
         return None, rolled_written_us
     if [ref.path for ref in found] != paths or any(
@@ -553,6 +561,32 @@ def _committed_at(
             "nothing was committed and nothing is deleted: commit only the others"
         )
     return found[0].start, rolled_written_us
+
+
+def _moved_start(store: ObjectStore, manifest: Manifest, paths: Sequence[str],
+                 found: Sequence[FragmentRef], moved: Mapping[str, tuple[int, int]]) -> int:
+    """Where an earlier commit placed fragments some of which a compaction has since
+    replaced (`moved`, from its records) and the others `found` in the manifest: all of them,
+    in order and contiguous, or the list was never committed as one (`PartlyCommitted`)."""
+    spans = {ref.path: (ref.start, ref.limit) for ref in found} | dict(moved)
+    placed = [spans.get(path) for path in paths]
+    if all(span is not None for span in placed):
+        ordered = [span for span in placed if span is not None]
+        if all(a[1] == b[0] for a, b in itertools.pairwise(ordered)):
+            return ordered[0][0]
+    first = next(path for path in paths if path in spans)
+    raise PartlyCommitted(
+        f"{len(spans)} of this commit's {len(paths)} fragments (e.g. {first} at offset "
+        f"{spans[first][0]}, since compacted) were already committed to {store.url}, not as "
+        "this commit; nothing was committed and nothing is deleted: commit only the others"
+    )
+
+
+def _compacted_start(store: ObjectStore, manifest: Manifest, fragments: Sequence[NewFragment]) -> int | None:
+    """The first offset of those of `fragments` that a compaction replaced after they were
+    committed (`wal3_spark.log.replaced`), or None when none was."""
+    moved = replaced_positions(store, manifest, fragments)
+    return min(start for start, _ in moved.values()) if moved else None
 
 
 def _newest_written(refs: Sequence[FragmentRef], manifest: Manifest) -> int | None:

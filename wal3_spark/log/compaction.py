@@ -18,9 +18,9 @@ Compaction deletes nothing. Before its compare-and-swap it records the fragments
 `compacted/<new fragment's UUID>.json`, so that GC's orphan sweep keeps them for the orphan grace
 after the compaction (readers that planned on the older manifest finish), not by their own age.
 
-Fragments younger than `SETTLE_S` are not compacted (their writers may still be looking for
-them by path), and fragments a branch's pin covers are never replaced (the branch reads them by their paths), nor
-are fragments inside snapshots or of a Chroma S3 log (sequence-number fragments); a sealed log
+Fragments younger than `CompactOptions.settle_s` are not compacted (0 by default: `SETTLE_S`
+says why), fragments a branch's pin covers are never replaced (the branch reads them by their
+paths), nor are fragments inside snapshots or of a Chroma S3 log (sequence-number fragments); a sealed log
 is compacted (its records are kept, nothing is appended).
 
 A raw log is compacted only when asked with `allow_chroma_incompatible`: Chroma's wal3 reads a
@@ -32,7 +32,6 @@ nothing.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -40,8 +39,7 @@ from dataclasses import asdict, dataclass, field, replace
 import pyarrow as pa
 
 from wal3_spark.clock import SYSTEM, Clock, micros
-from wal3_spark.errors import CompactionRefused, CorruptLog, InvalidOption, LogNotFound, ObjectNotFound
-from wal3_spark.format.deletion import is_log_object
+from wal3_spark.errors import CompactionRefused, InvalidOption, LogNotFound
 from wal3_spark.format.fragment import FragmentBuilder
 from wal3_spark.format.layout import FragmentRef
 from wal3_spark.format.manifest import Manifest
@@ -51,6 +49,7 @@ from wal3_spark.log import steps
 from wal3_spark.log.committer import Committer
 from wal3_spark.log.fragment_io import load_fragment, write_fragment
 from wal3_spark.log.holds import list_pins
+from wal3_spark.log.replaced import record_replaced
 from wal3_spark.storage import StoreLike, resolve_store
 from wal3_spark.storage.base import ObjectStore
 
@@ -61,13 +60,14 @@ DEFAULT_MIN_FRAGMENTS = 2
 #: the smallest target: a fragment of one record is about 1 KB (its Parquet or Arrow footer), so
 #: a smaller target cannot hold one fragment and would merge nothing on any log
 MIN_TARGET_BYTES = 1 << 10
-#: a fragment is compacted only once it is this old (by its UUIDv7): a writer whose commit was
-#: ambiguous looks for its fragments by their paths until its commit deadline (300 s,
-#: `CasPolicy.deadline_s`), and would append them again if a compaction had replaced them by
-#: then; three deadlines, as garbage collection's shortest orphan grace
-SETTLE_S = 900.0
-#: where a compaction records the fragments it replaced (see the module docstring)
-REPLACED_PREFIX = "compacted/"
+#: by default a fragment is compacted however young it is. A writer whose commit was ambiguous
+#: looks for its fragments by their paths until its commit deadline; this package's writers see
+#: through a compaction that replaced them meanwhile (its record lists them, with their offsets:
+#: `wal3_spark.log.replaced`), so nothing needs them to stay. Writers that do not know compaction
+#: records (Chroma's, wal3-spark before them) would append such fragments again: on a log they
+#: append to, compact with `settle_s` of three of their commit deadlines (`SETTLE_FOREIGN_S`)
+SETTLE_S = 0.0
+SETTLE_FOREIGN_S = 900.0
 
 
 @dataclass(frozen=True)
@@ -79,6 +79,8 @@ class CompactOptions:
     target_bytes: int = DEFAULT_TARGET_BYTES
     min_fragments: int = DEFAULT_MIN_FRAGMENTS
     allow_chroma_incompatible: bool = False
+    #: fragments younger than this (seconds, by their UUIDv7) are kept (see `SETTLE_S`)
+    settle_s: float = SETTLE_S
 
     def __post_init__(self) -> None:
         size = self.target_bytes
@@ -91,6 +93,11 @@ class CompactOptions:
         if isinstance(count, bool) or not isinstance(count, int) or count < 2:
             raise InvalidOption(f"min_fragments={count!r}: give an integer >= 2 (merging one "
                                 "fragment changes nothing)")
+        settle = self.settle_s
+        if isinstance(settle, bool) or not isinstance(settle, (int, float)) or not settle >= 0:
+            raise InvalidOption(f"settle_s={settle!r}: give seconds >= 0 (fragments younger than that "
+                                f"are kept; {SETTLE_FOREIGN_S:.0f} on a log that writers not knowing "
+                                "compaction records append to)")
 
 
 @dataclass(frozen=True)
@@ -103,6 +110,8 @@ class Run:
     fragments: tuple[FragmentRef, ...]
     schema: pa.Schema | None
     item_hash: str | None
+    #: the log's incarnation the run was planned in (its `compacted/` record names it)
+    incarnation: str | None = None
 
     @property
     def start(self) -> int:
@@ -178,7 +187,7 @@ def plan_runs(manifest: Manifest, target_bytes: int, min_fragments: int,
     def fits(ref: FragmentRef) -> bool:
         written = uuid7_timestamp_us(str(ref.seq_no))
         return (ref.num_bytes < target_bytes and ref.start >= pinned_below
-                and written is not None and written < settled_before_us)
+                and written is not None and written <= settled_before_us)
 
     while i < len(refs):
         if not fits(refs[i]):
@@ -225,11 +234,11 @@ def plan(store: ObjectStore, options: CompactOptions | None = None, clock: Clock
         notes.append(f"every fragment holds at least the target ({options.target_bytes} bytes; the "
                      f"smallest {min(f.num_bytes for f in manifest.fragments)}): nothing to merge, "
                      "give a larger --target-bytes to merge them")
-    settled_before_us = micros(clock) - int(SETTLE_S * 1e6)
+    settled_before_us = micros(clock) - int(options.settle_s * 1e6)
     ranges = plan_runs(manifest, options.target_bytes, options.min_fragments, pinned_below,
                        settled_before_us)
     schema, item_hash = manifest.arrow_schema(), manifest.item_hash
-    runs = tuple(Run(number, manifest.fragments[i:j], schema, item_hash)
+    runs = tuple(Run(number, manifest.fragments[i:j], schema, item_hash, manifest.incarnation)
                  for number, (i, j) in enumerate(ranges))
     return CompactionPlan(store.url, manifest, runs, tuple(notes))
 
@@ -257,8 +266,7 @@ def rewrite(store: ObjectStore, run: Run, clock: Clock = SYSTEM) -> Rewritten:
     file = write_fragment(store, encoded, clock=clock)
     new = FragmentRef(file.path, file.uuid, run.start, run.limit, file.num_bytes, file.setsum,
                       filter=file.filter, blake3=file.blake3, segments=encoded.segments)
-    body = json.dumps({"fragment": new.path, "replaced": [f.path for f in run.fragments]}).encode()
-    store.create(f"{REPLACED_PREFIX}{new.seq_no}.json", body)
+    record_replaced(store, new, run.fragments, run.incarnation)
     return Rewritten(run.number, new)
 
 
@@ -302,13 +310,14 @@ def compact(
     allow_chroma_incompatible: bool = False,
     options: dict[str, str] | None = None,
     clock: Clock = SYSTEM,
+    settle_s: float = SETTLE_S,
 ) -> CompactReport:
     """Rewrite the log's runs of small fragments into fragments of about `target_bytes`: `plan`,
     `rewrite` each run, `commit` them (step "rewrite" is done after each run's rewrite).
 
     A raw log is refused (`CompactionRefused`, nothing changed) unless `allow_chroma_incompatible`
     says that no Chroma process reads it (see the module docstring)."""
-    settings = CompactOptions(target_bytes, min_fragments, allow_chroma_incompatible)
+    settings = CompactOptions(target_bytes, min_fragments, allow_chroma_incompatible, settle_s)
     store = resolve_store(log, options)
     planned = plan(store, settings, clock)
     if dry_run or not planned.runs:
@@ -340,27 +349,7 @@ def _replace(current: Manifest, planned: Manifest,
             fragments = fragments[:i] + (new,) + fragments[i + len(run):]
     if fragments == current.fragments:
         return None
-    return replace(current, fragments=fragments, writer="wal3-spark compact")
-
-
-def replaced_held(store: ObjectStore, before_us: int) -> tuple[frozenset[str], list[str]]:
-    """For GC's orphan sweep: the fragments compactions replaced less than the orphan grace ago
-    (compacted after `before_us`), kept like referenced ones, and the records of older
-    compactions, which the sweep may delete (their fragments are ordinary orphans by then)."""
-    held: set[str] = set()
-    old: list[str] = []
-    for meta in store.list(REPLACED_PREFIX):
-        if not is_log_object(meta.key):  # not a record of ours: neither kept nor deleted
-            continue
-        when = uuid7_timestamp_us(meta.key[len(REPLACED_PREFIX):].removesuffix(".json"))
-        if when is not None and when < before_us:
-            old.append(meta.key)
-            continue
-        try:
-            doc = json.loads(store.get(meta.key).data)
-        except ObjectNotFound:  # deleted meanwhile by a sweep: its grace is over
-            continue
-        except ValueError as exc:
-            raise CorruptLog("a compaction record is JSON", meta.key, f"not valid JSON ({exc})") from None
-        held.update(p for p in doc.get("replaced", []) if isinstance(p, str))
-    return frozenset(held), old
+    replaced = [f for run, _ in pairs for f in run if f not in fragments]
+    newest = max((uuid7_timestamp_us(str(f.seq_no)) or 0 for f in replaced), default=0)
+    return replace(current, fragments=fragments, writer="wal3-spark compact",
+                   compacted_written_us=max(current.compacted_written_us or 0, newest))

@@ -63,10 +63,10 @@ from wal3_spark.format.manifest import Manifest
 from wal3_spark.format.uuid7 import uuid7_timestamp_us
 from wal3_spark.log.cas import CasObject, Outcome
 from wal3_spark.log.committer import Committer
-from wal3_spark.log.compaction import replaced_held
 from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.holds import holds, lowest_hold
 from wal3_spark.log.reader import iter_fragments
+from wal3_spark.log.replaced import replaced_held
 from wal3_spark.log.snapshots import SnapshotCache, load_snapshot, write_snapshot
 from wal3_spark.storage import StoreLike, resolve_store
 from wal3_spark.storage.base import ObjectMeta, ObjectStore
@@ -512,15 +512,13 @@ class GarbageCollector:
         old = self._aged()
         orphan_before_us = int((self._orphan_clock.now() - self.orphan_grace_s) * 1e6)
         _, records = replaced_held(self.store, orphan_before_us)
-        if not dry_run:
-            for key in records:  # a compaction's record, past the grace it kept fragments for
-                self.store.delete(key)
-        if not old:
-            return
-        kept = self._held(self.committer.manifest())
+        kept = self._held(self.committer.manifest()) if old else frozenset()
         candidates = sorted(key for key in old if key not in kept)
-        if not candidates or dry_run:
+        if dry_run:
             report.orphans_deleted = candidates
+            return
+        if not candidates:
+            self._delete_records(records)
             return
         horizon_us = max(old[key] for key in candidates) + 1
         result = self.committer.update_result(lambda m: m.with_orphan_horizon(horizon_us, self.writer))
@@ -536,6 +534,15 @@ class GarbageCollector:
             if key not in kept:
                 self.store.delete(key)
                 report.orphans_deleted.append(key)
+        self._delete_records(records)
+
+    def _delete_records(self, records: list[str]) -> None:
+        """Delete compaction records past the grace they kept fragments for, last: every
+        fragment one lists is then gone or an orphan older than the orphan horizon, which the
+        committer refuses, so no commit that resolves by the records needs them any more
+        (`wal3_spark.log.replaced`)."""
+        for key in records:
+            self.store.delete(key)
 
     def _aged(self) -> dict[str, int]:
         """The UUID fragments and the snapshots older than the orphan grace, with their age

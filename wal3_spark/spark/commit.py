@@ -28,6 +28,7 @@ from wal3_spark.format.garbage import load_garbage
 from wal3_spark.log.committer import CommitResult, Committer, DirtyRecorder
 from wal3_spark.log.fragment_io import FragmentFile
 from wal3_spark.log.reader import LogReader, iter_fragments
+from wal3_spark.log.replaced import replaced_paths
 from wal3_spark.spark.write_tasks import delete_quietly
 from wal3_spark.storage.base import ObjectStore
 
@@ -65,6 +66,17 @@ def collected(store: ObjectStore, paths: set[str]) -> set[str]:
         return set(paths)
 
 
+def compacted(store: ObjectStore, paths: set[str]) -> set[str]:
+    """Which of `paths` a compaction replaced: they were committed, and readers of a manifest
+    from before the compaction may read them until garbage collection's orphan grace has passed
+    (`wal3_spark.log.replaced`)."""
+    try:
+        return replaced_paths(store, paths)
+    except Wal3Error as exc:
+        logger.warning("cannot read the compaction records to check fragments before deleting them: %s", exc)
+        return set(paths)
+
+
 def delete_files(store: ObjectStore, files: Sequence[FragmentFile], since: int) -> None:
     """Delete an aborted job's fragments, except any that a manifest references (a commit whose
     outcome was ambiguous may have landed: then they are data, not garbage) or that the pending
@@ -73,6 +85,7 @@ def delete_files(store: ObjectStore, files: Sequence[FragmentFile], since: int) 
     paths = {f.path for f in files}
     keep = published(store, paths, since)
     keep |= collected(store, paths - keep)
+    keep |= compacted(store, paths - keep)
     if keep:
         logger.warning("%d fragment(s) of an aborted job are referenced by the log or its pending "
                     "garbage; kept", len(keep))

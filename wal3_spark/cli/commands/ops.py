@@ -8,7 +8,12 @@ from wal3_spark.cli.arguments import at_least_arg, offset_arg, seconds_arg, shar
 from wal3_spark.cli.commands import EXIT_FAIL, EXIT_OK, AddCommand, open_log_store
 from wal3_spark.cli.output import Output
 from wal3_spark.cli.progress import ProgressBar
-from wal3_spark.log.compaction import DEFAULT_MIN_FRAGMENTS, DEFAULT_TARGET_BYTES, compact as compact_log
+from wal3_spark.log.compaction import (
+    DEFAULT_MIN_FRAGMENTS,
+    DEFAULT_TARGET_BYTES,
+    SETTLE_S,
+    compact as compact_log,
+)
 from wal3_spark.ops.copy import copy_log
 from wal3_spark.ops.garbage_collector import DEFAULT_GRACE_S, GarbageCollector, GCOptions
 from wal3_spark.ops.verify import verify as verify_log
@@ -37,6 +42,7 @@ def gc(args: argparse.Namespace, output: Output) -> int:
 def compact(args: argparse.Namespace, output: Output) -> int:
     report = compact_log(open_log_store(args.url, args), target_bytes=args.target_bytes,
                          min_fragments=args.min_fragments, dry_run=args.dry_run,
+                         settle_s=args.settle,
                          allow_chroma_incompatible=args.allow_chroma_incompatible)
     output.report("compact", report.to_dict())
     return EXIT_OK
@@ -76,6 +82,9 @@ def register(add: AddCommand) -> None:
                    help="the size to merge small fragments up to (default 64MiB; 64m, 1g, bytes)")
     p.add_argument("--min-fragments", type=at_least_arg(2), default=DEFAULT_MIN_FRAGMENTS, metavar="N",
                    help="merge runs of at least N fragments (default 2)")
+    p.add_argument("--settle", type=seconds_arg, default=SETTLE_S, metavar="SECONDS",
+                   help="keep fragments younger than this (default 0; 900 on a log that Chroma or an "
+                        "older wal3-spark appends to: they do not see through compaction)")
     p.add_argument("--dry-run", action="store_true", help="report the runs that would be merged")
     p.add_argument("--allow-chroma-incompatible", action="store_true",
                    help="compact a raw log, which Chroma's wal3 then cannot read (refused without it)")
