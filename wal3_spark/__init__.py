@@ -20,6 +20,7 @@ DISTRIBUTION = "wal3-spark"
 
 _EXPORTS = {
     # where logs are read and written
+    "AutoCompactOptions": "wal3_spark.log.auto_compaction",
     "CommitResult": "wal3_spark.log.committer",
     "CursorStore": "wal3_spark.log.cursors",
     "DirtyLog": "wal3_spark.logset.dirty",

@@ -48,6 +48,8 @@ from wal3_spark.format.layout import FRAGMENT_PREFIX, SNAPSHOT_PREFIX
 from wal3_spark.format.manifest import NewFragment, SnapshotOptions
 from wal3_spark.format.schema import RAW_SCHEMA, conform, is_raw_schema, same_schema
 from wal3_spark.format.stream_filter import check_filter_column
+from wal3_spark.log import auto_compaction
+from wal3_spark.log.auto_compaction import AutoCompactOptions
 from wal3_spark.log.cas import InFlight
 from wal3_spark.log.chain import ManifestChain
 from wal3_spark.log.committer import CommitResult, Committer, DirtyRecorder
@@ -249,6 +251,9 @@ class LogWriterOptions:
     writer: str = "wal3-spark LogWriter"
     #: when the manifest rolls fragments into snapshots (None: Chroma's thresholds)
     snapshot_options: SnapshotOptions | None = None
+    #: compact the log in the background when small fragments pile up (None: never;
+    #: `wal3_spark.log.auto_compaction`): the commits never wait for it
+    auto_compact: AutoCompactOptions | None = None
 
     def __post_init__(self) -> None:
         if (self.batch_interval_s < 0 or self.batch_bytes <= 0 or self.fragment_bytes <= 0
@@ -323,6 +328,7 @@ class LogWriter:
         self.batch_interval_s = settings.batch_interval_s
         self.max_uploads = settings.max_uploads
         self.max_manifest_writes = settings.max_manifest_writes
+        self.auto_compact = settings.auto_compact
         self._commit_lock = threading.RLock()  # the commit thread holds it around the chain, which commits
         #: how appends of each schema are written, found once (the commit re-checks it)
         self._formats: dict[pa.Schema | None, _FragmentFormat] = {}
@@ -389,12 +395,14 @@ class LogWriter:
         `incarnation`: the log's when the fragments were written)."""
         try:
             with self._commit_lock:
-                return self.committer.commit(files, schema=schema, merge_schema=self.merge_schema,
-                                             in_flight=in_flight, since=since, incarnation=incarnation)
+                result = self.committer.commit(files, schema=schema, merge_schema=self.merge_schema,
+                                               in_flight=in_flight, since=since, incarnation=incarnation)
         except (SchemaMismatch, LogSealed, LogNotFound, CommitFailed):
             with self._schema_lock:
                 self._formats.clear()  # the log may have changed under us: ask again next time
             raise
+        auto_compaction.after_commit(self.store, result.manifest, self.auto_compact, self.clock)
+        return result
 
     # -- batched ------------------------------------------------------------------------
 
@@ -553,6 +561,9 @@ class LogWriter:
                         continue
                     assert start is not None
                     start = run.acknowledge(start)
+            if any(outcome.error is None for outcome in resolved):
+                auto_compaction.after_commit(self.store, self.committer.last_seen, self.auto_compact,
+                                             self.clock)
             self._finish()
 
     def _send(self, chain: ManifestChain[list[_Run]], runs: list[_Run]) -> None:
