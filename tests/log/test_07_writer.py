@@ -698,9 +698,9 @@ def test_25_submit_futures_are_futures_with_the_state_future_init_sets():
     on it, on every Python this runs on."""
     from concurrent.futures import Future
 
-    from wal3_spark.log.writer import _AppendFuture
+    from wal3_spark.log.writer import _AppendFuture, _Condition
 
-    ours, theirs = _AppendFuture(), Future()
+    ours, theirs = _AppendFuture(_Condition()), Future()
     assert isinstance(ours, Future)
     assert set(vars(ours)) == set(vars(theirs))
     for name, value in vars(theirs).items():
@@ -752,3 +752,42 @@ def test_26_threads_blocked_on_submit_futures_wake_with_their_outcome(store):
     assert isinstance(got["exception"], CommitFailed) and isinstance(got["exception"].__cause__, AccessDenied)
     assert got["wait"] == set() and got["as_completed"] == {True, False}
     assert bodies(store) == [b"ok"]
+
+
+def test_27_a_future_sharing_its_condition_waits_for_its_own_outcome():
+    """Futures submitted between two cuts share one condition, notified whenever any of them
+    resolves: a thread blocked in result() or exception() on one of them must go on waiting
+    when another resolves (Future's own methods wake once and raise TimeoutError), and return
+    its own outcome; a timeout still expires."""
+    from concurrent.futures import TimeoutError as FutureTimeout
+
+    from wal3_spark.log.writer import _AppendFuture, _Condition
+
+    condition = _Condition()
+    first, second, third = (_AppendFuture(condition) for _ in range(3))
+    got: dict[str, object] = {}
+
+    def block(name, call):
+        try:
+            got[name] = call()
+        except BaseException as exc:  # noqa: BLE001 - the test asserts what it was
+            got[name] = exc
+
+    threads = [threading.Thread(target=block, args=("result", second.result)),
+               threading.Thread(target=block, args=("exception", third.exception))]
+    for thread in threads:
+        thread.start()
+    _until_waiting(first, 2)
+    first.set_result("first")
+    deadline = time.monotonic() + 60  # both woke: each waits again, or (wrongly) returned
+    while len(condition._waiters) < 2 and not got:
+        assert time.monotonic() < deadline, "the blocked threads neither waited again nor returned"
+    assert got == {}, got
+    second.set_result("second")
+    third.set_exception(ValueError("third"))
+    for thread in threads:
+        thread.join(timeout=60)
+    assert got["result"] == "second"
+    assert isinstance(got["exception"], ValueError)
+    with pytest.raises(FutureTimeout):
+        _AppendFuture(condition).result(timeout=0.01)

@@ -116,11 +116,12 @@ class _FragmentFormat:
 class _Condition(threading.Condition):
     """A `threading.Condition` over its own `RLock` whose lock methods live on the class.
 
-    `Condition.__init__` binds five of the lock's methods on every instance. A future has one,
-    and at 10,000 appends/s with a few thousand appends in flight those bound methods were
+    `Condition.__init__` binds five of the lock's methods on every instance. Futures had one
+    each, and at 10,000 appends/s with a few thousand appends in flight those bound methods were
     almost half the objects the cyclic garbage collector traversed: its full collections
     stalled the whole process for tens to hundreds of milliseconds (docs/benchmarks.md).
-    Behaviour is `Condition`'s own: only where its methods are found changes."""
+    Behaviour is `Condition`'s own: only where its methods are found changes. The appends
+    submitted between two cuts now share one (`_AppendFuture`)."""
 
     def __init__(self) -> None:  # Condition.__init__'s state, without the bound methods
         self._lock = threading.RLock()
@@ -144,17 +145,35 @@ class _Condition(threading.Condition):
 
 
 class _AppendFuture(Future):
-    """What `submit` returns: a `concurrent.futures.Future` (every method is Future's) whose
-    condition is a `_Condition`, half the garbage-collected objects of a plain Future's. Sets
+    """What `submit` returns: a `concurrent.futures.Future` (every method is Future's but the
+    two that block) whose condition is shared with the other appends submitted between two
+    cuts, which resolve together. A condition of its own (a `_Condition`, its lock and its
+    waiters' deque) per append was three of the seven objects the cyclic garbage collector
+    traversed per append in flight, and a third of `submit`'s time (docs/benchmarks.md). Sets
     the attributes `Future.__init__` sets (tests/log/test_07_writer.py checks they are the same)."""
 
-    def __init__(self) -> None:  # Future.__init__ would build a plain Condition first
-        self._condition = _Condition()
+    def __init__(self, condition: _Condition) -> None:  # Future.__init__ would build a Condition
+        self._condition = condition
         self._state = PENDING
         self._result = None
         self._exception = None
         self._waiters: list = []
         self._done_callbacks: list = []
+
+    # A shared condition is notified when any of its futures resolves: Future's result() and
+    # exception() wait once and take a wake-up for their own future's outcome, so these wait
+    # until this future is done (or the timeout passes), then answer as Future does.
+    def result(self, timeout: float | None = None) -> Any:
+        self._wait_done(timeout)
+        return super().result(timeout=0)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        self._wait_done(timeout)
+        return super().exception(timeout=0)
+
+    def _wait_done(self, timeout: float | None) -> None:
+        with self._condition:
+            self._condition.wait_for(self.done, timeout)
 
 
 @dataclass(slots=True)
@@ -338,6 +357,8 @@ class LogWriter:
         self._wake_batcher = threading.Condition(lock)  # appends waiting, flush, close
         self._progress = threading.Condition(lock)  # a batch landed or finished
         self._pending: list[_Append] = []
+        #: the condition of the futures submitted until the next cut, which resolve together
+        self._submit_condition = _Condition()
         self._pending_bytes = 0
         self._oldest = 0.0
         self._cut_now = False
@@ -409,7 +430,7 @@ class LogWriter:
     def submit(self, data: Appendable) -> Future:
         """Queue `data` for a batched append; the future resolves to `Appended` when committed,
         or raises what failed the fragment or commit that carried it."""
-        append = _to_append(data)
+        append = _to_append(data, self._submit_condition)  # read unlocked: any condition is correct
         with self._wake_batcher:
             if self._closed:
                 raise RuntimeError("LogWriter is closed")
@@ -496,6 +517,7 @@ class LogWriter:
         here, and from here on their futures can no longer be cancelled."""
         appends = [a for a in self._pending if a.future.set_running_or_notify_cancel()]
         self._pending, self._pending_bytes, self._cut_now = [], 0, False
+        self._submit_condition = _Condition()
         batch = _Batch(self._next_seq, _runs(appends))
         self._next_seq += 1
         self._batches.append(batch)
@@ -600,26 +622,27 @@ def _before_commit(url: str) -> Iterator[None]:
         raise CommitFailed.nothing_written(url, exc) from exc
 
 
-def _to_append(data: Appendable) -> _Append:
+def _to_append(data: Appendable, condition: _Condition) -> _Append:
     """Raw bodies stay Python bytes until their batch is cut: building one Arrow array per batch
     instead of per append keeps `submit` cheap at thousands of appends per second."""
     if isinstance(data, bytes):
-        return _Append((data,), None, 1, len(data), _AppendFuture())
+        return _Append((data,), None, 1, len(data), _AppendFuture(condition))
     if isinstance(data, (bytearray, memoryview)):
         body = bytes(data)
-        return _Append((body,), None, 1, len(body), _AppendFuture())
+        return _Append((body,), None, 1, len(body), _AppendFuture(condition))
     if not isinstance(data, (pa.Table, pa.RecordBatch)):
         bodies = list(data)
         for body in bodies:
             if not isinstance(body, (bytes, bytearray, memoryview)):
                 raise ValueError(f"raw records must be bytes, got {type(body).__name__}")
         raw = tuple(bytes(b) for b in bodies)
-        return _Append(raw, None, len(raw), sum(len(b) for b in raw), _AppendFuture())
+        return _Append(raw, None, len(raw), sum(len(b) for b in raw), _AppendFuture(condition))
     batches, schema = to_batches(data)
     if schema is None:  # a table with a single binary `body` column: raw records
         column = tuple(b for batch in batches for b in batch.column(0).to_pylist())
-        return _Append(column, None, len(column), sum(len(b) for b in column), _AppendFuture())
-    return _Append(batches, schema, sum(b.num_rows for b in batches), sum(b.nbytes for b in batches), _AppendFuture())
+        return _Append(column, None, len(column), sum(len(b) for b in column), _AppendFuture(condition))
+    return _Append(batches, schema, sum(b.num_rows for b in batches), sum(b.nbytes for b in batches),
+                   _AppendFuture(condition))
 
 
 def _runs(appends: list[_Append]) -> list[_Run]:
