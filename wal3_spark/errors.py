@@ -243,6 +243,11 @@ class CursorError(Wal3Error):
     """A cursor operation failed (missing cursor, lost race, invalid name or move)."""
 
 
+class InvalidCursorName(CursorError, InvalidOption):
+    """A cursor name breaks the naming rule: an argument error (the command exits 2, as for an
+    invalid tag name), and still a `CursorError` for callers that catch those."""
+
+
 class InvalidLogName(Wal3Error, ValueError):
     """A name cannot be the name of a log in a log set (see `wal3_spark.logset.logs.check_log_name`)."""
 

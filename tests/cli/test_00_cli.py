@@ -133,7 +133,7 @@ def test_03_cursor_commands(url):
     assert ok("cursor", "get", url, "reader") == "3\n"
     ok("cursor", "delete", url, "reader")
     fails("cursor", "get", url, "reader", match="no cursor")
-    fails("cursor", "set", url, "bad-name!", "3", match="invalid cursor name")
+    fails("cursor", "set", url, "bad-name!", "3", code=2, match="invalid cursor name")
     assert listed_cursors(url) == {"other": 9}
 
 

@@ -162,5 +162,5 @@ def test_08_a_cursor_name_with_a_newline_or_control_character_is_refused(url, ch
         with pytest.raises(CursorError, match="invalid cursor name"):
             CursorStore(open_store(url)).create(name, 2)
     if char != "\x00":  # no command line can hold a NUL
-        fails("cursor", "set", url, f"billing{char}", "2", match="invalid cursor name")
+        fails("cursor", "set", url, f"billing{char}", "2", code=2, match="invalid cursor name")
     assert [meta.key for meta in open_store(url).list("cursor/")] == []

@@ -36,6 +36,7 @@ SAMPLES: dict[type[errors.Wal3Error], tuple[tuple, dict]] = {
     errors.CommitOutcomeUnknown: (("the store kept timing out",), {}),
     errors.AppendsUnsupported: (("s3://bucket/chroma-log",), {}),
     errors.CursorError: (("no cursor 'billing'",), {}),
+    errors.InvalidCursorName: (("invalid cursor name 'bad-name!'",), {}),
     errors.InvalidLogName: (("'a/b' contains '/'",), {}),
     errors.RoutedCommitFailed: (
         ("s3://bucket/logs/", 2, {"a": errors.LogSealed("s3://bucket/logs/a"),

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
-from wal3_spark.errors import CorruptLog, CursorError
+from wal3_spark.errors import CorruptLog, InvalidCursorName
 from wal3_spark.format.incarnation import parse_incarnation
 from wal3_spark.format.setsum import Setsum
 from wal3_spark.format.stream_filter import StreamFilter, ValueFilter
@@ -58,7 +58,7 @@ def snapshot_key(setsum: Setsum) -> str:
 
 def cursor_key(name: str) -> str:
     if not _CURSOR_NAME.fullmatch(name or ""):
-        raise CursorError(
+        raise InvalidCursorName(
             f"invalid cursor name {name!r}: use letters, digits and underscores only"
         )
     return f"{CURSOR_PREFIX}{name}.json"
