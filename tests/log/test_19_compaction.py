@@ -173,6 +173,9 @@ def test_07_bad_input_changes_nothing(tmp_path):
 
 
 def test_08_cli_compact_dry_run_json_and_bad_sizes(tmp_path):
+    """Bad sizes exit 2 naming the option, a target that cannot hold one fragment too; a target
+    below every fragment of the log merges nothing and says so (no error: a log of large appends
+    or a compacted log has nothing to merge)."""
     url = _log(tmp_path, structured=False, appends=3, clock=ManualClock(SYSTEM.now() - 7200.0))
     wal3 = [sys.executable, "-m", "wal3_spark.cli"]
     out = subprocess.run(wal3 + ["compact", url, "--dry-run", "--json", "--allow-chroma-incompatible"],
@@ -182,6 +185,13 @@ def test_08_cli_compact_dry_run_json_and_bad_sizes(tmp_path):
     for bad in (["--target-bytes", "0"], ["--target-bytes", "lots"], ["--min-fragments", "1"]):
         failed = subprocess.run(wal3 + ["compact", url, *bad], capture_output=True, text=True)
         assert failed.returncode == 2 and bad[0] in failed.stderr
+    small = subprocess.run(wal3 + ["compact", url, "--target-bytes", "1000", "--allow-chroma-incompatible"],
+                           capture_output=True, text=True)
+    assert small.returncode == 2 and "cannot hold one fragment" in small.stderr
+    assert min(f.num_bytes for f in LogReader(url).manifest().fragments) >= 1024
+    below = subprocess.run(wal3 + ["compact", url, "--target-bytes", "1k", "--allow-chroma-incompatible"],
+                           capture_output=True, text=True, check=True)  # below every fragment: a note
+    assert "0 run(s)" in below.stdout and "nothing to merge" in below.stdout
     refused = subprocess.run(wal3 + ["compact", url], capture_output=True, text=True)
     assert refused.returncode == 1 and "--allow-chroma-incompatible" in refused.stderr
     assert len(LogReader(url).manifest().fragments) == 3

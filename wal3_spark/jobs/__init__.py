@@ -7,7 +7,8 @@ Spark, `local[*]`), or give spark-submit its file, which `python -m wal3_spark.j
 
 A checkout's top-level `jobs/` holds the same jobs as thin spark-submit entry points
 (`spark-submit jobs/quickstart.py`). The jobs need PySpark (`pip install "wal3-spark[spark]"`
-where the platform brings none); `gc --driver-only` and `verify --prefix --driver-only` do not.
+where the platform brings none); `gc --driver-only`, `verify --prefix --driver-only` and
+`compact --driver-only` do not.
 """
 
 from __future__ import annotations
@@ -20,4 +21,5 @@ JOBS = {
     "pipeline": "log -> transformation -> log (or log sets), exactly-once",
     "verify": "recompute every fragment's setsum on executors (a log, or every log of a set)",
     "gc": "garbage-collect the logs under a prefix, through its dirty log when it has one",
+    "compact": "merge runs of small fragments of a log or of every log of a set, records kept",
 }
