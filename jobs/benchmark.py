@@ -20,8 +20,8 @@ local mode, and its Python processes) spent, which a loaded machine disturbs far
   into `noop` vs `spark.readStream.parquet` of the same rows, with the same number of
   micro-batches (printed; all at once, and 4 fragments vs 4 files per trigger);
 - native scan (`Wal3Log.forPath(spark, url).toDF()`, Spark's own Parquet reader over the
-  fragments) vs `spark.read.parquet`: the full rows into `noop`, `sum(id), count(name)`, and
-  `count()`.
+  fragments) vs `spark.read.parquet`: the full rows into `noop`, `sum(id), count(name)`,
+  `where bucket = 7` + `sum(amount)`, and `count()`.
 
 `--core` then runs the rest of the table outside Spark: the core append rows
 (`benchmarks/core.py --append-only`: `LogWriter.append` vs `pq.write_table`), then the append
@@ -169,6 +169,9 @@ def main(argv=None) -> int:
     def aggregate(frame) -> None:
         frame.selectExpr("sum(id)", "count(name)").collect()
 
+    def filtered(frame) -> None:
+        frame.where("bucket = 7").selectExpr("sum(amount)").collect()
+
     def count(frame) -> None:
         frame.count()
 
@@ -234,6 +237,7 @@ def main(argv=None) -> int:
         for label, query in (
             ("full rows into noop", noop),
             ("sum(id), count(name)", aggregate),
+            ("where bucket = 7, sum(amount)", filtered),
             ("count()", count),
         ):
             t = alternate({"parquet": lambda _, q=query: q(spark.read.parquet(parquet)),
