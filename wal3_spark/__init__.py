@@ -3,7 +3,7 @@
 The public API is re-exported here lazily (PEP 562), so that importing one core module does not
 import them all, and executors pay only for what they use: the readers and writers of logs, the
 operations on whole logs (`verify`, `copy_log`, `collect_garbage`, `branch`, `delete_branch`,
-`checkpoint`) with their reports, and the values they hand back; the machinery under them (the
+`checkpoint`, `set_retention`) with their reports, and the values they hand back; the machinery under them (the
 committer, the CAS loop, the stores' internals) is imported from its module by those who need
 it. So is `__version__`, whose one source is pyproject.toml (`wal3 --version` prints it).
 """
@@ -39,6 +39,7 @@ _EXPORTS = {
     "DeletionReport": "wal3_spark.log.branches",
     "GCOptions": "wal3_spark.ops.garbage_collector",
     "GCReport": "wal3_spark.ops.garbage_collector",
+    "RetentionReport": "wal3_spark.ops.retention",
     "VerifyReport": "wal3_spark.ops.verify",
     "branch": "wal3_spark.log.branches",
     "checkpoint": "wal3_spark.ops.checkpoint",
@@ -46,9 +47,11 @@ _EXPORTS = {
     "compact": "wal3_spark.log.compaction",
     "copy_log": "wal3_spark.ops.copy",
     "delete_branch": "wal3_spark.log.branches",
+    "set_retention": "wal3_spark.ops.retention",
     "verify": "wal3_spark.ops.verify",
     # the values they hand back
     "Manifest": "wal3_spark.format.manifest",
+    "RetentionPolicy": "wal3_spark.format.retention",
     "Setsum": "wal3_spark.format.setsum",
     "SnapshotOptions": "wal3_spark.format.manifest",
     "Wal3Error": "wal3_spark.errors",

@@ -149,16 +149,22 @@ class CorruptLog(Wal3Error):
 class DataLost(Wal3Error):
     """A read asked for offsets that garbage collection already removed."""
 
-    def __init__(self, url: str, start: int, oldest: int, fix: str | None = None) -> None:
+    def __init__(self, url: str, start: int, oldest: int, fix: str | None = None, *,
+                 retention: str | None = None) -> None:
+        policy = "" if retention is None else (
+            f" The log's retention policy ({retention}) removes records past it whoever has not "
+            "read them, cursors included: read faster than it, or widen it (`wal3 retention`).")
         super().__init__(
             f"offsets [{start}, {oldest}) of {url} were garbage-collected; the oldest offset still "
-            f"in the log is {oldest}. " + (fix or (
-                f"Start from {oldest} (or set failOnDataLoss=false to skip ahead with a warning), "
-                "and keep a cursor on logs you consume so GC keeps your data"))
+            f"in the log is {oldest}.{policy} " + (fix or (
+                f"Start from {oldest} (or set failOnDataLoss=false to skip ahead with a warning)"
+                + ("" if retention else ", and keep a cursor on logs you consume so GC keeps your data")))
         )
         self.url = url
         self.start = start
         self.oldest = oldest
+        #: the log's retention policy when it has one (`RetentionPolicy.describe`)
+        self.retention = retention
 
 
 class LogRecreated(Wal3Error):

@@ -19,6 +19,7 @@ from wal3_spark.logset.logs import LogSet
 from wal3_spark.ops.checkpoint import checkpoint
 from wal3_spark.ops.copy import copy_log
 from wal3_spark.ops.garbage_collector import GarbageCollector, GCOptions, collect_garbage
+from wal3_spark.ops.retention import set_retention
 from wal3_spark.ops.verify import verify
 
 #: each entry point and the names of the parameters that say where its logs live
@@ -32,6 +33,7 @@ FIRST_PARAMETERS = {
     checkpoint: ["log"],
     delete_branch: ["log"],
     collect_garbage: ["log"],
+    set_retention: ["log"],
     copy_log: ["source", "destination"],
     branch: ["source", "destination"],
     LogSet: ["prefix"],
@@ -59,6 +61,7 @@ OPERATIONS = {
     "branch": "BranchReport",
     "checkpoint": "CheckpointReport",
     "delete_branch": "DeletionReport",
+    "set_retention": "RetentionReport",
 }
 #: what the package hands out besides the operations and their reports
 ENTRY_CLASSES = ["CursorStore", "DirtyLog", "LogReader", "LogSelection", "LogSet", "LogWriter",

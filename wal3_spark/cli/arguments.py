@@ -127,6 +127,16 @@ def size_arg(text: str) -> int:
     return size
 
 
+def age_arg(text: str) -> int:
+    """A retention age with its unit (`7d`, `12h`, `30m`, `90s`, `500ms`, `2w`) -> milliseconds."""
+    from wal3_spark.format.retention import parse_age_ms
+
+    try:
+        return parse_age_ms(text)
+    except InvalidOption as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def at_least_arg(low: int) -> Callable[[str], int]:
     """An integer >= `low` (an argparse type)."""
 

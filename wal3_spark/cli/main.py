@@ -9,6 +9,7 @@
     wal3 cursor list|get|set|delete URL [NAME [OFFSET]] [--json]
     wal3 gc URL [--dry-run] [--grace SECONDS] [--keep-from OFFSET] [--force] [--json]
     wal3 seal URL [--json]
+    wal3 retention URL (--max-age DURATION | --max-bytes SIZE | --clear) [--json]
     wal3 copy SOURCE DESTINATION [--from OFFSET] [--no-cursors] [--json]
     wal3 console URL_OR_PREFIX [--host 127.0.0.1] [--port 8340]   (docs/console.md)
     wal3 exporter URL_OR_PREFIX [--host 127.0.0.1] [--port 9340] [--ttl SECONDS]   (Prometheus)

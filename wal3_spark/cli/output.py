@@ -30,7 +30,7 @@ from wal3_spark.cli.progress import ProgressBar
 from wal3_spark.log.cursor_lag import CursorLag
 from wal3_spark.logset.info import LogSummary
 from wal3_spark.ops.copy import CopyReport
-from wal3_spark.ops.garbage_collector import GCReport
+from wal3_spark.ops.garbage_collector import GCReport, report_policy
 from wal3_spark.ops.verify import VerifyReport
 
 
@@ -48,7 +48,8 @@ JSON_SHAPES: dict[str, JsonShape] = {
     "info": JsonShape("for a log, one object", (
         "url", "oldest_offset", "next_offset", "records", "fragments", "snapshots", "bytes",
         "acc_bytes", "setsum", "collected", "balanced", "balance_problem", "schema", "raw",
-        "sealed", "cursors", "broken_cursors", "stale_cursors", "incarnation", "lag",
+        "sealed", "retention", "retention_described", "cursors", "broken_cursors", "stale_cursors",
+        "incarnation", "lag",
         "pending_garbage", "txns", "writer", "parent", "pins", "tags")),
     "info PREFIX": JsonShape("for a log set, one object", (
         "url", "logs", "records", "bytes", "sealed", "logs_with_cursors", "most_behind",
@@ -69,7 +70,10 @@ JSON_SHAPES: dict[str, JsonShape] = {
         "url", "dry_run", "cursors", "holds", "pins_dropped", "cutoff", "oldest_offset",
         "next_offset", "steps", "first_to_keep", "records_dropped", "fragments_dropped",
         "snapshots_dropped", "deleted", "orphans_deleted", "orphan_horizon_us", "pending",
-        "delete_after", "notes")),
+        "delete_after", "notes", "retention", "retention_cutoff", "cursors_overtaken",
+        "retention_removed", "retention_held_back")),
+    "retention": JsonShape("one object (`retention`: the bounds set, max_age_ms and max_bytes, or null)", (
+        "url", "retention", "described", "previous", "changed", "oldest_offset", "next_offset")),
     "seal": JsonShape("one object", ("url", "sealed", "next_offset")),
     "branch": JsonShape("one object", ("branch", "parent", "offset", "start", "pin", "setsum")),
     "branch --delete": JsonShape("one object", ("log", "parent", "objects_removed", "objects_left", "resumed")),
@@ -250,6 +254,7 @@ class TextOutput(Output):
         self.write(f"balanced       {'yes' if info['balanced'] else 'NO: ' + str(info['balance_problem'])}\n")
         self.write(f"schema         {'raw (body: binary)' if info['raw'] else ', '.join(info['schema'])}\n")
         self.write(f"sealed         {'yes' if info['sealed'] else 'no'}\n")
+        self.write(f"retention      {info['retention_described'] or 'none (only cursors release records)'}\n")
         self.write(f"incarnation    {info['incarnation'] or 'none (created before incarnations)'}\n")
         parent = info.get("parent")
         if parent is not None:
@@ -337,7 +342,8 @@ class TextOutput(Output):
     def collected(self, report: GCReport) -> None:
         prefix = "dry run: would " if report.dry_run else ""
         if report.cutoff is None:
-            self.write(f"{report.url}: no cursors: nothing is known to be consumed, nothing to collect\n")
+            self.write(f"{report.url}: no cursors and no retention policy that removes anything: nothing is "
+                       "known to be consumed, nothing to collect\n")
         elif report.first_to_keep is not None:
             self.write(
                 f"{report.url}: cutoff {report.cutoff}: {prefix}drop {report.records_dropped} records "
@@ -355,6 +361,17 @@ class TextOutput(Output):
             self.write(f"{deleted} {len(report.orphans_deleted)} orphans (unreferenced fragments and snapshots)\n")
         for key, start in sorted(report.holds.items()):
             self.write(f"held from offset {start} by {key} (a branch's pin or a held tag)\n")
+        if report.retention is not None:
+            policy = report_policy(report)
+            self.write(f"retention {policy}: keeps offsets from {report.retention_cutoff}\n"
+                       if report.retention_cutoff is not None else f"retention {policy}: removes nothing now\n")
+        removed = report.retention_removed
+        if removed is not None:
+            self.write(f"{prefix}remove by the retention policy {removed['records']} records no cursor had "
+                       f"read, offsets [{removed['start']}, {removed['limit']})\n")
+        for name, at in report.cursors_overtaken.items():
+            self.write(f"cursor {name} at {at} {'would be' if report.dry_run else 'was'} overtaken by the "
+                       "retention policy\n")
         if report.pins_dropped:
             self.write(f"{'dry run: would drop' if report.dry_run else 'dropped'} {len(report.pins_dropped)} "
                        "pins whose branch does not read through them\n")
@@ -387,6 +404,9 @@ class TextOutput(Output):
                        + (f"{doc['conflicts']} run(s) changed meanwhile and were left as they were\n"
                           if doc["conflicts"] else "")
                        + "".join(f"note: {note}\n" for note in doc["notes"]))
+        elif command == "retention":
+            self.write(f"{doc['url']}: retention {doc['described']}"
+                       + ("" if doc["changed"] else " (unchanged)") + "\n")
         elif command == "checkpoint":
             self.write(f"{doc['log']} is not a branch: nothing to do\n" if not doc["checkpointed"] else
                        (f"{doc['log']} is standalone: {doc['records_copied']} records "

@@ -41,6 +41,7 @@ from wal3_spark.format.layout import (
     snapshot_key,
 )
 from wal3_spark.format.lineage import Parent
+from wal3_spark.format.retention import RetentionPolicy
 from wal3_spark.format.setsum import Setsum
 from wal3_spark.format.stream_filter import StreamFilter
 from wal3_spark.format.uuid7 import uuid7_timestamp_us
@@ -358,6 +359,9 @@ class Manifest:
     #: [parent.start, parent.offset) are this log's first ones; None: not a branch (or one
     #: checkpointed since)
     parent: Parent | None = None
+    #: wal3-spark extension (docs/design/33-retention.md): how long and how much of the log
+    #: garbage collection keeps, whoever has not read it; None: only cursors release records
+    retention: RetentionPolicy | None = None
 
     # -- construction -------------------------------------------------------------------
 
@@ -421,6 +425,8 @@ class Manifest:
             compacted_written_us=doc.get("compacted_written_us"),
             incarnation=doc.get("incarnation"),
             parent=Parent.from_dict(doc["parent"], obj) if doc.get("parent") is not None else None,
+            retention=(RetentionPolicy.from_dict(doc["retention"], obj)
+                       if doc.get("retention") is not None else None),
         )
         if check:
             manifest.scrub(obj)
@@ -464,6 +470,8 @@ class Manifest:
             extras["incarnation"] = self.incarnation
         if self.parent is not None:
             extras["parent"] = self.parent.to_dict()
+        if self.retention is not None:
+            extras["retention"] = self.retention.to_dict()
         parts.extend(f",{json_text(key)}:{json_text(value)}" for key, value in extras.items())
         parts.append("}")
         return "".join(parts).encode()
@@ -609,6 +617,10 @@ class Manifest:
             if not isinstance(self.parent, Parent):
                 raise CorruptLog("field type", obj, f"'parent' has the wrong type: {self.parent!r}")
             self.parent.check(obj)
+        if self.retention is not None:
+            if not isinstance(self.retention, RetentionPolicy):
+                raise CorruptLog("field type", obj, f"'retention' has the wrong type: {self.retention!r}")
+            self.retention.check(obj)
 
     # -- transitions --------------------------------------------------------------------
 
@@ -701,6 +713,13 @@ class Manifest:
 
     def sealed_by(self, writer: str) -> Manifest:
         return replace(self, sealed=True, writer=writer)
+
+    def with_retention(self, policy: RetentionPolicy | None, writer: str) -> Manifest | None:
+        """The manifest with `policy` as its retention policy (None clears it), or None when it
+        has that one already (a compare-and-swap that lost its race, or landed, changes nothing)."""
+        if self.retention == policy:
+            return None
+        return replace(self, retention=policy, writer=writer)
 
     def with_orphan_horizon(self, horizon_us: int, writer: str) -> Manifest | None:
         """The manifest with its orphan horizon raised to `horizon_us`, or None if it is there

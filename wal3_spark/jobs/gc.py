@@ -78,6 +78,10 @@ def collect_one(target: str | ObjectStore, settings: dict) -> dict:
         "deleted": len(doc["deleted"]),
         "orphans_deleted": len(doc["orphans_deleted"]),
         "oldest_offset": doc["oldest_offset"],
+        "retention": doc["retention"],
+        "cursors_overtaken": doc["cursors_overtaken"],
+        "retention_removed": doc["retention_removed"],
+        "retention_held_back": doc["retention_held_back"],
         "next_offset": doc["next_offset"],
         "pending": doc["pending"] is not None,
     }

@@ -33,6 +33,7 @@ from wal3_spark.errors import (
     TransientError,
 )
 from wal3_spark.format.layout import MANIFEST_KEY, FragmentRef, fragment_path
+from wal3_spark.format.retention import described
 from wal3_spark.format.schema import (
     OFFSET_COLUMN,
     RAW_SCHEMA,
@@ -69,11 +70,12 @@ def missing_error(store: ObjectStore, invariant: str, path: str, start: int) -> 
     the current manifest: DataLost when GC moved the oldest offset past it since the caller
     read its manifest, LogNotFound when the log itself is gone, else CorruptLog."""
     try:
-        oldest = read_manifest(store).own_oldest_offset
+        manifest = read_manifest(store)
     except LogNotFound as exc:
         return exc
+    oldest = manifest.own_oldest_offset
     if start < oldest:
-        return DataLost(store.url, start, oldest)
+        return DataLost(store.url, start, oldest, retention=described(manifest.retention))
     return CorruptLog(invariant, path, "is missing, and the manifest still references it")
 
 

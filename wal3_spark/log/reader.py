@@ -42,6 +42,7 @@ from wal3_spark.format.layout import (
     KnownRefs,
 )
 from wal3_spark.format.manifest import Manifest, Snapshot
+from wal3_spark.format.retention import described, policy_note
 from wal3_spark.format.stream_filter import ValueFilter
 from wal3_spark.log.fragment_io import (
     ReadRange,
@@ -100,7 +101,7 @@ def iter_fragments(
             return
         except DataLost as lost:
             if position < lost.oldest:
-                raise DataLost(store.url, position, lost.oldest) from None
+                raise DataLost(store.url, position, lost.oldest, retention=lost.retention) from None
             logger.info("%s: a snapshot was garbage-collected during the walk; continuing from %d "
                      "in the current manifest", store.url, position)
             manifest = LogReader(store).manifest()
@@ -230,8 +231,9 @@ class LogReader:
         if start < oldest:
             self.confirm_oldest(manifest)
             if fail_on_data_loss:
-                raise DataLost(self.url, start, oldest)
-            logger.warning("%s: offsets [%d, %d) were garbage-collected; skipping", self.url, start, oldest)
+                raise DataLost(self.url, start, oldest, retention=described(manifest.retention))
+            logger.warning("%s: offsets [%d, %d) were garbage-collected%s; skipping", self.url, start, oldest,
+                           policy_note(manifest.retention))
             start = oldest
         return start, limit
 

@@ -55,6 +55,8 @@ def log_info(store: ObjectStore) -> dict[str, Any]:
         "schema": schema_lines(manifest),
         "raw": manifest.is_raw,
         "sealed": manifest.sealed,
+        "retention": manifest.retention.to_dict() if manifest.retention is not None else None,
+        "retention_described": manifest.retention.describe() if manifest.retention is not None else None,
         "cursors": {c.name: c.cursor.offset for c in cursors},
         "broken_cursors": {b.name: b.problem for b in broken},
         "stale_cursors": sorted(b.name for b in broken if b.stale),

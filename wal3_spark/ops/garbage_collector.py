@@ -2,8 +2,9 @@
 
 docs/format.md section 8 and Chroma's wal3 design ("Garbage Collection Dance"); a run does what is due:
 
-1. *compute*: when `gc/GARBAGE` is empty, the cutoff is the lowest cursor (an explicit
-   `keep_from` may only lower it); the snapshots rebuilt for a straddling snapshot are written,
+1. *compute*: when `gc/GARBAGE` is empty, the cutoff is the lowest cursor, raised to what the
+   log's retention policy keeps (`wal3_spark.ops.retention`), lowered to the lowest pin or held
+   tag (an explicit `keep_from` may only lower it); the snapshots rebuilt for a straddling snapshot are written,
    then the garbage is written to `gc/GARBAGE` (create, or CAS from the empty value), which is
    what makes one GC at a time;
 2. *apply*: the manifest is compare-and-swapped without the garbage (`collected` grows by the
@@ -24,7 +25,7 @@ Each step is idempotent and recognisable from storage, so a run that crashes aft
 finished by the next one. Nothing the current manifest references is ever deleted.
 
 Design: docs/design/30-unreferenced-files-are-garbage.md, docs/design/31-garbage-and-commit-time.md,
-docs/design/32-orphan-horizon.md.
+docs/design/32-orphan-horizon.md, docs/design/33-retention.md.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ from wal3_spark.format.layout import (
     parse_fragment_uuid,
 )
 from wal3_spark.format.manifest import Manifest
+from wal3_spark.format.retention import RetentionPolicy
 from wal3_spark.format.uuid7 import uuid7_timestamp_us
 from wal3_spark.log.cas import CasObject, Outcome
 from wal3_spark.log.committer import Committer
@@ -68,6 +70,7 @@ from wal3_spark.log.holds import holds, lowest_hold
 from wal3_spark.log.reader import iter_fragments
 from wal3_spark.log.replaced import replaced_held
 from wal3_spark.log.snapshots import SnapshotCache, load_snapshot, write_snapshot
+from wal3_spark.ops.retention import policy_cutoff
 from wal3_spark.storage import StoreLike, resolve_store
 from wal3_spark.storage.base import ObjectMeta, ObjectStore
 
@@ -112,9 +115,28 @@ class GCReport:
     #: seconds since the epoch after which the pending garbage may be deleted
     delete_after: float | None = None
     notes: list[str] = field(default_factory=list)
+    #: the log's retention policy (`{"max_age_ms", "max_bytes"}`), None: it has none
+    retention: dict[str, int] | None = None
+    #: the first offset the retention policy keeps now (it overtakes cursors); None: it removes
+    #: nothing (or there is none)
+    retention_cutoff: int | None = None
+    #: the cursors this run's garbage passes (their position below its first kept offset):
+    #: their consumers lost the records between (`retention_removed`)
+    cursors_overtaken: dict[str, int] = field(default_factory=dict)
+    #: the records the retention policy removes that a consumer had not read, `{"start",
+    #: "limit", "records"}` (from the lowest cursor, or the oldest offset without cursors)
+    retention_removed: dict[str, int] | None = None
+    #: the holds (pins, held tags) below what the policy keeps: each one's records the policy
+    #: would remove and the hold keeps
+    retention_held_back: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def report_policy(report: GCReport) -> str:
+    """The report's retention policy as `wal3 retention` takes it."""
+    return RetentionPolicy(**report.retention).describe() if report.retention else "none"
 
 
 def _forget(report: GCReport) -> None:
@@ -122,6 +144,7 @@ def _forget(report: GCReport) -> None:
     appeared, it went stale, another run's won), and a report says what happened."""
     report.first_to_keep = None
     report.records_dropped = report.fragments_dropped = report.snapshots_dropped = 0
+    report.cursors_overtaken, report.retention_removed = {}, None
 
 
 @dataclass(frozen=True)
@@ -241,6 +264,9 @@ class GarbageCollector:
         self.garbage = garbage_object(store, clock)
         #: every step walks the same snapshot tree (compute, count, the orphan sweep)
         self.snapshots = SnapshotCache()
+        #: whether the cursors release records (False when one is broken: only the retention
+        #: policy does then)
+        self._trust_cursors = True
 
     @property
     def url(self) -> str:
@@ -262,7 +288,7 @@ class GarbageCollector:
         states, broken = self.cursors.list_all()
         stale = [b for b in broken if b.stale]
         broken = [b for b in broken if not b.stale]
-        if broken:
+        if broken and manifest.retention is None:
             raise GCRefused(
                 f"{self.url}: {len(broken)} cursor(s) are broken (unreadable, or beyond the tail), "
                 "and each may be pinning data or would release records no consumer read, so "
@@ -275,7 +301,14 @@ class GarbageCollector:
             report.notes.append(f"cursor {cursor.name} is stale ({cursor.problem}); it keeps "
                                 f"every record until its consumer resets it (fix: {cursor.fix(self.url)})")
         self._holds(report, dry_run)
-        report.cutoff = self._cutoff(report.cursors, keep_from, report.holds)
+        self._retention(report, manifest)
+        self._held_back(report, manifest.own_oldest_offset)
+        if broken:  # only the retention policy releases records: the cursors cannot be judged
+            report.notes.append(
+                f"{len(broken)} cursor(s) are broken, so only the retention policy releases records: "
+                + "; ".join(f"{b.key}: {b.problem} (fix: {b.fix(self.url)})" for b in broken))
+        self._trust_cursors = not broken
+        report.cutoff = self._cutoff(report.cursors, keep_from, report.holds, report.retention_cutoff)
         computed = False
         for _ in range(8):
             loaded = self.garbage.load()
@@ -300,7 +333,8 @@ class GarbageCollector:
                     self._replace_garbage(garbage, Garbage.empty())
                     _forget(report)
                     report.holds = {h.key: h.start for h in holds(self.store)}
-                    report.cutoff = self._cutoff(report.cursors, keep_from, report.holds)
+                    self._held_back(report, manifest.own_oldest_offset)
+                    report.cutoff = self._cutoff(report.cursors, keep_from, report.holds, report.retention_cutoff)
                     computed = False
                     continue
                 if report.first_to_keep != garbage.first_to_keep:
@@ -380,11 +414,24 @@ class GarbageCollector:
                 continue
             report.holds[hold.key] = hold.start
 
+    def _retention(self, report: GCReport, manifest: Manifest) -> None:
+        """Read the log's retention policy and the first offset it keeps now into `report`."""
+        if manifest.retention is None:
+            return
+        report.retention = manifest.retention.to_dict()
+        report.retention_cutoff = policy_cutoff(self.store, manifest, micros(self.clock), self.snapshots)
+
     def _cutoff(self, cursors: dict[str, int], keep_from: int | None,
-                holds: dict[str, int] | None = None) -> int | None:
-        if not cursors:
-            return None  # nothing pins the log, so nothing is known to be consumed
-        cutoff = min([*cursors.values(), *(holds or {}).values()])
+                holds: dict[str, int] | None = None, retention_cutoff: int | None = None) -> int | None:
+        """The lowest cursor, raised to what the retention policy keeps (it overtakes cursors),
+        then lowered to the lowest hold and `keep_from` (pins and held tags hold it back); None
+        when neither cursors nor the policy release anything (nothing is known to be consumed)."""
+        release = min(cursors.values()) if cursors and self._trust_cursors else None
+        if retention_cutoff is not None:
+            release = retention_cutoff if release is None else max(release, retention_cutoff)
+        if release is None:
+            return None
+        cutoff = min([release, *(holds or {}).values()])
         if keep_from is not None:
             cutoff = min(cutoff, keep_from)
         return cutoff
@@ -421,10 +468,15 @@ class GarbageCollector:
         return True
 
     def _describe(self, report: GCReport, manifest: Manifest, garbage: Garbage) -> None:
-        """Fill in what the garbage drops; refuse (unless forced) when it is too much."""
+        """Fill in what the garbage drops; refuse (unless forced) when it is too much. What the
+        retention policy removes is the policy's statement, not a cursor's mistake: only what
+        the cursors drop beyond it counts against the share."""
         self._measure(report, manifest, garbage)
+        self._overtaken(report, manifest, garbage)
         total = manifest.next_offset - manifest.own_oldest_offset
         dropped = report.records_dropped
+        if report.retention_cutoff is not None:
+            dropped = max(0, garbage.first_to_keep - max(manifest.own_oldest_offset, report.retention_cutoff))
         share = dropped / total if total else 0.0
         if share > self.max_drop_share and not self.force:
             raise GCRefused(
@@ -433,6 +485,32 @@ class GarbageCollector:
                 f"{self.max_drop_share:.0%} allowed); check the cursors ({report.cursors}), "
                 "then pass --force (force=True) or raise --max-drop-share"
             )
+
+    def _overtaken(self, report: GCReport, manifest: Manifest, garbage: Garbage) -> None:
+        """What the retention policy removes that a consumer had not read: the records from the
+        lowest cursor (the oldest offset without cursors) up to the garbage's first kept offset,
+        and the cursors below that offset."""
+        report.retention_removed, report.cursors_overtaken = None, {}
+        if report.retention_cutoff is None:
+            return
+        oldest, first = manifest.own_oldest_offset, garbage.first_to_keep
+        cursors = report.cursors if self._trust_cursors else {}
+        report.cursors_overtaken = {name: at for name, at in sorted(cursors.items()) if at < first}
+        start = min([first, *cursors.values()]) if cursors else oldest
+        start = max(start, oldest)
+        if start < first:
+            report.retention_removed = {"start": start, "limit": first, "records": first - start}
+
+    def _held_back(self, report: GCReport, oldest: int) -> None:
+        """What the holds keep of what the retention policy would remove, into `report`."""
+        cutoff = report.retention_cutoff
+        report.retention_held_back = {} if cutoff is None else {
+            key: cutoff - max(held, oldest) for key, held in sorted(report.holds.items()) if held < cutoff}
+        if report.retention_held_back:
+            report.notes.append(
+                f"the retention policy ({report_policy(report)}) would remove the records below "
+                f"{cutoff}; held back by "
+                + ", ".join(f"{key} ({n} records kept)" for key, n in report.retention_held_back.items()))
 
     def _measure(self, report: GCReport, manifest: Manifest, garbage: Garbage) -> None:
         """Fill in what `garbage` drops from `manifest` (which does not hold it applied yet)."""

@@ -55,6 +55,7 @@ from wal3_spark.errors import DataLost, LogNotFound, LogRecreated
 from wal3_spark.format.incarnation import UNRECORDED, same_log
 from wal3_spark.format.layout import FIRST_OFFSET
 from wal3_spark.format.manifest import Manifest
+from wal3_spark.format.retention import described, policy_note
 from wal3_spark.log.cursor_lag import bytes_from
 from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.reader import LogReader, iter_ranges
@@ -307,9 +308,10 @@ class LogSetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return begin
         url = self.log_set.log_url(name)
         if self.options.fail_on_data_loss:
-            raise DataLost(url, begin, oldest)
-        logger.warning("%s: offsets [%d, %d) were garbage-collected; this log skips to %d (the other "
-                    "logs of the stream are not affected)", url, begin, oldest, oldest)
+            raise DataLost(url, begin, oldest, retention=described(manifest.retention))
+        logger.warning("%s: offsets [%d, %d) were garbage-collected%s; this log skips to %d (the other "
+                    "logs of the stream are not affected)", url, begin, oldest, policy_note(manifest.retention),
+                    oldest)
         return oldest
 
     def _warn_missing(self, name: str) -> None:

@@ -41,10 +41,11 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from wal3_spark.clock import SYSTEM, Clock
-from wal3_spark.errors import DataLost, LogRecreated
+from wal3_spark.errors import CursorError, DataLost, LogRecreated
 from wal3_spark.format.incarnation import UNRECORDED, same_log
 from wal3_spark.format.layout import KnownRefs
 from wal3_spark.format.manifest import Manifest
+from wal3_spark.format.retention import described, policy_note
 from wal3_spark.log.cursor_lag import bytes_from
 from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.fragment_io import ReadRange
@@ -226,9 +227,9 @@ class Wal3StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if begin < oldest:
             reader.confirm_oldest(manifest)
             if self.options.fail_on_data_loss:
-                raise DataLost(self.options.url, begin, oldest)
-            logger.warning("%s: offsets [%d, %d) were garbage-collected; skipping to %d",
-                        self.options.url, begin, oldest, oldest)
+                raise DataLost(self.options.url, begin, oldest, retention=described(manifest.retention))
+            logger.warning("%s: offsets [%d, %d) were garbage-collected%s; skipping to %d",
+                        self.options.url, begin, oldest, policy_note(manifest.retention), oldest)
             begin = oldest
         if begin >= tail:
             return unchanged_or(start, max(int(start["offset"]), min(begin, tail)), manifest)
@@ -269,11 +270,21 @@ class Wal3StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def commit(self, end: dict) -> None:
         if self.options.cursor is None:
             return
+        offset = int(end["offset"])
         try:
             CursorStore(self.store, writer="wal3-spark stream").advance(
-                self.options.cursor, int(end["offset"]), incarnation=recorded(end))
+                self.options.cursor, offset, incarnation=recorded(end))
         except LogRecreated as exc:  # the next trigger decides what to do about the new log
             logger.warning("cursor %s not moved: %s", self.options.cursor, exc)
+        except CursorError:
+            # a batch that ended below what garbage collection (a retention policy) has removed
+            # since: the query skips ahead (failOnDataLoss=false), and its next batch moves the cursor
+            manifest = self._reader().manifest()
+            if offset >= manifest.oldest_offset:
+                raise
+            logger.warning("cursor %s not moved to %d: the records below %d were garbage-collected%s; "
+                           "the next batch moves it", self.options.cursor, offset, manifest.oldest_offset,
+                           policy_note(manifest.retention))
 
     def stop(self) -> None:
         if self._store is not None:

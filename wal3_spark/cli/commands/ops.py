@@ -1,13 +1,14 @@
-"""`wal3 verify`, `gc` and `copy`: the operations on a whole log, with a progress bar."""
+"""`wal3 verify`, `gc`, `compact`, `retention` and `copy`: the operations on a whole log."""
 
 from __future__ import annotations
 
 import argparse
 
-from wal3_spark.cli.arguments import at_least_arg, offset_arg, seconds_arg, share_arg, size_arg, url_arg
+from wal3_spark.cli.arguments import age_arg, at_least_arg, offset_arg, seconds_arg, share_arg, size_arg, url_arg
 from wal3_spark.cli.commands import EXIT_FAIL, EXIT_OK, AddCommand, open_log_store
 from wal3_spark.cli.output import Output
 from wal3_spark.cli.progress import ProgressBar
+from wal3_spark.errors import InvalidOption
 from wal3_spark.log.compaction import (
     DEFAULT_MIN_FRAGMENTS,
     DEFAULT_TARGET_BYTES,
@@ -16,6 +17,7 @@ from wal3_spark.log.compaction import (
 )
 from wal3_spark.ops.copy import copy_log
 from wal3_spark.ops.garbage_collector import DEFAULT_GRACE_S, GarbageCollector, GCOptions
+from wal3_spark.ops.retention import set_retention
 from wal3_spark.ops.verify import verify as verify_log
 
 
@@ -45,6 +47,21 @@ def compact(args: argparse.Namespace, output: Output) -> int:
                          settle_s=args.settle,
                          allow_chroma_incompatible=args.allow_chroma_incompatible)
     output.report("compact", report.to_dict())
+    return EXIT_OK
+
+
+def retention(args: argparse.Namespace, output: Output) -> int:
+    """Set (or clear) the log's retention policy; a bad combination is a usage error (exit 2)."""
+    bounds = args.max_age is not None or args.max_bytes is not None
+    if args.clear and bounds:
+        raise InvalidOption("--clear removes the policy: give it alone, or --max-age and/or --max-bytes without it")
+    if not args.clear and not bounds:
+        raise InvalidOption("give --max-age DURATION and/or --max-bytes SIZE (e.g. --max-age 7d --max-bytes 10g), "
+                            "or --clear to remove the policy")
+    report = set_retention(open_log_store(args.url, args), clear=args.clear,
+                           max_age_s=None if args.max_age is None else args.max_age / 1000,
+                           max_bytes=args.max_bytes)
+    output.report("retention", report.to_dict())
     return EXIT_OK
 
 
@@ -88,6 +105,16 @@ def register(add: AddCommand) -> None:
     p.add_argument("--dry-run", action="store_true", help="report the runs that would be merged")
     p.add_argument("--allow-chroma-incompatible", action="store_true",
                    help="compact a raw log, which Chroma's wal3 then cannot read (refused without it)")
+
+    p = add("retention", retention, "record the log's retention policy, which every gc applies even below "
+            "cursors (records past it go, whoever has not read them)", json=("retention",))
+    p.add_argument("url", type=url_arg)
+    p.add_argument("--max-age", type=age_arg, metavar="DURATION",
+                   help="remove fragments whose newest record is older than this (7d, 12h, 30m, 90s, 500ms, 2w)")
+    p.add_argument("--max-bytes", type=size_arg, metavar="SIZE",
+                   help="remove the oldest fragments while the log holds more than this (10g, 512m, bytes); "
+                        "at least the log's largest fragment")
+    p.add_argument("--clear", action="store_true", help="remove the policy: only cursors release records")
 
     p = add("copy", copy, "copy a log (or its suffix) to a new location and verify it", json=("copy",))
     p.add_argument("source", type=url_arg)
