@@ -20,7 +20,7 @@ from tests.support import chroma_reader
 from tests.support.fakes import CountingStore
 from wal3_spark.clock import SYSTEM, ManualClock
 from wal3_spark.errors import CompactionRefused, CorruptLog, InvalidOption, LogNotFound, LogSealed
-from wal3_spark.format.manifest import Txn
+from wal3_spark.format.manifest import SnapshotOptions, Txn
 from wal3_spark.log.branches import branch
 from wal3_spark.log.committer import Committer
 from wal3_spark.log.compaction import SETTLE_FOREIGN_S, CompactOptions, commit, plan, rewrite
@@ -28,7 +28,8 @@ from wal3_spark.log.compaction import compact as compact_log
 from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.reader import LogReader
 from wal3_spark.log.replaced import REPLACED_PREFIX
-from wal3_spark.log.writer import LogWriter
+from wal3_spark.log.snapshots import load_snapshot
+from wal3_spark.log.writer import LogWriter, LogWriterOptions
 from wal3_spark.ops.garbage_collector import GarbageCollector, GCOptions
 from wal3_spark.ops.verify import verify
 from wal3_spark.storage import resolve_store
@@ -399,3 +400,149 @@ def test_18_the_steps_pickle_and_one_compare_and_swap_commits_every_run(tmp_path
     assert rewritten[0].fragment.path not in {f.path for f in fragments}
     assert _everything(url)[0].equals(before[0]) and _everything(url)[1:] == before[1:]
     assert verify(url).ok
+
+
+#: rollover thresholds small enough that a few appends roll the oldest fragments into snapshots
+SMALL_ROLLS = SnapshotOptions(snapshot_rollover_threshold=4, fragment_rollover_threshold=4)
+
+
+def _rolled_log(tmp_path, appends: int, clock: ManualClock | None = None) -> str:
+    """A structured log whose oldest fragments sit in depth-1 snapshots of four."""
+    url = f"file://{tmp_path}/rolled"
+    clock = clock or ManualClock(NOW)
+    with LogWriter(url, LogWriterOptions(snapshot_options=SMALL_ROLLS), clock=clock) as writer:
+        for i in range(appends):
+            clock.advance(1.0)
+            writer.append(pa.table({"k": pa.array(range(i * 10, i * 10 + 3), pa.int64()),
+                                    "v": [f"v{i}-{j}" for j in range(3)]}))
+    return url
+
+
+def test_19_the_youngest_snapshots_fragments_are_compacted_by_lifting_it(tmp_path):
+    """The youngest snapshot's fragments are merged with the manifest's: its pointer is replaced
+    by them, every record, time and the setsum kept. A reader that planned on the older
+    manifest finishes: the lifted snapshot and its fragments stay for the orphan grace, then GC
+    deletes them. Older snapshots stay, and are lifted by later compactions in turn."""
+    clock = ManualClock(NOW)
+    url = _rolled_log(tmp_path, appends=10, clock=clock)
+    store = resolve_store(url)
+    before, old = _everything(url), LogReader(url).manifest()
+    assert [p.depth for p in old.snapshots] == [1, 1] and len(old.fragments) == 2
+    youngest = old.snapshots[-1]
+    children = [f.path for f in load_snapshot(store, youngest).fragments]
+    clock.advance(7200.0)
+    report = compact(url, clock=clock)
+    after = LogReader(url).manifest()
+    assert report.snapshots_lifted == 1 and report.conflicts == 0
+    assert after.snapshots == old.snapshots[:1] and len(after.fragments) == 1
+    assert _everything(url)[0].equals(before[0]) and _everything(url)[1:] == before[1:]
+    assert verify(url).ok
+    GarbageCollector(url, clock=clock).run()  # within the grace: what the old manifest names stays
+    assert store.exists(youngest.path_to_snapshot) and all(store.exists(p) for p in children)
+    clock.advance(3600.0 + 1)
+    swept = GarbageCollector(url, clock=clock).run()
+    assert youngest.path_to_snapshot in swept.orphans_deleted
+    assert set(children) <= set(swept.orphans_deleted)
+    assert _everything(url)[0].equals(before[0]) and verify(url).ok
+    clock.advance(7200.0)
+    assert compact(url, clock=clock).snapshots_lifted == 1  # the older snapshot's turn
+    assert LogReader(url).manifest().snapshots == () and verify(url).ok
+    assert _everything(url)[0].equals(before[0])
+
+
+def test_20_a_rollover_racing_a_lift_leaves_the_snapshots_runs_orphans(tmp_path):
+    """Appends that roll a new snapshot between the compaction's rewrite and its commit: the
+    lifted snapshot is no longer the youngest pointer, so the runs among its fragments are not
+    committed (orphans), nothing is lost, duplicated or re-ordered, and the next compaction
+    starts from the new snapshots."""
+    url = _rolled_log(tmp_path, appends=6)
+    writer = LogWriter(url, LogWriterOptions(snapshot_options=SMALL_ROLLS))
+    appended: list[str] = []
+
+    def roll(step: str) -> None:
+        if not appended:
+            appended.append(step)
+            for i in range(5):  # four more fragments than the threshold: a rollover
+                writer.append(pa.table({"k": pa.array([1000 + i], pa.int64()), "v": ["late"]}))
+
+    old = LogReader(url).manifest()
+    with after_steps(roll):
+        report = compact(url, clock=LATER)
+    writer.close()
+    now = LogReader(url).manifest()
+    assert len(now.snapshots) > len(old.snapshots) and report.snapshots_lifted == 0
+    assert report.conflicts == len(report.runs) >= 1
+    keys = LogReader(url).read_table().column("k").to_pylist()
+    assert keys == [k for i in range(6) for k in range(i * 10, i * 10 + 3)] + [1000 + i for i in range(5)]
+    assert verify(url).ok
+
+
+def test_21_kill_9_before_a_lifts_commit_leaves_the_log_as_it_was(tmp_path):
+    url = _rolled_log(tmp_path, appends=6)
+    before, manifest = _everything(url), LogReader(url).manifest()
+    assert manifest.snapshots
+    script = ("import os, signal, sys\n"
+              "from wal3_spark import compact\n"
+              "from wal3_spark.clock import ManualClock\n"
+              "from wal3_spark.testing.hooks import after_steps\n"
+              "with after_steps(lambda step: os.kill(os.getpid(), signal.SIGKILL)):\n"
+              f"    compact(sys.argv[1], clock=ManualClock({NOW + 3600.0}))\n")
+    killed = subprocess.run([sys.executable, "-c", script, url], capture_output=True, text=True)
+    assert killed.returncode == -9, killed.stderr
+    assert LogReader(url).manifest() == manifest and verify(url).ok
+    report = compact(url, clock=LATER)
+    assert report.snapshots_lifted == 1 and _everything(url)[1:] == before[1:]
+    assert _everything(url)[0].equals(before[0]) and verify(url).ok
+
+
+def test_22_appends_rolling_snapshots_race_repeated_compactions(tmp_path):
+    """An appender thread that rolls snapshots every few appends, and compactions back to back
+    (as if the settle time had passed) that lift them: every id once, in order, at dense
+    offsets; verify passes."""
+    url = f"file://{tmp_path}/race"
+    appends, per = 40, 3
+    done = threading.Event()
+    LogWriter(url).append(pa.table({"id": pa.array([], pa.int64())}))
+
+    def append() -> None:
+        try:
+            with LogWriter(url, LogWriterOptions(snapshot_options=SMALL_ROLLS)) as writer:
+                for i in range(appends):
+                    writer.append(pa.table({"id": pa.array(range(i * per, (i + 1) * per), pa.int64())}))
+        finally:
+            done.set()
+
+    thread = threading.Thread(target=append)
+    thread.start()
+    lifted = 0
+    try:
+        while not done.is_set():
+            lifted += compact(url, clock=ManualClock(SYSTEM.now() + 3600.0)).snapshots_lifted
+    finally:
+        thread.join()
+    lifted += compact(url, clock=ManualClock(SYSTEM.now() + 3600.0)).snapshots_lifted
+    table = LogReader(url).read_table()
+    assert table.column("id").to_pylist() == list(range(appends * per))
+    assert table.column("_offset").to_pylist() == list(range(1, appends * per + 1))
+    assert lifted >= 1 and verify(url).ok
+
+
+def test_23_a_collection_racing_a_lift_leaves_its_runs_orphans(tmp_path):
+    """GC drops both snapshots (a cursor past them) between the compaction's rewrite and its
+    commit: the lifted snapshot is not in the manifest any more, so its run is a conflict;
+    what GC kept reads as before, and the next compaction merges the rest."""
+    url = _rolled_log(tmp_path, appends=10)  # snapshots [1, 13) and [13, 25), fragments [25, 31)
+    CursorStore(url).create("consumer", 25)
+    kept = LogReader(url).read_table(25)
+    collected: list[int] = []
+
+    def collect(step: str) -> None:
+        if not collected:
+            collected.append(GarbageCollector(url, GCOptions(grace_s=0, force=True)).run().records_dropped)
+
+    with after_steps(collect):
+        report = compact(url, clock=LATER)
+    assert collected == [24] and report.conflicts == 1 and report.snapshots_lifted == 0
+    assert LogReader(url).read_table().equals(kept) and verify(url).ok
+    again = compact(url, clock=LATER)
+    assert again.fragments_after == 1 and LogReader(url).read_table().equals(kept) and verify(url).ok

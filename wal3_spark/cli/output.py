@@ -79,7 +79,7 @@ JSON_SHAPES: dict[str, JsonShape] = {
     "branch --delete": JsonShape("one object", ("log", "parent", "objects_removed", "objects_left", "resumed")),
     "compact": JsonShape("one object (`runs`: objects with start, limit, fragments, path)", (
         "url", "dry_run", "fragments_before", "fragments_after", "runs", "records_rewritten",
-        "bytes_read", "bytes_written", "conflicts", "setsum", "notes")),
+        "bytes_read", "bytes_written", "conflicts", "snapshots_lifted", "setsum", "notes")),
     "checkpoint": JsonShape("one object", (
         "log", "parent", "offset", "fragments_copied", "records_copied", "bytes_copied", "checkpointed")),
     "tag": JsonShape("one object (the tag as made)", (
@@ -403,6 +403,8 @@ class TextOutput(Output):
                        f"{doc['setsum']} unchanged\n"
                        + (f"{doc['conflicts']} run(s) changed meanwhile and were left as they were\n"
                           if doc["conflicts"] else "")
+                       + ("the youngest snapshot's fragments were merged: its pointer is replaced by them\n"
+                          if doc["snapshots_lifted"] else "")
                        + "".join(f"note: {note}\n" for note in doc["notes"]))
         elif command == "retention":
             self.write(f"{doc['url']}: retention {doc['described']}"

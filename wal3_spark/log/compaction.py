@@ -20,8 +20,12 @@ after the compaction (readers that planned on the older manifest finish), not by
 
 Fragments younger than `CompactOptions.settle_s` are not compacted (0 by default: `SETTLE_S`
 says why), fragments a branch's pin covers are never replaced (the branch reads them by their
-paths), nor are fragments inside snapshots or of a Chroma S3 log (sequence-number fragments); a sealed log
-is compacted (its records are kept, nothing is appended).
+paths), nor are fragments of a Chroma S3 log (sequence-number fragments); a sealed log is
+compacted (its records are kept, nothing is appended). Fragments inside the youngest snapshot
+are compacted by lifting it: the commit replaces its pointer by its fragments, runs of them
+merged (a snapshot with the same setsum and other children would need its path, which names the
+setsum); the lifted snapshot is held like the replaced fragments (docs/format.md section 4,
+"Inside snapshots").
 
 A raw log is compacted only when asked with `allow_chroma_incompatible`: Chroma's wal3 reads a
 raw log's fragments itself and rejects a fragment whose rows carry different write times, which a
@@ -41,7 +45,7 @@ import pyarrow as pa
 from wal3_spark.clock import SYSTEM, Clock, micros
 from wal3_spark.errors import CompactionRefused, InvalidOption, LogNotFound
 from wal3_spark.format.fragment import FragmentBuilder
-from wal3_spark.format.layout import FragmentRef
+from wal3_spark.format.layout import FragmentRef, SnapshotPointer
 from wal3_spark.format.manifest import Manifest
 from wal3_spark.format.setsum import Setsum
 from wal3_spark.format.uuid7 import uuid7_timestamp_us
@@ -50,6 +54,7 @@ from wal3_spark.log.committer import Committer
 from wal3_spark.log.fragment_io import load_fragment, write_fragment
 from wal3_spark.log.holds import list_pins
 from wal3_spark.log.replaced import record_replaced
+from wal3_spark.log.snapshots import load_snapshot
 from wal3_spark.storage import StoreLike, resolve_store
 from wal3_spark.storage.base import ObjectStore
 
@@ -112,6 +117,9 @@ class Run:
     item_hash: str | None
     #: the log's incarnation the run was planned in (its `compacted/` record names it)
     incarnation: str | None = None
+    #: the snapshots the commit lifts into the manifest (`CompactionPlan.lifted`): the run's
+    #: `compacted/` record holds them for the orphan grace as it holds the replaced fragments
+    lifted: tuple[str, ...] = ()
 
     @property
     def start(self) -> int:
@@ -146,6 +154,8 @@ class CompactReport:
     bytes_written: int = 0
     #: runs another process changed before the commit: their new fragment is an orphan
     conflicts: int = 0
+    #: snapshots whose fragments were moved back into the manifest to be compacted
+    snapshots_lifted: int = 0
     setsum: str = ""
     notes: list[str] = field(default_factory=list)
 
@@ -156,19 +166,23 @@ class CompactReport:
 @dataclass(frozen=True)
 class CompactionPlan:
     """The runs of one log to merge, planned on `manifest` (the version `commit` checks them
-    against)."""
+    against), among `children` (the fragments of the snapshot pointers `lifted`, the youngest
+    of the manifest's, which the commit replaces by them) followed by the manifest's own."""
 
     url: str
     manifest: Manifest
     runs: tuple[Run, ...]
     notes: tuple[str, ...] = ()
+    lifted: tuple[SnapshotPointer, ...] = ()
+    children: tuple[FragmentRef, ...] = ()
 
     def report(self, dry_run: bool = False) -> CompactReport:
         """The report of the plan alone: what a dry run says, where `commit` starts from."""
         before = len(self.manifest.fragments)
-        report = CompactReport(self.url, dry_run=dry_run, fragments_before=before,
-                               fragments_after=before - sum(len(r.fragments) - 1 for r in self.runs),
-                               setsum=self.manifest.setsum.hexdigest(), notes=list(self.notes))
+        after = before + len(self.children) - sum(len(r.fragments) - 1 for r in self.runs)
+        report = CompactReport(self.url, dry_run=dry_run, fragments_before=before, fragments_after=after,
+                               snapshots_lifted=len(self.lifted), setsum=self.manifest.setsum.hexdigest(),
+                               notes=list(self.notes))
         for run in self.runs:
             report.runs.append({"start": run.start, "limit": run.limit, "fragments": len(run.fragments)})
             report.records_rewritten += run.limit - run.start
@@ -176,13 +190,13 @@ class CompactionPlan:
         return report
 
 
-def plan_runs(manifest: Manifest, target_bytes: int, min_fragments: int,
+def plan_runs(refs: Sequence[FragmentRef], target_bytes: int, min_fragments: int,
               pinned_below: int, settled_before_us: int) -> list[tuple[int, int]]:
-    """Index ranges [i, j) of `Manifest.fragments` to merge: consecutive fragments smaller than
+    """Index ranges [i, j) of `refs` to merge: consecutive fragments smaller than
     `target_bytes`, at or after `pinned_below`, written before `settled_before_us`, grouped
     until they reach it, at least `min_fragments` each."""
     runs: list[tuple[int, int]] = []
-    i, refs = 0, manifest.fragments
+    i = 0
 
     def fits(ref: FragmentRef) -> bool:
         written = uuid7_timestamp_us(str(ref.seq_no))
@@ -235,12 +249,34 @@ def plan(store: ObjectStore, options: CompactOptions | None = None, clock: Clock
                      f"smallest {min(f.num_bytes for f in manifest.fragments)}): nothing to merge, "
                      "give a larger --target-bytes to merge them")
     settled_before_us = micros(clock) - int(options.settle_s * 1e6)
-    ranges = plan_runs(manifest, options.target_bytes, options.min_fragments, pinned_below,
-                       settled_before_us)
+
+    def runs_of(refs: tuple[FragmentRef, ...]) -> list[tuple[int, int]]:
+        return plan_runs(refs, options.target_bytes, options.min_fragments, pinned_below, settled_before_us)
+
+    lifted, children = _liftable(store, manifest, pinned_below)
+    ranges = runs_of(children + manifest.fragments)
+    if lifted and not any(i < len(children) for i, _ in ranges):  # nothing to merge in it: stays
+        lifted, children = (), ()
+        ranges = runs_of(manifest.fragments)
+    refs = children + manifest.fragments
     schema, item_hash = manifest.arrow_schema(), manifest.item_hash
-    runs = tuple(Run(number, manifest.fragments[i:j], schema, item_hash, manifest.incarnation)
+    held = tuple(p.path_to_snapshot for p in lifted)
+    runs = tuple(Run(number, refs[i:j], schema, item_hash, manifest.incarnation, held)
                  for number, (i, j) in enumerate(ranges))
-    return CompactionPlan(store.url, manifest, runs, tuple(notes))
+    return CompactionPlan(store.url, manifest, runs, tuple(notes), lifted, children)
+
+
+def _liftable(store: ObjectStore, manifest: Manifest,
+              pinned_below: int) -> tuple[tuple[SnapshotPointer, ...], tuple[FragmentRef, ...]]:
+    """The snapshot whose fragments a compaction may merge, and its fragments: the manifest's
+    youngest snapshot pointer when it holds fragments (depth 1) and no branch's pin reaches into
+    it (docs/format.md section 4, "Compacted fragments", "Inside snapshots")."""
+    if not manifest.snapshots:
+        return (), ()
+    pointer = manifest.snapshots[-1]
+    if pointer.depth != 1 or pointer.start < pinned_below:
+        return (), ()
+    return (pointer,), load_snapshot(store, pointer).fragments
 
 
 def rewrite(store: ObjectStore, run: Run, clock: Clock = SYSTEM) -> Rewritten:
@@ -266,7 +302,7 @@ def rewrite(store: ObjectStore, run: Run, clock: Clock = SYSTEM) -> Rewritten:
     file = write_fragment(store, encoded, clock=clock)
     new = FragmentRef(file.path, file.uuid, run.start, run.limit, file.num_bytes, file.setsum,
                       filter=file.filter, blake3=file.blake3, segments=encoded.segments)
-    record_replaced(store, new, run.fragments, run.incarnation)
+    record_replaced(store, new, run.fragments, run.incarnation, run.lifted)
     return Rewritten(run.number, new)
 
 
@@ -283,7 +319,7 @@ def commit(store: ObjectStore, plan: CompactionPlan, rewritten: Sequence[Rewritt
     final = plan.manifest
     if pairs:
         committer = Committer(store, writer="wal3-spark compact")
-        result = committer.update_result(lambda current: _replace(current, plan.manifest, pairs))
+        result = committer.update_result(lambda current: _replace(current, plan, pairs))
         final = result.current.value if result.current is not None else committer.manifest()
     present = {f.path for f in final.fragments}
     for r in rewritten:
@@ -297,6 +333,9 @@ def commit(store: ObjectStore, plan: CompactionPlan, rewritten: Sequence[Rewritt
                            "for garbage collection", store.url, entry["start"], entry["limit"],
                            r.fragment.path)
     report.fragments_after = len(final.fragments)
+    children = {f.path for f in plan.children}  # a run among them committed: the lift did too
+    lifted = any(runs[r.number].fragments[0].path in children and r.fragment.path in present for r in rewritten)
+    report.snapshots_lifted = len(plan.lifted) if lifted else 0
     report.setsum = final.setsum.hexdigest()
     return report
 
@@ -329,14 +368,20 @@ def compact(
     return commit(store, planned, rewritten)
 
 
-def _replace(current: Manifest, planned: Manifest,
+def _replace(current: Manifest, plan: CompactionPlan,
              pairs: Sequence[tuple[tuple[FragmentRef, ...], FragmentRef]]) -> Manifest | None:
     """`current` with each run replaced by its new fragment, where the run is there as it was;
     None (nothing to do) when no run is, or the log is another incarnation. A new fragment GC
-    fenced (older than the orphan horizon) is not committed either."""
-    if current.incarnation != planned.incarnation:
+    fenced (older than the orphan horizon) is not committed either. The plan's lifted snapshot
+    is replaced by its fragments while it is still the youngest pointer; otherwise (a rollover
+    or a collection changed the snapshots) the runs among its fragments are not there."""
+    if current.incarnation != plan.manifest.incarnation:
         return None
-    fragments, horizon = current.fragments, current.orphan_horizon_us
+    snapshots, fragments, horizon = current.snapshots, current.fragments, current.orphan_horizon_us
+    n = len(plan.lifted)
+    if n and snapshots[-n:] == plan.lifted:
+        snapshots, fragments = snapshots[:-n], plan.children + fragments
+    unchanged = fragments
     for run, new in pairs:
         if horizon is not None and (uuid7_timestamp_us(str(new.seq_no)) or 0) < horizon:
             continue
@@ -347,9 +392,9 @@ def _replace(current: Manifest, planned: Manifest,
             continue
         if fragments[i:i + len(run)] == run:
             fragments = fragments[:i] + (new,) + fragments[i + len(run):]
-    if fragments == current.fragments:
+    if fragments == unchanged:
         return None
     replaced = [f for run, _ in pairs for f in run if f not in fragments]
     newest = max((uuid7_timestamp_us(str(f.seq_no)) or 0 for f in replaced), default=0)
-    return replace(current, fragments=fragments, writer="wal3-spark compact",
+    return replace(current, snapshots=snapshots, fragments=fragments, writer="wal3-spark compact",
                    compacted_written_us=max(current.compacted_written_us or 0, newest))

@@ -3,8 +3,9 @@
 docs/format.md section 4, "Compacted fragments". Before its compare-and-swap a compaction writes
 `compacted/<new fragment's UUID>.json`. Two readers need it:
 
-- garbage collection's orphan sweep keeps the fragments a record lists for the orphan grace
-  after the compaction (readers that planned on the older manifest finish), not by their age;
+- garbage collection's orphan sweep keeps the fragments a record lists (and the snapshots it
+  lifted, `snapshots`) for the orphan grace after the compaction (readers that planned on the
+  older manifest finish), not by their age;
 - a writer resolving a commit (an ambiguous manifest write, a retried commit of the same
   fragments, a pipelined write answered with a refusal) looks for its fragments by their paths:
   a fragment a compaction replaced is not in the manifest any more, but a record listing it is
@@ -42,14 +43,19 @@ CLOCK_MARGIN_S = 3600.0
 
 
 def record_replaced(store: ObjectStore, new: FragmentRef, run: Sequence[FragmentRef],
-                    incarnation: str | None) -> None:
-    """Write the record of a compaction of `run` into `new` (before its compare-and-swap)."""
-    body = json.dumps({
+                    incarnation: str | None, snapshots: Sequence[str] = ()) -> None:
+    """Write the record of a compaction of `run` into `new` (before its compare-and-swap);
+    `snapshots`: the snapshots the compaction lifts (their pointers replaced by their
+    fragments), which readers of the older manifest read too."""
+    doc: dict = {
         "fragment": new.path,
         "replaced": [f.path for f in run],
         "offsets": [[f.start, f.limit] for f in run],
         "incarnation": incarnation,
-    }).encode()
+    }
+    if snapshots:
+        doc["snapshots"] = list(snapshots)
+    body = json.dumps(doc).encode()
     store.create(f"{REPLACED_PREFIX}{new.seq_no}.json", body)
 
 
@@ -119,7 +125,7 @@ def replaced_held(store: ObjectStore, before_us: int) -> tuple[frozenset[str], l
             continue
         doc = _load(store, meta.key)
         if doc is not None:
-            held.update(p for p in doc.get("replaced", []) if isinstance(p, str))
+            held.update(p for p in [*doc.get("replaced", []), *doc.get("snapshots", [])] if isinstance(p, str))
     return frozenset(held), old
 
 

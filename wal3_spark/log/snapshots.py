@@ -23,21 +23,24 @@ logger = logging.getLogger(__name__)
 
 
 class SnapshotCache:
-    """Snapshots loaded and checked, by (store URL, path, setsum): immutable and content-
-    addressed, so an entry is never stale. Thread-safe; the least recently used go first once
-    it holds `limit`."""
+    """Snapshots loaded and checked, by store URL and the whole pointer (path, setsum, range,
+    depth, bytes): a path names a setsum, and another snapshot with that setsum may take the
+    path once the first is deleted (the same records rolled again after a compaction lifted the
+    first: docs/format.md section 4, "Inside snapshots"); its pointer differs in its bytes or
+    range, so an entry is never stale. Thread-safe; the least recently used go first once it
+    holds `limit`."""
 
     def __init__(self, limit: int = 4096) -> None:
         self.limit = limit
-        self._snapshots: OrderedDict[tuple[str, str, str], Snapshot] = OrderedDict()
+        self._snapshots: OrderedDict[tuple[str, SnapshotPointer], Snapshot] = OrderedDict()
         self._lock = threading.Lock()
 
     def __reduce__(self) -> tuple:  # travels empty (to Spark executors): a cache, not state
         return SnapshotCache, (self.limit,)
 
     @staticmethod
-    def _key(store: ObjectStore, pointer: SnapshotPointer) -> tuple[str, str, str]:
-        return store.url, pointer.path_to_snapshot, pointer.setsum.hexdigest()
+    def _key(store: ObjectStore, pointer: SnapshotPointer) -> tuple[str, SnapshotPointer]:
+        return store.url, pointer
 
     def get(self, store: ObjectStore, pointer: SnapshotPointer) -> Snapshot | None:
         key = self._key(store, pointer)
