@@ -733,3 +733,30 @@ def test_29_recreating_a_log_keeps_the_logs_nested_below_it(tmp_path: Path) -> N
     assert {m.key for m in prefix.list() if not m.key.startswith("a/") or m.key.startswith("a/sub/")} == others
     assert LogReader(file_url(str(tmp_path / "set" / "a"))).manifest().next_offset == 1
     assert LogReader(file_url(str(tmp_path / "set" / "a" / "sub"))).manifest().next_offset == 3
+
+
+def test_30_records_a_retention_policy_removed_unread_are_accounted_not_lost() -> None:
+    ledger = Ledger(SEED)
+    ledger.note("w0.1", intent(0, 3))
+    ledger.note("w0.1", Outcome(0, ACK, 1, 4))
+    ledger.observe(1, body("w0.1", 0, 0))
+    ledger.remove(4)  # the policy removed [2, 4) before this reader read them
+    ledger = Ledger.from_json(json.loads(json.dumps(ledger.to_json())))
+    ledger.settle()
+    assert violations(ledger) == {}
+    assert (ledger.counts.verified, ledger.counts.removed_by_retention) == (1, 2)
+
+
+@pytest.mark.slow
+def test_31_bounded_stress_run_with_the_retention_actor(tmp_path: Path) -> None:
+    config = replace(BOUNDED, url=file_url(str(tmp_path / "log")), retention_bytes=2 << 10,
+                     require_every_fault=False, duration_s=15.0)
+    summary = run_stress(config, tmp_path / "run", out=open(tmp_path / "out.txt", "w"))
+    table = summary.table()
+    assert summary.final and summary.ok, table
+    assert summary.violations() == {**dict.fromkeys(VIOLATIONS, 0), "shortened by a damaged manifest": 0}, table
+    assert summary.gc.get("records removed by retention", 0) > 0, table
+    for reader in summary.readers.values():  # every acknowledged record verified, or removed unread
+        counts = reader["counts"]
+        assert counts["verified"] + counts["removed_by_retention"] >= summary.records_acknowledged, table
+    assert any(r["counts"]["removed_by_retention"] for r in summary.readers.values()), table

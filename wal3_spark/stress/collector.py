@@ -25,6 +25,7 @@ from collections.abc import Callable
 from wal3_spark.clock import SystemClock
 from wal3_spark.errors import Wal3Error
 from wal3_spark.ops.garbage_collector import MIN_ORPHAN_GRACE_S, GarbageCollector, GCOptions
+from wal3_spark.ops.retention import set_retention
 from wal3_spark.storage import ObjectStore
 from wal3_spark.stress.config import StressConfig
 from wal3_spark.stress.summary import ORPHAN_RACE
@@ -63,7 +64,23 @@ class StressCollector:
     def faults(self) -> dict[str, int]:
         return {ORPHAN_RACE: self.races}
 
+    def retention_once(self) -> None:
+        """The retention actor: now and then set the log's policy again, to the configured bytes
+        or twice them, racing appends, compactions and the other collectors (one compare-and-swap
+        that rebases on them: every record, and the policy set last, must survive)."""
+        if not self.config.retention_bytes or self.rng.random() >= 0.3:
+            return
+        bound = self.config.retention_bytes * self.rng.choice((1, 2))
+        try:
+            report = set_retention(self.store, max_bytes=bound)
+        except Wal3Error as exc:  # a store fault, or a fragment larger than the bound
+            self.counts[f"error: {type(exc).__name__}"] += 1
+            logger.warning("%s: setting the retention policy failed: %s", self.name, exc)
+            return
+        self.counts["retention set" if report.changed else "retention unchanged"] += 1
+
     def collect_once(self) -> None:
+        self.retention_once()
         race = self.rng.random() < self.config.faults.orphan_race
         if race:
             self.races += 1
@@ -84,3 +101,6 @@ class StressCollector:
         self.counts.update(report.steps)
         self.counts["files deleted"] += len(report.deleted)
         self.counts["orphans deleted"] += len(report.orphans_deleted)
+        if report.retention_removed is not None:
+            self.counts["records removed by retention"] += report.retention_removed["records"]
+            self.counts["cursors overtaken"] += len(report.cursors_overtaken)

@@ -29,7 +29,7 @@ from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import IO, Any
 
-from wal3_spark.cli.arguments import integer
+from wal3_spark.cli.arguments import integer, size_arg
 from wal3_spark.errors import InvalidUrl
 from wal3_spark.format.layout import MAX_U64
 from wal3_spark.storage import open_store
@@ -122,6 +122,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --branches: the operator also makes mistakes (deleting a location that "
                         "holds other logs or none, branching into or above another log), each of "
                         "which must be refused")
+    p.add_argument("--retention", type=size_arg, metavar="SIZE",
+                   help="the retention actor: give the log a max-bytes retention policy of SIZE (64m, "
+                        "bytes), which the collectors apply below the readers' cursors and set again "
+                        "now and then (as SIZE or twice it); records it removes before a reader read "
+                        "them are counted removed by retention, not lost (default: no policy)")
     p.add_argument("--require-every-fault", action="store_true",
                    help="go on past --duration (at most 3 times as long again) until every fault "
                         "kind was injected at least once")
@@ -141,6 +146,7 @@ def config_from_args(args: argparse.Namespace, url: str) -> StressConfig:
         collectors=args.collectors, streams=args.streams, kill_every_s=args.kill_every,
         server_restart_every_s=args.restart_every, summary_every_s=args.summary_every,
         gc_grace_s=args.gc_grace, require_every_fault=args.require_every_fault,
+        retention_bytes=args.retention or 0,
         faults=replace(base, **scaled),
     )  # fmt: skip
 

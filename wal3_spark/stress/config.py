@@ -78,6 +78,11 @@ class StressConfig:
     require_every_fault: bool = False
     gc_grace_s: float = 5.0
     gc_every_s: float = 1.0
+    #: the retention actor (`wal3 stress --retention SIZE`): the log gets a max-bytes policy of
+    #: this many bytes, which each collector run, now and then, sets again as this or twice
+    #: this (racing appends and the other collectors); records it removes before a reader read
+    #: them are accounted `removed_by_retention`, not lost. 0: no policy
+    retention_bytes: int = 0
     #: records a reader reads per cycle (it persists its state and moves its cursor after each)
     read_chunk: int = 5000
     #: seconds after which a reader ends its cycle early (after the fragment it is reading):

@@ -53,6 +53,9 @@ class Counts:
     corrupt: int = 0
     #: records the reader had to skip: fragments it could not read, ranges collected unread
     unreadable: int = 0
+    #: acknowledged records a retention policy removed before the reader read them (`remove`):
+    #: accounted, not lost
+    removed_by_retention: int = 0
     appends_verified: int = 0
     unknown_landed: int = 0
     unknown_absent: int = 0
@@ -92,6 +95,24 @@ class IntervalSet:
 
     def spans(self) -> list[list[int]]:
         return [[a, b] for a, b in zip(self.starts, self.ends, strict=True)]
+
+
+class IntervalSpans:
+    """A set of offsets as sorted, disjoint [start, end) spans, added a range at a time in
+    increasing order (what a reader skips only moves forward)."""
+
+    def __init__(self, spans: list[list[int]] | None = None) -> None:
+        self.spans = spans or []
+
+    def add(self, start: int, end: int) -> None:
+        if self.spans and self.spans[-1][1] == start:
+            self.spans[-1][1] = end
+        else:
+            self.spans.append([start, end])
+
+    def __contains__(self, x: int) -> bool:
+        i = bisect.bisect_right([s for s, _ in self.spans], x) - 1
+        return i >= 0 and x < self.spans[i][1]
 
 
 @dataclass
@@ -139,6 +160,8 @@ class Ledger:
         #: killed writer incarnation -> the tail after its death (see `End.tail`)
         self.end_tails: dict[str, int] = {}
         self.examples: dict[str, list[str]] = {}
+        #: offsets a retention policy removed before this reader read them (`remove`)
+        self.removed = IntervalSpans()
 
     # -- input ---------------------------------------------------------------------------
 
@@ -167,6 +190,14 @@ class Ledger:
             return
         self._violation("unreadable", f"offsets [{self.position}, {limit}): {why}",
                         count=limit - self.position)
+        self.position = limit
+
+    def remove(self, limit: int) -> None:
+        """Records [position, limit) were removed by the log's retention policy before they were
+        read: an acknowledged record due there is `removed_by_retention`, not lost."""
+        if limit <= self.position:
+            return
+        self.removed.add(self.position, limit)
         self.position = limit
 
     def note(self, writer: str, entry: Entry) -> None:
@@ -260,6 +291,9 @@ class Ledger:
         for i, (stream, seq) in enumerate(p.records):
             reads = p.seen.get(i, [])
             where = f"{name} record {i} (stream {stream} seq {seq}), due at offset {start + i}"
+            if not reads and start + i in self.removed:
+                self.counts.removed_by_retention += 1
+                continue
             if not reads:
                 self._violation("lost", f"{where}: never read")
                 clean = False
@@ -302,6 +336,7 @@ class Ledger:
             "ended": self.ended,
             "end_tails": self.end_tails,
             "examples": self.examples,
+            "removed": self.removed.spans,
         }
 
     @classmethod
@@ -317,4 +352,5 @@ class Ledger:
         ledger.ended = dict(d["ended"])
         ledger.end_tails = dict(d["end_tails"])
         ledger.examples = {k: list(v) for k, v in d["examples"].items()}
+        ledger.removed = IntervalSpans([list(s) for s in d.get("removed", [])])
         return ledger

@@ -116,7 +116,10 @@ class StressReader:
                              "this reader has read")
         if start < manifest.oldest_offset:
             self.reader.confirm_oldest(manifest)
-            self.ledger.skip(manifest.oldest_offset, "garbage-collected before this reader read them")
+            if manifest.retention is not None:  # the policy overtakes cursors: accounted, not lost
+                self.ledger.remove(manifest.oldest_offset)
+            else:
+                self.ledger.skip(manifest.oldest_offset, "garbage-collected before this reader read them")
         limit = min(manifest.next_offset, self.ledger.position + self.read_chunk)
         cut_short = self.ledger.position < limit and self._read_parts(manifest, limit, deadline)
         if self._planned_on is not None:

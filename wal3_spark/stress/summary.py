@@ -150,8 +150,8 @@ class Summary:
 
         section("appends", {**self.appends, "records acknowledged": self.records_acknowledged})
         per_reader = ", ".join(f"{slot} {r['counts']['verified']:,}" for slot, r in self.readers.items())
-        decided = {k.replace("_", " "): max((r["counts"][k] for r in self.readers.values()), default=0)
-                   for k in ("unknown_landed", "unknown_absent")}
+        decided = {k.replace("_", " "): max((r["counts"].get(k, 0) for r in self.readers.values()), default=0)
+                   for k in ("unknown_landed", "unknown_absent", "removed_by_retention")}
         section("records", {"verified": f"{self.verified():,} ({per_reader})", **self.violations()})
         section("unknown", decided)
         section("faults", dict(sorted(self.faults.items())))

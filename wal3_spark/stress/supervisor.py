@@ -40,6 +40,7 @@ from wal3_spark.log.committer import Committer
 from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.reader import LogReader
 from wal3_spark.ops.garbage_collector import referenced
+from wal3_spark.ops.retention import set_retention
 from wal3_spark.ops.verify import verify
 from wal3_spark.storage import ObjectStore, open_store
 from wal3_spark.storage.retry import retry
@@ -204,6 +205,8 @@ class Supervisor:
                 "location (its readers verify every record as a stress message)"
             )
         committer.create()
+        if self.config.retention_bytes:
+            set_retention(store, max_bytes=self.config.retention_bytes)
         cursors = CursorStore(store, writer="wal3 stress")
         for role, slot in self.slots():
             if role == "reader" and cursors.get(cursor_name(slot)) is None:
