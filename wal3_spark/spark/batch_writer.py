@@ -24,6 +24,7 @@ from wal3_spark.errors import InvalidOption, SchemaMismatch
 from wal3_spark.format.incarnation import UNPINNED, pinned
 from wal3_spark.format.manifest import Manifest
 from wal3_spark.format.stream_filter import check_filter_column
+from wal3_spark.log import auto_compaction
 from wal3_spark.log.committer import Committer
 from wal3_spark.log.fragment_io import FragmentFile
 from wal3_spark.logset.dirty import DirtyLog, split_log_url
@@ -162,6 +163,10 @@ class FragmentSink:
                system_columns: bool = False) -> Self:
         check_not_overwrite(overwrite, options.url)
         target, manifest = prepare(options, schema)
+        if options.auto_compact is not None and target is None:
+            raise InvalidOption(f"autoCompact=true on {options.url}, a raw log: Chroma's wal3 cannot "
+                                "read a compacted raw fragment, so a raw log is compacted only by "
+                                "`wal3 compact --allow-chroma-incompatible`; drop autoCompact")
         return cls(options, target, manifest.next_offset, system_columns,
                    item_hash=manifest.append_item_hash(target is not None), incarnation=manifest.incarnation)
 
@@ -181,9 +186,12 @@ class FragmentSink:
         return [f for m in messages if m is not None for f in m.files]
 
     def commit_messages(self, messages: Sequence[Wal3CommitMessage | None], **txn: Any) -> None:
+        """One commit of every task's fragments; with autoCompact, a background compaction
+        after it when one is due (the commit does not wait for it)."""
+        store = self.options.open_store()
         with dirty_log(self.options) as recorder:
-            commit_files(
-                self.options.open_store(),
+            result = commit_files(
+                store,
                 self.files(messages),
                 target=self.target,
                 merge_schema=self.options.merge_schema,
@@ -193,6 +201,7 @@ class FragmentSink:
                 dirty_log=recorder,
                 **txn,
             )
+        auto_compaction.after_commit(store, result.manifest, self.options.auto_compact)
 
     def abort_messages(self, messages: Sequence[Wal3CommitMessage | None]) -> None:
         """Delete the job's fragments, unless `commit` may have run.

@@ -21,6 +21,8 @@ from typing import Any
 
 from wal3_spark.errors import InvalidOption
 from wal3_spark.format.tag import tag_key
+from wal3_spark.log.auto_compaction import DEFAULT_FRAGMENTS, AutoCompactOptions
+from wal3_spark.log.compaction import DEFAULT_TARGET_BYTES
 from wal3_spark.logset.logs import (
     ALL_LOGS,
     DEFAULT_FULL_SCAN_EVERY_S,
@@ -75,6 +77,12 @@ OPTIONS: dict[str, tuple[tuple[str, ...], str]] = {
     "newLogOffsets": ((STREAM_READ,), "with logs: earliest | latest, where logs created later start"),
     "fullScanInterval": ((STREAM_READ,), "with logs: how often every manifest is read, e.g. 10m"),
     "dirtyLog": ((WRITE, STREAM_WRITE), "record each commit in the prefix's dirty log"),
+    "autoCompact": ((WRITE, STREAM_WRITE), "true: after a commit, compact the log in the background "
+                    "once small fragments pile up (the commit never waits)"),
+    "autoCompactFragments": ((WRITE, STREAM_WRITE), "with autoCompact: how many similar small "
+                             "fragments start a compaction (default 16)"),
+    "autoCompactTargetBytes": ((WRITE, STREAM_WRITE), "with autoCompact: fragments this large are "
+                               "left alone, merged ones stay under it (default 64m)"),
     "logColumn": ((WRITE, STREAM_WRITE), "route each row to the log under path this column names"),
     "filterColumn": (ROLES, "writes: give each fragment a stream filter of this column's values; "
                      "reads: the column filterValues are of"),
@@ -210,6 +218,8 @@ class Wal3Options:
     full_scan_interval_ms: int = DEFAULT_FULL_SCAN_MS
     #: a sink: record each commit in the dirty log of the log's prefix (`wal3_spark.logset.dirty`)
     dirty_log: bool = False
+    #: sinks: compact the log in the background after commits (`wal3_spark.log.auto_compaction`)
+    auto_compact: AutoCompactOptions | None = None
     #: a routing sink: the column naming each row's log under `url` (a prefix)
     log_column: str | None = None
     #: writes: the column each fragment gets a stream filter of; reads: the column of
@@ -464,6 +474,7 @@ def parse(options: Mapping[str, str], role: str) -> Wal3Options:
     take("newLogOffsets", lambda v: _one_of(v, ("earliest", "latest")))
     take("fullScanInterval", parse_duration_ms)
     take("dirtyLog", parse_bool)
+    _take_auto_compact(values, spelled, kw, role)
     take("logColumn", _column_name)
     take("filterColumn", _column_name)
     take("filterValues", parse_filter_values)
@@ -521,6 +532,40 @@ _FIELD = {
     "filterColumn": "filter_column",
     "filterValues": "filter_values",
 }
+
+
+def _take_auto_compact(values: dict[str, str], spelled: Mapping[str, str], kw: dict, role: str) -> None:
+    """autoCompact and its two settings, which apply only with it."""
+    enabled = False
+    if "autoCompact" in values:
+        try:
+            enabled = parse_bool(values["autoCompact"])
+        except ValueError as exc:
+            raise _fail(spelled.get("autoCompact", "autoCompact"), values["autoCompact"], str(exc), role) from None
+    settings: dict[str, int] = {}
+    for name, key, parse in (("autoCompactFragments", "fragments", parse_positive),
+                             ("autoCompactTargetBytes", "target_bytes", parse_size)):
+        if name not in values:
+            continue
+        shown = spelled.get(name, name)
+        if not enabled:
+            raise _fail(shown, values[name], "applies only with autoCompact=true; set it too", role)
+        try:
+            settings[key] = parse(values[name])
+            _auto_compact(settings)
+        except (ValueError, TypeError, InvalidOption) as exc:
+            raise _fail(shown, values[name], str(exc), role) from None
+    if enabled and "logColumn" in values:
+        raise _fail(spelled.get("autoCompact", "autoCompact"), values["autoCompact"],
+                    "a routing sink (logColumn) writes many logs, which it does not compact: "
+                    "compact them with `wal3 compact`, or drop autoCompact", role)
+    if enabled:
+        kw["auto_compact"] = _auto_compact(settings)
+
+
+def _auto_compact(settings: Mapping[str, int]) -> AutoCompactOptions:
+    return AutoCompactOptions(settings.get("fragments", DEFAULT_FRAGMENTS),
+                              settings.get("target_bytes", DEFAULT_TARGET_BYTES))
 
 
 def _check_combinations(values: dict[str, str], kw: dict, role: str) -> None:
