@@ -11,6 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from tests.support.emulators import cloud_url
 from tests.support.spark import ROOT, run_spark_script
 from wal3_spark.clock import SYSTEM, ManualClock
 from wal3_spark.jobs import compact as job
@@ -25,16 +26,16 @@ from wal3_spark.storage import resolve_store
 WRITTEN = SYSTEM.now() - 7200.0
 
 
-def _log(url: str, appends: int = 6) -> None:
+def _log(url: str, appends: int = 6, options: dict[str, str] | None = None) -> None:
     clock = ManualClock(WRITTEN)
-    with LogWriter(url, clock=clock) as writer:
+    with LogWriter(url, clock=clock, options=options) as writer:
         for i in range(appends):
             clock.advance(1.0)
             writer.append(pa.table({"id": pa.array(range(i * 10, i * 10 + 3 + i), pa.int64())}))
 
 
-def _state(url: str) -> tuple[list, str, int]:
-    reader = LogReader(url)
+def _state(url: str, options: dict[str, str] | None = None) -> tuple[list, str, int]:
+    reader = LogReader(url, options=options)
     table = reader.read_table()
     return (list(zip(table.column("_offset").to_pylist(), table.column("id").to_pylist(),
                      table.column("_timestamp").to_pylist())),
@@ -148,3 +149,20 @@ def test_03_bad_input_is_refused_and_changes_nothing(tmp_path, capsys):
     assert job.main(["--log", d, "--driver-only", "--target-bytes", "1k"]) == 0
     assert "nothing to merge" in capsys.readouterr().out
     assert LogReader(d).manifest() == manifest
+
+
+@pytest.mark.s3
+def test_04_a_log_set_on_seaweedfs(request, capsys):
+    """On S3 (SeaweedFS), store options as `--option`: both logs of the set drop to one
+    fragment each with every record and the setsum kept."""
+    prefix, options = cloud_url(request, "s3")
+    urls = [f"{prefix}/{name}" for name in ("a", "b")]
+    for url in urls:
+        _log(url, options=options)
+    before = {url: _state(url, options) for url in urls}
+    flags = [arg for key, value in options.items() for arg in ("--option", f"{key}={value}")]
+    assert job.main(["--prefix", prefix, "--driver-only", "--json", *flags]) == 0
+    docs = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(d["ok"], d["fragments_before"], d["fragments_after"]) for d in docs] == [(True, 6, 1)] * 2
+    for url in urls:
+        assert _state(url, options)[:2] == before[url][:2] and verify(url, options=options).ok

@@ -192,6 +192,8 @@ def describe(result: dict) -> str:
     merged = sum(run["fragments"] for run in result["runs"])
     line = (f"{result['url']}: {result['fragments_before']} -> {result['fragments_after']} fragments "
             f"({len(result['runs'])} runs of {merged}{', dry run' if result['dry_run'] else ''})")
+    if result["snapshots_lifted"]:
+        line += ", the youngest snapshot's fragments among them"
     if result["conflicts"]:
         line += f", {result['conflicts']} runs changed meanwhile (their fragments are orphans)"
     if not result["ok"]:
