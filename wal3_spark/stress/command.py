@@ -1,7 +1,7 @@
 """`wal3 stress`: the command-line face of the stress test (docs/stress.md).
 
     wal3 stress [URL] [--s3 | --gcs | --azure] [--duration S] [--run-dir DIR] [--seed N] [--writers N]
-                [--readers N] [--collectors N] [--streams N] [--kill-every S]
+                [--readers N] [--collectors N] [--compactors N] [--streams N] [--kill-every S]
                 [--restart-every S] [--summary-every S] [--gc-grace S] [--fault-scale F]
                 [--without KIND]... [--require-every-fault]
     wal3 stress [URL] [--s3 | --gcs | --azure] --branches N [--mistakes] [--duration S]
@@ -91,6 +91,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--writers", type=_count(1), default=defaults.writers)
     p.add_argument("--readers", type=_count(1), default=defaults.readers)
     p.add_argument("--collectors", type=_count(0), default=defaults.collectors)
+    p.add_argument("--compactors", type=_count(0), default=defaults.compactors,
+                   help="processes that compact the log in a loop, racing the appends (default 0)")
     p.add_argument("--streams", type=_count(1), default=defaults.streams)
     p.add_argument("--kill-every", type=_non_negative, default=defaults.kill_every_s,
                    help="mean seconds between kill -9s of a writer, reader or collector, in turn "
@@ -143,7 +145,7 @@ def config_from_args(args: argparse.Namespace, url: str) -> StressConfig:
         scaled["storm_rate"] = 0.0
     return StressConfig(
         url=url, seed=args.seed, duration_s=args.duration, writers=args.writers, readers=args.readers,
-        collectors=args.collectors, streams=args.streams, kill_every_s=args.kill_every,
+        collectors=args.collectors, compactors=args.compactors, streams=args.streams, kill_every_s=args.kill_every,
         server_restart_every_s=args.restart_every, summary_every_s=args.summary_every,
         gc_grace_s=args.gc_grace, require_every_fault=args.require_every_fault,
         retention_bytes=args.retention or 0,

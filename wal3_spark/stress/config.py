@@ -89,6 +89,20 @@ class StressConfig:
     #: progress is only kept once persisted, and a reader slower than the kills would otherwise
     #: lose every chunk and fall behind for good (an S3 run on a loaded machine did)
     read_cycle_s: float = 5.0
+    #: compactor processes (`wal3_spark.stress.compactor`): `compact` in a loop racing the
+    #: appends; 0: none
+    compactors: int = 0
+    #: mean seconds between a compactor's runs
+    compact_every_s: float = 1.0
+    #: small, so that a run merges a few fragments and merged ones are merged again
+    compact_target_bytes: int = 1 << 20
+    #: fragments younger than this are not compacted (`compact`'s default: the writers see through
+    #: a compaction). A manifest here holds `fragment_rollover` fragments before the oldest roll
+    #: into a snapshot, less than a second of appends, so a longer settle would leave the
+    #: compactors little to race
+    compact_settle_s: float = 0.0
+    #: how far behind a compactor holds its cursor, in seconds of appends
+    compact_hold_s: float = 10.0
     faults: FaultRates = field(default_factory=FaultRates)
 
     def to_json(self) -> dict[str, Any]:

@@ -44,6 +44,8 @@ LATE_LANDED = "late_landed"
 DAMAGE_MANIFEST = "damage_manifest"
 DAMAGE_REFUSED = "damage_refused"
 DAMAGE_SHORTENED = "damage_shortened"
+#: what a run with compactors requires: a compaction committed (runs of fragments merged)
+COMPACTED = "compacted"
 
 
 class AppendTally:
@@ -98,6 +100,8 @@ class Summary:
     #: processes that exited on their own (a bug): role -> count
     crashes: dict[str, int] = field(default_factory=dict)
     gc: dict[str, int] = field(default_factory=dict)
+    #: the compactors' counters, summed (`wal3_spark.stress.compactor`)
+    compaction: dict[str, int] = field(default_factory=dict)
     #: errors the processes saw and survived, by kind (informational)
     errors: dict[str, int] = field(default_factory=dict)
     examples: dict[str, list[str]] = field(default_factory=dict)
@@ -122,7 +126,8 @@ class Summary:
     def missing(self) -> list[str]:
         """What the run was to exercise and did not (yet)."""
         happened = {**self.faults, **{f"kill {role}": n for role, n in self.kills.items()},
-                    **{f"gc {step}": n for step, n in self.gc.items()}}
+                    **{f"gc {step}": n for step, n in self.gc.items()},
+                    COMPACTED: self.compaction.get("fragments written", 0)}
         return [kind for kind in self.required if not happened.get(kind)]
 
     @property
@@ -158,6 +163,8 @@ class Summary:
         section("kills", {**dict(sorted(self.kills.items())),
                           **{f"crashed {role}": n for role, n in sorted(self.crashes.items()) if n}})
         section("gc", dict(sorted(self.gc.items())))
+        if self.compaction:
+            section("compact", dict(sorted(self.compaction.items())))
         section("audit", self.audit)
         if self.errors:
             section("errors survived", dict(sorted(self.errors.items())))
@@ -183,6 +190,7 @@ def gather(run: RunDir, tally: AppendTally, url: str, elapsed_s: float, duration
                       kills=dict(kills), crashes=dict(crashes))
     faults: Counter[str] = Counter()
     gc: Counter[str] = Counter()
+    compaction: Counter[str] = Counter()
     errors: Counter[str] = Counter()
     for stats in run.all_stats():
         if stats is None:
@@ -190,10 +198,13 @@ def gather(run: RunDir, tally: AppendTally, url: str, elapsed_s: float, duration
         faults.update(stats["faults"])
         if stats["role"] == "collector":
             gc.update(stats["counters"])
+        elif stats["role"] == "compactor":
+            compaction.update(stats["counters"])
         else:
             errors.update({f"{stats['role']} {k}": v for k, v in stats["counters"].items() if k != "appends"})
     faults.update(restarts)
     summary.faults, summary.gc, summary.errors = dict(faults), dict(gc), dict(errors)
+    summary.compaction = dict(compaction)
     for slot, state in run.reader_states().items():
         if state is None:
             continue

@@ -44,11 +44,13 @@ from wal3_spark.ops.retention import set_retention
 from wal3_spark.ops.verify import verify
 from wal3_spark.storage import ObjectStore, open_store
 from wal3_spark.storage.retry import retry
+from wal3_spark.stress.compactor import HOLD_CURSOR
 from wal3_spark.stress.config import StressConfig
 from wal3_spark.stress.journal import mark_killed
 from wal3_spark.stress.reader import cursor_name
 from wal3_spark.stress.rundir import RunDir, read_json, write_json
 from wal3_spark.stress.summary import (
+    COMPACTED,
     DAMAGE_MANIFEST,
     DAMAGE_REFUSED,
     LATE_LANDED,
@@ -190,7 +192,8 @@ class Supervisor:
         c = self.config
         return ([("writer", f"w{i}") for i in range(c.writers)]
                 + [("reader", f"r{i}") for i in range(c.readers)]
-                + [("collector", f"gc{i}") for i in range(c.collectors)])
+                + [("collector", f"gc{i}") for i in range(c.collectors)]
+                + [("compactor", f"compact{i}") for i in range(c.compactors)])
 
     def prepare(self) -> None:
         """A fresh log, and every reader's cursor at its start before any collector runs."""
@@ -211,6 +214,8 @@ class Supervisor:
         for role, slot in self.slots():
             if role == "reader" and cursors.get(cursor_name(slot)) is None:
                 cursors.create(cursor_name(slot), 1)
+        if self.config.compactors and cursors.get(HOLD_CURSOR) is None:
+            cursors.create(HOLD_CURSOR, 1)
 
     def await_started(self) -> None:
         """Start the clock once every process is up (imports take seconds on a busy machine)."""
@@ -238,6 +243,8 @@ class Supervisor:
             kinds += [DAMAGE_MANIFEST, DAMAGE_REFUSED]
         if c.collectors:
             kinds.append("gc apply")
+        if c.compactors:
+            kinds.append(COMPACTED)
         return kinds
 
     def roles(self) -> list[str]:
@@ -294,6 +301,7 @@ class Supervisor:
         write_json(self.run_dir.final, {"tail": tail})
         notes = self.await_readers()
         self.stop_role("collector", COLLECTOR_STOP_S)
+        self.stop_role("compactor", COLLECTOR_STOP_S)
         after = self.final_tail()
         if after != tail:  # a write landed after every writer had stopped: nobody verified it
             notes.append(f"the log grew after the writers stopped: offsets [{tail}, {after}) "

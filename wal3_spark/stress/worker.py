@@ -21,6 +21,7 @@ from typing import Any
 
 from wal3_spark.clock import SYSTEM
 from wal3_spark.stress.collector import StressCollector
+from wal3_spark.stress.compactor import StressCompactor
 from wal3_spark.stress.config import StressConfig
 from wal3_spark.stress.fault_store import fault_store
 from wal3_spark.stress.journal import Journal
@@ -28,7 +29,7 @@ from wal3_spark.stress.reader import StressReader
 from wal3_spark.stress.rundir import RunDir, write_json
 from wal3_spark.stress.writer import StressWriter, open_writer
 
-ROLES = ("writer", "reader", "collector")
+ROLES = ("writer", "reader", "collector", "compactor")
 STATS_EVERY_S = 1.0
 
 
@@ -63,15 +64,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                                  "counters": role.counters()}
         write_json(run.stats(args.name), stats)
 
-    role: StressWriter | StressReader | StressCollector
+    role: StressWriter | StressReader | StressCollector | StressCompactor
     if args.role == "writer":
         role = StressWriter(config, args.name, open_writer(config, args.name, store),
                             Journal(run.journal(args.name)), SYSTEM)
     elif args.role == "reader":
         role = StressReader(run, config.seed, args.slot or args.name, store, config.read_chunk,
                             config.read_cycle_s)
-    else:
+    elif args.role == "collector":
         role = StressCollector(config, args.name, store, after_run=write_stats)
+    else:
+        role = StressCompactor(config, args.name, store, after_run=write_stats)
     write_stats()  # also tells the supervisor that this process is up
     threading.Thread(target=_watch, args=(stop, write_stats), name="stress-watch", daemon=True).start()
     try:
