@@ -12,11 +12,11 @@ import threading
 
 import pytest
 
-from wal3_spark import LogReader, LogWriter, open_store, set_retention
+from wal3_spark import LogReader, LogWriter, LogWriterOptions, open_store, set_retention
 from wal3_spark.clock import ManualClock
 from wal3_spark.errors import AmbiguousWrite, DataLost, InvalidOption, LogNotFound
 from wal3_spark.format.layout import MANIFEST_KEY, FragmentRef, Segment
-from wal3_spark.format.manifest import Manifest
+from wal3_spark.format.manifest import Manifest, SnapshotOptions
 from wal3_spark.format.retention import RetentionPolicy, newest_record_us, parse_age_ms, retention_cutoff
 from wal3_spark.format.setsum import Setsum
 from wal3_spark.log.branches import branch
@@ -313,3 +313,56 @@ def test_13_a_broken_cursor_does_not_stop_the_policy_but_releases_nothing_itself
 
     assert report.first_to_keep == 31  # the policy's cutoff, not the good cursor's 50
     assert any("broken" in note for note in report.notes)
+
+
+def test_14_fragments_inside_snapshots_go_by_the_policy_and_the_rebuilt_tree_verifies():
+    store, clock = memory(), ManualClock(now=T0)
+    options = LogWriterOptions(snapshot_options=SnapshotOptions(2, 2))  # snapshots roll at once
+    with LogWriter(store, options, clock=clock) as writer:
+        for i in range(12):
+            writer.append([b"r%04d" % (i * 5 + j) for j in range(5)])
+            clock.advance(HOUR)
+    assert LogReader(store).manifest().snapshots  # most fragments sit in snapshots
+    set_retention(store, max_age_s=3 * HOUR)  # written before T0 + 9 h: fragments 0..8
+
+    report = collect(store, clock)
+
+    # a whole snapshot [1, 41) dropped, the one straddling 46 rebuilt without [41, 46)
+    assert report.first_to_keep == 46 and report.snapshots_dropped >= 1
+    assert offsets(store) == list(range(46, 61))
+    assert verify(store).ok
+
+
+def test_15_the_gc_job_applies_the_policy_of_each_log_it_collects(tmp_path):
+    from wal3_spark.jobs.gc import collect_one
+
+    clock = ManualClock(now=T0)
+    kept, bounded = open_store(str(tmp_path / "a")), open_store(str(tmp_path / "b"))
+    hourly_log(kept, clock, fragments=4)
+    hourly_log(bounded, clock, fragments=4)
+    size = LogReader(bounded).manifest().fragments[-1].num_bytes
+    set_retention(bounded, max_bytes=size)  # neither log has a cursor
+    settings = {"grace_s": 0.0, "max_drop_share": 0.9, "force": False, "options": {}, "dry_run": False}
+
+    results = [collect_one(str(tmp_path / name), settings) for name in ("a", "b")]
+
+    assert results[0]["ok"] and results[0]["cutoff"] is None and offsets(kept)[0] == 1
+    assert results[1]["ok"] and results[1]["retention"] == {"max_bytes": size}
+    assert results[1]["retention_removed"] == {"start": 1, "limit": 16, "records": 15}
+    assert offsets(bounded) == list(range(16, 21))
+
+
+def test_16_a_policy_set_between_gc_compute_and_apply_survives_the_apply():
+    store, clock = memory(), ManualClock(now=T0)
+    hourly_log(store, clock)
+    CursorStore(store).advance("reader", 21)
+
+    def set_policy(step: str) -> None:
+        if step == "compute":
+            set_retention(store, max_age_s=HOUR)
+
+    report = hooked(GarbageCollector(store, GCOptions(grace_s=0), clock=clock), after_step=set_policy).run()
+
+    assert report.first_to_keep == 21  # this run computed from the cursor; the next applies the policy
+    assert LogReader(store).manifest().retention == RetentionPolicy(max_age_ms=3_600_000)
+    assert collect(store, clock).first_to_keep == 46 and offsets(store) == list(range(46, 51))

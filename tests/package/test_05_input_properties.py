@@ -129,3 +129,31 @@ def _utf8(text: str) -> bytes | None:
         return text.encode("utf-8", "surrogateescape")
     except UnicodeEncodeError:
         return None
+
+
+_RETENTION_LOG = MemoryStore("retention-properties")
+with LogWriter(_RETENTION_LOG) as _writer:
+    _writer.append([b"x" * 64])
+
+
+@given(TEXT | st.sampled_from(["7d", "12h", "1.5h", "500ms", "0s", "-1d", "1e3s", "2w", "9" * 30 + "d"]),
+       st.one_of(st.none(), INTEGERS, st.floats(allow_nan=True), st.booleans(), TEXT))
+def test_15_a_retention_age_or_size_works_or_is_refused_and_changes_nothing(age: str, size: object) -> None:
+    from wal3_spark.cli.arguments import age_arg
+    from wal3_spark.errors import InvalidOption
+    from wal3_spark.format.retention import MAX_AGE_MS
+    from wal3_spark.ops.retention import set_retention
+
+    try:
+        ms = age_arg(age)
+        assert 1 <= ms <= MAX_AGE_MS
+    except argparse.ArgumentTypeError as exc:
+        assert "not a retention age" in str(exc)
+    before = _RETENTION_LOG.get("manifest/MANIFEST")
+    try:
+        report = set_retention(_RETENTION_LOG, max_bytes=size)  # type: ignore[arg-type]
+    except InvalidOption as exc:
+        assert str(exc) and _RETENTION_LOG.get("manifest/MANIFEST") == before
+        return
+    assert isinstance(size, int) and not isinstance(size, bool) and size >= 1
+    assert report.retention == {"max_bytes": size}

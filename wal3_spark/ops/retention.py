@@ -38,6 +38,9 @@ from wal3_spark.storage.base import ObjectStore
 
 logger = logging.getLogger(__name__)
 
+#: the largest max-bytes: a JVM long, what every reader of the manifest takes
+MAX_BYTES = (1 << 63) - 1
+
 
 @dataclass
 class RetentionReport:
@@ -80,6 +83,9 @@ def make_policy(max_age_s: float | None = None, max_bytes: int | None = None) ->
         raise InvalidOption(f"max_bytes={max_bytes!r}: give an integer number of bytes > 0, e.g. 1 << 30")
     if max_bytes is not None:
         _positive(max_bytes, "max_bytes", "1 << 30 (1GiB)")
+        if max_bytes > MAX_BYTES:
+            raise InvalidOption(f"max_bytes={max_bytes!r}: give at most {MAX_BYTES} (a long, as every reader "
+                                "of the manifest parses it)")
     return RetentionPolicy(age_ms, max_bytes)
 
 
