@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import threading
 
+import pyarrow as pa
 import pytest
 
 from wal3_spark import LogReader, LogWriter, LogWriterOptions, open_store, set_retention
@@ -366,3 +367,24 @@ def test_16_a_policy_set_between_gc_compute_and_apply_survives_the_apply():
     assert report.first_to_keep == 21  # this run computed from the cursor; the next applies the policy
     assert LogReader(store).manifest().retention == RetentionPolicy(max_age_ms=3_600_000)
     assert collect(store, clock).first_to_keep == 46 and offsets(store) == list(range(46, 51))
+
+
+def test_17_a_compacted_fragment_keeps_the_policy_and_goes_only_once_all_of_it_is_past_the_age():
+    from wal3_spark import compact
+
+    store, clock = memory(), ManualClock(now=T0)
+    with LogWriter(store, clock=clock) as writer:
+        for i in range(6):
+            writer.append(pa.table({"id": pa.array(range(i * 5, i * 5 + 5), pa.int64())}))
+            clock.advance(HOUR)  # fragment i written at T0 + i h
+    set_retention(store, max_age_s=2.5 * HOUR)
+    report = compact(store, clock=clock, settle_s=0, min_fragments=6)
+    assert report.fragments_after == 1
+    manifest = LogReader(store).manifest()
+    assert manifest.retention == RetentionPolicy(max_age_ms=9_000_000)  # the compaction kept it
+    assert [s.timestamp_us for s in manifest.fragments[0].segments] == [int((T0 + i * HOUR) * 1e6) for i in range(6)]
+
+    clock.set(T0 + 7 * HOUR)  # the first five segments are past 2.5 h, the newest (T0 + 5 h) is not
+    assert collect(store, clock).first_to_keep is None and offsets(store) == list(range(1, 31))
+    clock.set(T0 + 7.6 * HOUR)  # now all of it is
+    assert collect(store, clock).first_to_keep == 31 and offsets(store) == []
