@@ -53,9 +53,14 @@ class ArrivalSink:
         self.rows.append((int(row[self.key]), time.time()))
 
     def close(self, error: BaseException | None) -> None:
-        if self.rows:
-            with open(self.name, "w") as out:
+        if self.rows:  # whole files only: the benchmark reads them while the query runs
+            with open(self.name + ".tmp", "w") as out:
                 json.dump(self.rows, out)
+            os.rename(self.name + ".tmp", self.name)
+
+
+def write_options(args: argparse.Namespace) -> dict[str, str]:
+    return dict(item.partition("=")[::2] for item in args.write_option)
 
 
 def arrivals(folder: str) -> dict[int, float]:
@@ -68,7 +73,7 @@ def arrivals(folder: str) -> dict[int, float]:
     return seen
 
 
-def run_wal3(spark, root: Path, args: argparse.Namespace, n: int) -> np.ndarray:
+def run_wal3(spark, root: Path, args: argparse.Namespace, n: int) -> tuple[np.ndarray, dict[str, float]]:
     log = f"{root}/log-{n}"
     sink = f"{root}/sink-wal3-{n}"
     os.makedirs(sink)
@@ -78,7 +83,7 @@ def run_wal3(spark, root: Path, args: argparse.Namespace, n: int) -> np.ndarray:
         writer.append(b"-1".ljust(args.record_bytes, b"."))  # creates the log
         query = (spark.readStream.format("wal3").option("startingOffsets", "latest").load(log)
                  .selectExpr("cast(substring_index(cast(body as string), '.', 1) as bigint) as k")
-                 .writeStream.foreach(ArrivalSink(sink, "k"))
+                 .writeStream.foreach(ArrivalSink(sink, "k")).options(**write_options(args))
                  .option("checkpointLocation", f"{root}/checkpoint-wal3-{n}").start())
         while not query.recentProgress:  # the query planned its first micro-batch
             if query.exception() is not None:
@@ -106,28 +111,41 @@ def run_wal3(spark, root: Path, args: argparse.Namespace, n: int) -> np.ndarray:
         if time.monotonic() > deadline:
             raise AssertionError(f"only {len(arrivals(sink))} of {count} appended rows reached the sink")
         time.sleep(0.2)
+    phases = durations(query)
     query.stop()
     seen = arrivals(sink)
     if set(seen) != set(range(count)):
         raise AssertionError("the sink did not get exactly the appended rows")
     keep = [i for i in range(count) if i >= args.warmup_s * args.rate]
-    return np.array([(seen[i] - acked[i]) * 1000 for i in keep])
+    return np.array([(seen[i] - acked[i]) * 1000 for i in keep]), phases
 
 
-def run_rate(spark, root: Path, args: argparse.Namespace, n: int) -> np.ndarray:
+def durations(query) -> dict[str, float]:
+    """Median milliseconds of each phase Spark reports per micro-batch (`durationMs` of the
+    query's progress), over the micro-batches that read rows."""
+    per: dict[str, list[float]] = {}
+    for progress in query.recentProgress:
+        if progress.get("numInputRows", 0) > 0:
+            for phase, ms in progress.get("durationMs", {}).items():
+                per.setdefault(phase, []).append(ms)
+    return {phase: float(np.median(values)) for phase, values in per.items()}
+
+
+def run_rate(spark, root: Path, args: argparse.Namespace, n: int) -> tuple[np.ndarray, dict[str, float]]:
     sink = f"{root}/sink-rate-{n}"
     os.makedirs(sink)
     query = (spark.readStream.format("rate").option("rowsPerSecond", int(args.rate)).load()
              .selectExpr("value as k", "cast(timestamp as double) as t")
-             .writeStream.foreach(_RateSink(sink))
+             .writeStream.foreach(_RateSink(sink)).options(**write_options(args))
              .option("checkpointLocation", f"{root}/checkpoint-rate-{n}").start())
     time.sleep(args.seconds + args.warmup_s)  # the rate source runs on its own clock
+    phases = durations(query)
     query.stop()
     rows = []
     for path in Path(sink).glob("*.json"):
         rows.extend(json.loads(path.read_text()))
     first = min(t for _, t, _ in rows)
-    return np.array([(at - t) * 1000 for _, t, at in rows if t >= first + args.warmup_s])
+    return np.array([(at - t) * 1000 for _, t, at in rows if t >= first + args.warmup_s]), phases
 
 
 class _RateSink(ArrivalSink):
@@ -140,10 +158,11 @@ class _RateSink(ArrivalSink):
         self.rows.append((int(row["k"]), float(row["t"]), time.time()))  # type: ignore[arg-type]
 
 
-def line(label: str, latencies: np.ndarray) -> str:
+def line(label: str, latencies: np.ndarray, phases: dict[str, float]) -> str:
     p50, p90, p99 = np.percentile(latencies, [50, 90, 99])
     return (f"{label:<34} p50 {p50:6.0f}  p90 {p90:6.0f}  p99 {p99:6.0f}  max {latencies.max():6.0f} ms"
-            f"  ({len(latencies)} rows)")
+            f"  ({len(latencies)} rows); per micro-batch, median ms: "
+            + ", ".join(f"{k} {v:.0f}" for k, v in sorted(phases.items())))
 
 
 def main() -> None:
@@ -156,6 +175,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1, help="rounds, each wal3 then rate")
     parser.add_argument("--only", choices=["wal3", "rate"], help="run one side only")
     parser.add_argument("--conf", action="append", default=[], help="a Spark conf KEY=VALUE (repeatable)")
+    parser.add_argument("--write-option", action="append", default=[],
+                        help="a writeStream option KEY=VALUE for both queries (repeatable)")
     args = parser.parse_args()
     ensure_worker_python()
     os.environ.setdefault("PYTHONPATH", str(Path(__file__).resolve().parents[1]))
@@ -172,16 +193,16 @@ def main() -> None:
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     print(f"load average at start: {os.getloadavg()[0]:.2f}; {args.rate:.0f} rows/s, "
-          f"{args.seconds:.0f} s per query; conf {args.conf}", flush=True)
+          f"{args.seconds:.0f} s per query; conf {args.conf}; write options {args.write_option}", flush=True)
     results: dict[str, list[np.ndarray]] = {"wal3": [], "rate": []}
     with tempfile.TemporaryDirectory(prefix="wal3-visible-bench-") as root:
         for n in range(args.repeat):
             for side, run in (("wal3", run_wal3), ("rate", run_rate)):
                 if args.only and side != args.only:
                     continue
-                got = run(spark, Path(root), args, n)
+                got, phases = run(spark, Path(root), args, n)
                 results[side].append(got)
-                print(line(f"{side} round {n + 1} (load {os.getloadavg()[0]:.1f})", got), flush=True)
+                print(line(f"{side} round {n + 1} (load {os.getloadavg()[0]:.1f})", got, phases), flush=True)
     for side, runs in results.items():
         if len(runs) > 1:
             p = np.array([np.percentile(r, [50, 99]) for r in runs])
