@@ -5,6 +5,7 @@ orphan sweep keeps the replaced fragments for the orphan grace after the compact
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import functools
 import json
@@ -23,7 +24,7 @@ from wal3_spark.errors import CompactionRefused, CorruptLog, InvalidOption, LogN
 from wal3_spark.format.manifest import SnapshotOptions, Txn
 from wal3_spark.log.branches import branch
 from wal3_spark.log.committer import Committer
-from wal3_spark.log.compaction import SETTLE_FOREIGN_S, CompactOptions, commit, plan, rewrite
+from wal3_spark.log.compaction import SETTLE_FOREIGN_S, CompactOptions, Run, commit, plan, rewrite
 from wal3_spark.log.compaction import compact as compact_log
 from wal3_spark.log.cursors import CursorStore
 from wal3_spark.log.reader import LogReader
@@ -546,3 +547,21 @@ def test_23_a_collection_racing_a_lift_leaves_its_runs_orphans(tmp_path):
     assert LogReader(url).read_table().equals(kept) and verify(url).ok
     again = compact(url, clock=LATER)
     assert again.fragments_after == 1 and LogReader(url).read_table().equals(kept) and verify(url).ok
+
+
+def test_24_runs_of_the_manifests_own_fragments_lift_nothing(tmp_path):
+    """A caller that keeps only runs of the manifest's own fragments from a plan that would lift
+    the youngest snapshot (as automatic compaction picks its groups) commits them without the
+    lift: the snapshot stays referenced, nothing is left unheld for GC's sweep."""
+    url = _rolled_log(tmp_path, appends=10)
+    store = resolve_store(url)
+    planned = plan(store, CompactOptions(), LATER)
+    assert planned.lifted and planned.lifts
+    manifest = planned.manifest
+    own = Run(0, manifest.fragments, manifest.arrow_schema(), manifest.item_hash, manifest.incarnation)
+    top_only = dataclasses.replace(planned, runs=(own,))
+    assert top_only.report().snapshots_lifted == 0 and top_only.report().fragments_after == 1
+    report = commit(store, top_only, [rewrite(store, own, LATER)])
+    after = LogReader(url).manifest()
+    assert after.snapshots == manifest.snapshots and len(after.fragments) == 1
+    assert report.snapshots_lifted == 0 and report.conflicts == 0 and verify(url).ok

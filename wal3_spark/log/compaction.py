@@ -176,13 +176,20 @@ class CompactionPlan:
     lifted: tuple[SnapshotPointer, ...] = ()
     children: tuple[FragmentRef, ...] = ()
 
+    @property
+    def lifts(self) -> bool:
+        """Whether a run starts among the lifted snapshot's fragments: only then is it lifted (a
+        caller that keeps only runs of the manifest's own fragments lifts nothing)."""
+        children = {f.path for f in self.children}
+        return any(run.fragments[0].path in children for run in self.runs)
+
     def report(self, dry_run: bool = False) -> CompactReport:
         """The report of the plan alone: what a dry run says, where `commit` starts from."""
-        before = len(self.manifest.fragments)
-        after = before + len(self.children) - sum(len(r.fragments) - 1 for r in self.runs)
+        before, lifts = len(self.manifest.fragments), self.lifts
+        after = before + (len(self.children) if lifts else 0) - sum(len(r.fragments) - 1 for r in self.runs)
         report = CompactReport(self.url, dry_run=dry_run, fragments_before=before, fragments_after=after,
-                               snapshots_lifted=len(self.lifted), setsum=self.manifest.setsum.hexdigest(),
-                               notes=list(self.notes))
+                               snapshots_lifted=len(self.lifted) if lifts else 0,
+                               setsum=self.manifest.setsum.hexdigest(), notes=list(self.notes))
         for run in self.runs:
             report.runs.append({"start": run.start, "limit": run.limit, "fragments": len(run.fragments)})
             report.records_rewritten += run.limit - run.start
@@ -379,7 +386,7 @@ def _replace(current: Manifest, plan: CompactionPlan,
         return None
     snapshots, fragments, horizon = current.snapshots, current.fragments, current.orphan_horizon_us
     n = len(plan.lifted)
-    if n and snapshots[-n:] == plan.lifted:
+    if n and plan.lifts and snapshots[-n:] == plan.lifted:
         snapshots, fragments = snapshots[:-n], plan.children + fragments
     unchanged = fragments
     for run, new in pairs:
