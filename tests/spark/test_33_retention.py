@@ -31,7 +31,10 @@ def test_00_a_stream_overtaken_by_retention_fails_naming_it_or_skips(spark, tmp_
         size = LogReader(url).manifest().fragments[-1].num_bytes
         set_retention(url, max_bytes=2 * size + size // 2)  # room for the newest two
         report = GarbageCollector(url, GCOptions(grace_s=0)).run()
-        assert report.first_to_keep == 81 and report.cursors_overtaken == {"consumer": 51}
+        # the cursor trails the checkpoint by one batch (Spark commits a batch's end to the
+        # source when it plans the next one): GC may see it at 51 or not yet written
+        assert report.first_to_keep == 81
+        assert report.cursors_overtaken in ({}, {"consumer": 51}), report.cursors_overtaken
         with pytest.raises(Exception, match=r"retention policy \(max-bytes"):
             q.processAllAvailable()
     finally:
