@@ -22,6 +22,7 @@ import pyarrow as pa
 from wal3_spark.errors import InvalidOption, InvalidUrl, Wal3Error
 from wal3_spark.format.layout import FIRST_OFFSET, MAX_OFFSET, abbreviated
 from wal3_spark.format.schema import parse_schema
+from wal3_spark.log.compaction import DEFAULT_MIN_FRAGMENTS, DEFAULT_TARGET_BYTES, SETTLE_S
 from wal3_spark.storage.common import split_url
 from wal3_spark.storage.s3 import S3Settings
 
@@ -146,3 +147,18 @@ def at_least_arg(low: int) -> Callable[[str], int]:
         return int(text)
 
     return parse
+
+
+def add_compaction_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of a compaction, as `wal3 compact` and jobs/compact.py both take them (one
+    definition, so that the two command lines cannot drift apart)."""
+    parser.add_argument("--target-bytes", type=size_arg, default=DEFAULT_TARGET_BYTES, metavar="SIZE",
+                        help="the size to merge small fragments up to (default 64MiB; 64m, 1g, bytes; at least 1k)")
+    parser.add_argument("--min-fragments", type=at_least_arg(2), default=DEFAULT_MIN_FRAGMENTS, metavar="N",
+                        help="merge runs of at least N fragments (default 2)")
+    parser.add_argument("--settle", type=seconds_arg, default=SETTLE_S, metavar="SECONDS",
+                        help="keep fragments younger than this (default 0; 900 on a log that Chroma or an "
+                             "older wal3-spark appends to: they do not see through compaction)")
+    parser.add_argument("--dry-run", action="store_true", help="report the runs that would be merged")
+    parser.add_argument("--allow-chroma-incompatible", action="store_true",
+                        help="compact raw logs too, which Chroma's wal3 then cannot read (refused without it)")

@@ -23,12 +23,9 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from wal3_spark.cli.arguments import at_least_arg, seconds_arg, size_arg
+from wal3_spark.cli.arguments import add_compaction_arguments
 from wal3_spark.jobs import common
 from wal3_spark.log.compaction import (
-    DEFAULT_MIN_FRAGMENTS,
-    DEFAULT_TARGET_BYTES,
-    SETTLE_S,
     CompactionPlan,
     CompactOptions,
     Rewritten,
@@ -205,17 +202,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     common.add_log_or_set(p, "compact every log of the log set under this prefix")
-    p.add_argument("--target-bytes", type=size_arg, default=DEFAULT_TARGET_BYTES, metavar="SIZE",
-                   help="the size to merge small fragments up to (default 64MiB; 64m, 1g, bytes; at least 1k)")
-    p.add_argument("--min-fragments", type=at_least_arg(2), default=DEFAULT_MIN_FRAGMENTS, metavar="N",
-                   help="merge runs of at least N fragments (default 2)")
-    p.add_argument("--settle", type=seconds_arg, default=SETTLE_S, metavar="SECONDS",
-                   help="keep fragments younger than this (default 0; 900 on a log that Chroma or an "
-                        "older wal3-spark appends to: they do not see through compaction)")
-    p.add_argument("--dry-run", action="store_true", help="report the runs that would be merged")
+    add_compaction_arguments(p)
     p.add_argument("--json", action="store_true", help="one JSON object per log")
-    p.add_argument("--allow-chroma-incompatible", action="store_true",
-                   help="compact raw logs too (Chroma's wal3 cannot read a compacted raw fragment)")
     p.add_argument("--driver-only", action="store_true", help="rewrite on threads in this process, no Spark")
     p.add_argument("--option", action="append", metavar="KEY=VALUE", help="store option; repeatable")
     p.add_argument("--master", help="Spark master when not given by spark-submit")

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import argparse
 
-from wal3_spark.cli.arguments import age_arg, at_least_arg, offset_arg, seconds_arg, share_arg, size_arg, url_arg
+from wal3_spark.cli.arguments import (
+    add_compaction_arguments,
+    age_arg,
+    offset_arg,
+    seconds_arg,
+    share_arg,
+    size_arg,
+    url_arg,
+)
 from wal3_spark.cli.commands import EXIT_FAIL, EXIT_OK, AddCommand, open_log_store
 from wal3_spark.cli.output import Output
 from wal3_spark.cli.progress import ProgressBar
 from wal3_spark.errors import InvalidOption
-from wal3_spark.log.compaction import (
-    DEFAULT_MIN_FRAGMENTS,
-    DEFAULT_TARGET_BYTES,
-    SETTLE_S,
-    compact as compact_log,
-)
+from wal3_spark.log.compaction import compact as compact_log
 from wal3_spark.ops.copy import copy_log
 from wal3_spark.ops.garbage_collector import DEFAULT_GRACE_S, GarbageCollector, GCOptions
 from wal3_spark.ops.retention import set_retention
@@ -95,16 +98,7 @@ def register(add: AddCommand) -> None:
     p = add("compact", compact, "rewrite runs of small fragments into larger ones, every record "
             "and the setsum kept", json=("compact",))
     p.add_argument("url", type=url_arg)
-    p.add_argument("--target-bytes", type=size_arg, default=DEFAULT_TARGET_BYTES, metavar="SIZE",
-                   help="the size to merge small fragments up to (default 64MiB; 64m, 1g, bytes)")
-    p.add_argument("--min-fragments", type=at_least_arg(2), default=DEFAULT_MIN_FRAGMENTS, metavar="N",
-                   help="merge runs of at least N fragments (default 2)")
-    p.add_argument("--settle", type=seconds_arg, default=SETTLE_S, metavar="SECONDS",
-                   help="keep fragments younger than this (default 0; 900 on a log that Chroma or an "
-                        "older wal3-spark appends to: they do not see through compaction)")
-    p.add_argument("--dry-run", action="store_true", help="report the runs that would be merged")
-    p.add_argument("--allow-chroma-incompatible", action="store_true",
-                   help="compact a raw log, which Chroma's wal3 then cannot read (refused without it)")
+    add_compaction_arguments(p)
 
     p = add("retention", retention, "record the log's retention policy, which every gc applies even below "
             "cursors (records past it go, whoever has not read them)", json=("retention",))
