@@ -213,10 +213,9 @@ def test_09_timestamps_inside_a_compacted_fragment(tmp_path):
     assert reader.scan(start_time=second).start == 4
 
 
-def test_10_kill_9_before_the_commit_leaves_the_log_as_it_was(tmp_path):
-    url = _log(tmp_path, structured=True, appends=5)
-    before = _everything(url)
-    manifest = LogReader(url).manifest()
+def _compact_killed_at_its_first_step(url: str) -> None:
+    """A compaction in another process, killed -9 after its first named step (the rewrite: the
+    new fragment and its record written, nothing committed)."""
     script = ("import os, signal, sys\n"
               "from wal3_spark import compact\n"
               "from wal3_spark.clock import ManualClock\n"
@@ -225,6 +224,13 @@ def test_10_kill_9_before_the_commit_leaves_the_log_as_it_was(tmp_path):
               f"    compact(sys.argv[1], clock=ManualClock({NOW + 3600.0}))\n")
     killed = subprocess.run([sys.executable, "-c", script, url], capture_output=True, text=True)
     assert killed.returncode == -9, killed.stderr
+
+
+def test_10_kill_9_before_the_commit_leaves_the_log_as_it_was(tmp_path):
+    url = _log(tmp_path, structured=True, appends=5)
+    before = _everything(url)
+    manifest = LogReader(url).manifest()
+    _compact_killed_at_its_first_step(url)
     assert LogReader(url).manifest() == manifest  # the fragment and its record written, nothing committed
     assert _everything(url)[0].equals(before[0]) and verify(url).ok
     report = compact(url, clock=LATER)  # the next run compacts; the dead run's fragment is an orphan
@@ -482,14 +488,7 @@ def test_21_kill_9_before_a_lifts_commit_leaves_the_log_as_it_was(tmp_path):
     url = _rolled_log(tmp_path, appends=6)
     before, manifest = _everything(url), LogReader(url).manifest()
     assert manifest.snapshots
-    script = ("import os, signal, sys\n"
-              "from wal3_spark import compact\n"
-              "from wal3_spark.clock import ManualClock\n"
-              "from wal3_spark.testing.hooks import after_steps\n"
-              "with after_steps(lambda step: os.kill(os.getpid(), signal.SIGKILL)):\n"
-              f"    compact(sys.argv[1], clock=ManualClock({NOW + 3600.0}))\n")
-    killed = subprocess.run([sys.executable, "-c", script, url], capture_output=True, text=True)
-    assert killed.returncode == -9, killed.stderr
+    _compact_killed_at_its_first_step(url)
     assert LogReader(url).manifest() == manifest and verify(url).ok
     report = compact(url, clock=LATER)
     assert report.snapshots_lifted == 1 and _everything(url)[1:] == before[1:]
