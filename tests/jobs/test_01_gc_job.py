@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from tests.support.spark import run_spark_script
@@ -103,3 +104,47 @@ def test_02_spark_submit_one_log_per_task(tmp_path):
     results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert len(results) == 3 and all(r["ok"] for r in results)
     assert sorted(r["oldest_offset"] for r in results) == [6, 6, 11]
+
+
+@pytest.mark.slow
+def test_03_auto_compact_compacts_due_logs_after_collection_and_reports_failures(tmp_path):
+    """--auto-compact: a due log is compacted after its collection (records and setsum kept),
+    a log that is not due is left alone, a damaged one's failure is reported in its line
+    without stopping the others, and each compacted or failed log is visited again by the next
+    dirty-log run although nothing was appended to it."""
+    def fragments(name: str) -> int:
+        return len(LogReader(open_store(str(tmp_path / name))).manifest().fragments)
+
+    with DirtyLog(str(tmp_path)) as dirty:
+        for name, appends in (("due", 6), ("small", 2), ("damaged", 6)):
+            writer = LogWriter(str(tmp_path / name), dirty_log=dirty)
+            for i in range(appends):
+                writer.append(pa.table({"id": pa.array(range(i * 3, i * 3 + 3), pa.int64())}))
+    store = open_store(str(tmp_path / "due"))
+    setsum = LogReader(store).manifest().setsum
+    damaged = sorted((tmp_path / "damaged").rglob("*.parquet"))[2]
+    damaged.write_bytes(damaged.read_bytes()[:-40] + b"\0" * 40)
+    auto = ("--auto-compact", "--auto-compact-fragments", "4", "--auto-compact-target-bytes", "1m")
+    args = ("--prefix", str(tmp_path), "--driver-only", "--grace", "0", "--force", "--full-scan")
+    proc = run(*args, "--dry-run", *auto)
+    lines = {Path(json.loads(line)["url"]).name: json.loads(line) for line in proc.stdout.splitlines()}
+    assert lines["due"]["compaction"] == {"ok": True, "due": True} and fragments("due") == 6
+    assert lines["small"]["compaction"] == {"ok": True, "due": False}
+
+    proc = run(*args, *auto)
+    assert proc.returncode == 1 and "1 compactions failed" in proc.stderr, proc.stderr
+    lines = {Path(json.loads(line)["url"]).name: json.loads(line) for line in proc.stdout.splitlines()}
+    assert all(lines[name]["ok"] for name in ("due", "small", "damaged"))  # every collection ran
+    assert lines["due"]["compaction"]["ok"] and lines["due"]["compaction"]["fragments_after"] == 1
+    assert fragments("due") == 1 and LogReader(store).manifest().setsum == setsum
+    assert LogReader(store).read_table().column("id").to_pylist() == list(range(18))
+    assert lines["small"]["compaction"] == {"ok": True, "due": False} and fragments("small") == 2
+    failure = lines["damaged"]["compaction"]
+    assert not failure["ok"] and damaged.name in failure["error"] and fragments("damaged") == 6
+    assert lines["_dirty"]["dirty"]["retried"] == ["damaged", "due"]
+    proc = run(*args[:-1], *auto)  # nothing appended: the compacted and the failed log again
+    assert sorted(Path(json.loads(line)["url"]).name for line in proc.stdout.splitlines()) == \
+        ["_dirty", "damaged", "due"]
+    for bad in (("--auto-compact-fragments", "1"), ("--auto-compact-target-bytes", "0")):
+        proc = run(*args, "--auto-compact", *bad)
+        assert proc.returncode == 2 and bad[0] in proc.stderr and "Traceback" not in proc.stderr, proc.stderr

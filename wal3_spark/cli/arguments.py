@@ -22,6 +22,7 @@ import pyarrow as pa
 from wal3_spark.errors import InvalidOption, InvalidUrl, Wal3Error
 from wal3_spark.format.layout import FIRST_OFFSET, MAX_OFFSET, abbreviated
 from wal3_spark.format.schema import parse_schema
+from wal3_spark.log.auto_compaction import DEFAULT_FRAGMENTS
 from wal3_spark.log.compaction import DEFAULT_MIN_FRAGMENTS, DEFAULT_TARGET_BYTES, SETTLE_S
 from wal3_spark.storage.common import split_url
 from wal3_spark.storage.s3 import S3Settings
@@ -147,6 +148,20 @@ def at_least_arg(low: int) -> Callable[[str], int]:
         return int(text)
 
     return parse
+
+
+def add_auto_compaction_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of automatic compaction (`wal3_spark.log.auto_compaction`) for a job that
+    compacts the logs it visits when they are due, with the writers' defaults (the sinks'
+    autoCompactFragments and autoCompactTargetBytes)."""
+    parser.add_argument("--auto-compact", action="store_true",
+                        help="compact each visited log that is due (as autoCompact on the writers)")
+    parser.add_argument("--auto-compact-fragments", type=at_least_arg(2), default=DEFAULT_FRAGMENTS,
+                        metavar="N", help=f"with --auto-compact: how many similar small fragments start a "
+                                          f"compaction (default {DEFAULT_FRAGMENTS})")
+    parser.add_argument("--auto-compact-target-bytes", type=size_arg, default=DEFAULT_TARGET_BYTES,
+                        metavar="SIZE", help="with --auto-compact: the size to merge small fragments up to "
+                                             "(default 64MiB; 64m, 1g, bytes; at least 1k)")
 
 
 def add_compaction_arguments(parser: argparse.ArgumentParser) -> None:

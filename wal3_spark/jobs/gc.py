@@ -13,6 +13,23 @@ no dirty log). By default each log is collected by one Spark task (logs are inde
 each collection is safe to run concurrently with writers and with another collector);
 `--driver-only` runs them on threads in this process. One JSON line per log (and one for the
 dirty log) is printed; the exit status is 1 if any failed.
+
+`--auto-compact` (with `--auto-compact-fragments N` and `--auto-compact-target-bytes SIZE`, the
+defaults of the writers' autoCompact) also compacts each visited log that is due
+(`wal3_spark.log.auto_compaction.due`: a run of similar small fragments), by its size tiers, in
+the same task (or thread) right after its collection; the compaction's report is the
+`compaction` member of the log's JSON line. After, not before: the collection first drops what
+is past the cursors and the retention policy, so the compaction does not rewrite records that
+are about to go, and the fragments the compaction replaces cannot be deleted by this run
+anyway (its compaction record, `compacted/<uuid>.json` in log/replaced.py, keeps them for the
+orphan grace so that readers which planned on the older manifest finish). A later run deletes
+them: the job records each log it compacted in the dirty log again, so that the next run visits
+it even if nothing is appended (a run sooner than the orphan grace leaves them to the log's next
+write or a `--full-scan`). With a dirty log the job visits only the logs written since the
+previous run, which are exactly those that can have become due. A compaction that fails is
+reported in its log's line (`ok` false in its `compaction`), does not undo or stop the collection or the
+other logs, records its log for the next run too, and makes the exit status 1; a log whose
+collection failed is not compacted. With `--dry-run` the line says whether the log is due.
 """
 
 from __future__ import annotations
@@ -23,7 +40,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from wal3_spark.cli.arguments import endpoint_arg, seconds_arg, share_arg
+from wal3_spark.cli.arguments import add_auto_compaction_arguments, endpoint_arg, seconds_arg, share_arg
 from wal3_spark.jobs import common
 
 if TYPE_CHECKING:
@@ -69,7 +86,7 @@ def collect_one(target: str | ObjectStore, settings: dict) -> dict:
     except Wal3Error as exc:
         return {"url": url, "ok": False, "error": str(exc)}
     doc = report.to_dict()
-    return {
+    result = {
         "url": url,
         "ok": True,
         "cutoff": doc["cutoff"],
@@ -85,6 +102,37 @@ def collect_one(target: str | ObjectStore, settings: dict) -> dict:
         "next_offset": doc["next_offset"],
         "pending": doc["pending"] is not None,
     }
+    if settings["auto_compact"] is not None:
+        result["compaction"] = compact_one(target, settings)
+    return result
+
+
+def compact_one(target: str | ObjectStore, settings: dict) -> dict:
+    """The automatic compaction of one collected log, when it is due; never raises (a failure is
+    `{"ok": False, "error": ...}`, so that it stops neither the collection nor the other logs)."""
+    from wal3_spark.errors import Wal3Error
+    from wal3_spark.log import auto_compaction
+    from wal3_spark.log.reader import LogReader
+    from wal3_spark.storage import open_store
+
+    options = settings["auto_compact"]
+    try:
+        store = open_store(target, settings["options"]) if isinstance(target, str) else target
+        if not auto_compaction.due(LogReader(store).manifest(), options):
+            return {"ok": True, "due": False}
+        if settings["dry_run"]:
+            return {"ok": True, "due": True}
+        report = auto_compaction.compact_tiers(store, options).to_dict()
+    except Wal3Error as exc:
+        return {"ok": False, "due": True, "error": str(exc)}
+    return {"ok": True, "due": True, **report}
+
+
+def compacted(result: dict) -> bool:
+    """Whether a log's line says its compaction committed a merge or failed: either way the next
+    run must visit the log (to delete the replaced fragments, or to try again)."""
+    compaction = result.get("compaction")
+    return compaction is not None and (not compaction["ok"] or bool(compaction.get("runs")))
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -109,6 +157,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="collect every log at any depth under the prefix (lists every object; no dirty log)")
     parser.add_argument("--driver-only", action="store_true", help="run in this process (threads), without Spark")
     parser.add_argument("--master", help="Spark master when not given by spark-submit")
+    add_auto_compaction_arguments(parser)
     return parser.parse_args(argv)
 
 
@@ -123,8 +172,18 @@ def main(argv: list[str] | None = None) -> int:
         "grace_s": args.grace,
         "max_drop_share": args.max_drop_share,
         "force": args.force,
+        "auto_compact": None,
     }
     from wal3_spark.errors import Wal3Error
+    from wal3_spark.log.auto_compaction import AutoCompactOptions
+
+    if args.auto_compact:
+        try:
+            settings["auto_compact"] = AutoCompactOptions(args.auto_compact_fragments,
+                                                          args.auto_compact_target_bytes)
+        except Wal3Error as exc:
+            common.error(str(exc))
+            return 2
     from wal3_spark.logset import prefix_gc
     from wal3_spark.logset.dirty import dirty_store
     from wal3_spark.logset.logs import LogSet
@@ -165,10 +224,13 @@ def main(argv: list[str] | None = None) -> int:
     for result in results:
         print(json.dumps(result))
     failed = [r for r in results if not r["ok"]]
+    failed_compactions = [r for r in results if "compaction" in r and not r["compaction"]["ok"]]
     how = "every log" if run is None or run.full_scan else "the logs changed since the last run"
-    print(f"{len(results)} logs ({how}), {len(failed)} failed", file=sys.stderr)
+    print(f"{len(results)} logs ({how}), {len(failed)} failed"
+          + (f", {len(failed_compactions)} compactions failed" if settings["auto_compact"] else ""),
+          file=sys.stderr)
     if run is not None and prefix is not None and not args.dry_run:
-        names = [label for label, r in collected if not r["ok"] and isinstance(label, str)]
+        names = [label for label, r in collected if (not r["ok"] or compacted(r)) and isinstance(label, str)]
         try:
             dirty = prefix_gc.finish(prefix, run, names, grace_s=args.grace, writer="wal3 gc job")
         except Wal3Error as exc:
@@ -179,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
                               "dirty": dirty.to_dict()}))
             if dirty.error is not None:
                 return 1
-    return 1 if failed else 0
+    return 1 if failed or failed_compactions else 0
 
 
 if __name__ == "__main__":
