@@ -98,12 +98,19 @@ def test_01_a_prefix_is_its_log_set_and_the_dirty_log_narrows_later_runs(tmp_pat
 @pytest.mark.spark
 def test_02_spark_submit_one_log_per_task(tmp_path):
     make_logs(tmp_path)
-    proc = run_spark_script([str(JOB), "--prefix", str(tmp_path), "--grace", "0", "--force",
-                             "--recursive"], master="local[2]")
+    writer = LogWriter(str(tmp_path / "t"))
+    for i in range(4):  # a log with a schema, due at 4 fragments (raw logs never are)
+        writer.append(pa.table({"id": pa.array([i], pa.int64())}))
+    proc = run_spark_script([str(JOB), "--prefix", str(tmp_path), "--grace", "0", "--force", "--recursive",
+                             "--auto-compact", "--auto-compact-fragments", "4"], master="local[2]")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    assert len(results) == 3 and all(r["ok"] for r in results)
-    assert sorted(r["oldest_offset"] for r in results) == [6, 6, 11]
+    results = {Path(r["url"]).name: r for r in (json.loads(line) for line in proc.stdout.splitlines()
+                                                if line.startswith("{"))}
+    assert len(results) == 4 and all(r["ok"] and r["compaction"]["ok"] for r in results.values())
+    assert sorted(results[name]["oldest_offset"] for name in ("a", "b", "c")) == [6, 6, 11]
+    assert results["t"]["compaction"]["fragments_after"] == 1  # compacted in its executor task
+    assert not results["a"]["compaction"]["due"]
+    assert LogReader(open_store(str(tmp_path / "t"))).read_table().column("id").to_pylist() == [0, 1, 2, 3]
 
 
 @pytest.mark.slow
