@@ -470,27 +470,3 @@ def test_18_a_filtered_native_scan_returns_every_integer_the_data_source_does(sp
         source = sorted(r.n for r in spark.read.format("wal3").option("filterColumn", "k")
                         .option("filterValues", text).load(url).collect())
         assert native == source == sorted(str(v) for v in wanted), (wanted, native, source)
-
-
-def test_19_to_df_reuses_its_dataframe_until_the_log_changes(spark, tmp_path):
-    """Building the DataFrame costs py4j round trips and Spark's file listing: a second toDF of
-    the same log state and options returns the first one's DataFrame, while an append, other
-    options or a fragment GC deletes each give a new one that reads what the log now holds."""
-    from wal3_spark.log.cursors import CursorStore
-    from wal3_spark.ops.garbage_collector import GarbageCollector, GCOptions
-
-    url = (tmp_path / "log").as_uri()
-    writer = LogWriter(url)
-    writer.append(rows(0, 10))
-    log = Wal3Log.forPath(spark, url)
-    first = log.toDF()
-    assert Wal3Log.forPath(spark, url).toDF() is first  # another handle on the same log
-    assert log.toDF(failOnDataLoss="false") is not first
-    writer.append(rows(10, 7))
-    grown = log.toDF()
-    assert grown is not first and grown.count() == 17 and first.count() == 10
-    CursorStore(open_store(url)).create("c", 11)
-    GarbageCollector(open_store(url), GCOptions(grace_s=0, force=True)).run()
-    collected = log.toDF()
-    assert collected is not grown
-    assert sorted(r._offset for r in collected.collect()) == list(range(11, 18))

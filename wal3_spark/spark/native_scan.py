@@ -25,18 +25,11 @@ Parquet footers, that the log's first and last fragment hold the records the man
 `jobs/verify.py` (distributed) or `wal3 verify`, or read with `format("wal3")` (which checks
 every fragment) when that matters more than speed. The DataFrame is fixed to the fragments the
 log held when `toDF` ran; call it again to see later appends.
-
-`toDF` reads the manifest and plans the range on every call (so a new manifest is seen by the
-next call), but building the DataFrame costs tens of py4j round trips and Spark's listing and
-analysis of the files (0.2-0.8 s per call, inside the time of every query that calls it): while
-the plan (files, row ranges, per-file values, schema) and the reader options are those of an
-earlier call in the same session, it returns that call's DataFrame (`_BUILT`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -87,11 +80,6 @@ _META, _FILE, _ROW, _START, _TIME = ("__wal3_meta", "__wal3_file", "__wal3_row",
                                      "__wal3_time_us")
 
 
-#: DataFrames `toDF` built, at most this many (least recently used dropped): each holds JVM
-#: objects (its Parquet relation, its analysed plan) alive
-BUILT_LIMIT = 16
-
-
 @dataclass(frozen=True)
 class ScanFile:
     """One fragment a scan reads, and the rows of it [lo, hi) (positions in the file) it keeps."""
@@ -119,24 +107,6 @@ class ScanPlan:
         """Whether `_timestamp` is read from the files' `timestamp_us` column: some fragment's
         path does not prove its time (raw logs, Chroma S3 logs)."""
         return any(f.timestamp_us is None for f in self.files)
-
-
-@dataclass(frozen=True)
-class _Built:
-    """A DataFrame `toDF` built, and what it was built from: it is reused only for the same
-    session, an equal plan (a new manifest that changes the range's files, rows or per-file
-    values changes the plan) and the same reader options."""
-
-    spark: Any
-    plan: ScanPlan
-    reader_options: tuple[tuple[str, str], ...]
-    #: `CASE_LIMIT` when it was built (a benchmark or test compares the CASE and the join)
-    case_limit: int
-    df: DataFrame
-
-
-#: the last DataFrame built per (log URL, store options, toDF options), most recent last
-_BUILT: OrderedDict[tuple[str, tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]], _Built] = OrderedDict()
 
 
 def plan_scan(store: ObjectStore, manifest: Manifest, root: str, options: opts.Wal3Options) -> ScanPlan:
@@ -384,38 +354,16 @@ class Wal3Log:
             # a fragment GC deletes after toDF is skipped (Spark logs it), as format("wal3")
             # skips it; otherwise the query fails with Spark's error naming the missing file
             reader_options["ignoreMissingFiles"] = "true"
-        key = (self.url, tuple(sorted(self.store_options.items())),
-               tuple(sorted((k, str(v)) for k, v in options.items())))
-        frozen_options = tuple(sorted(reader_options.items()))
-        built = _BUILT.get(key)
-        if (built is not None and built.spark is self.spark and built.plan == plan
-                and built.reader_options == frozen_options and built.case_limit == CASE_LIMIT):
-            _BUILT.move_to_end(key)
-            # the session's caseSensitive setting may have changed since (one conf read, only
-            # for a log with clashing names)
-            if plan.files:
-                _check_case_insensitive_names(self.spark, payload_to_spark(plan.payload).names[:-2])
-            return built.df
-        df = _build(self.spark, plan, reader_options)
-        _BUILT[key] = _Built(self.spark, plan, frozen_options, CASE_LIMIT, df)
-        _BUILT.move_to_end(key)
-        while len(_BUILT) > BUILT_LIMIT:
-            _BUILT.popitem(last=False)
-        return df
+        df = scan_dataframe(self.spark, plan, reader_options)
+        if plan.values is None:
+            return df
+        # exact (the stream filters' false positives), and Parquet's bloom filters skip row groups
+        kind = df.schema[plan.values.column].dataType
+        wanted = [_literal(v, kind) for v in plan.values.values]
+        return df.where(F.col(plan.values.column).isin(wanted))
 
     def _reader(self) -> LogReader:
         return LogReader(driver_store(self.spark, self.url, self.store_options))
-
-
-def _build(spark: Any, plan: ScanPlan, reader_options: Mapping[str, str]) -> DataFrame:
-    """The DataFrame of `plan`, with the rows of `filterValues` only when it names them."""
-    df = scan_dataframe(spark, plan, reader_options)
-    if plan.values is None:
-        return df
-    # exact (the stream filters' false positives), and Parquet's bloom filters skip row groups
-    kind = df.schema[plan.values.column].dataType
-    wanted = [_literal(v, kind) for v in plan.values.values]
-    return df.where(F.col(plan.values.column).isin(wanted))
 
 
 def _literal(value: Any, kind: DataType) -> Any:
