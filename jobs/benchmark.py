@@ -78,12 +78,17 @@ def cpu_seconds(root: int) -> float:
 def alternate(sides: dict[str, Callable[[int], None]], repeat: int,
               root: int) -> dict[str, tuple[list[float], list[float]]]:
     """(wall seconds, CPU seconds of `root`'s process tree) per run: one warm-up run each
-    (index -1), then the sides take turns."""
+    (index -1), then the sides take turns, each round starting one side later than the one
+    before, so that no side always runs right after the same other one (a read after the
+    Parquet baseline found the page cache and the workers in another state than one after a
+    wal3 read: the default read measured slower than `verifyOnRead=records`, which does more)."""
     times: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in sides}
     for fn in sides.values():
         fn(-1)
+    order = list(sides.items())
     for i in range(repeat):
-        for name, fn in sides.items():
+        shift = i % len(order)
+        for name, fn in order[shift:] + order[:shift]:
             t0, c0 = time.perf_counter(), cpu_seconds(root)
             fn(i)
             times[name][0].append(time.perf_counter() - t0)
