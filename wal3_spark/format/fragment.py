@@ -93,7 +93,7 @@ class EncodedFragment:
 
 def digest(data: bytes) -> str:
     """The `blake3` of a fragment pointer: BLAKE3 of the fragment object's bytes, in hex. One
-    thread hashes a 40 MB fragment in about 7 ms here, with the GIL released."""
+    thread hashes a 42 MB fragment in about 17 ms here (2.4 GB/s), with the GIL released."""
     return blake3.blake3(data).hexdigest()
 
 
