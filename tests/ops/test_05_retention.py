@@ -343,7 +343,8 @@ def test_15_the_gc_job_applies_the_policy_of_each_log_it_collects(tmp_path):
     hourly_log(bounded, clock, fragments=4)
     size = LogReader(bounded).manifest().fragments[-1].num_bytes
     set_retention(bounded, max_bytes=size)  # neither log has a cursor
-    settings = {"grace_s": 0.0, "max_drop_share": 0.9, "force": False, "options": {}, "dry_run": False}
+    settings = {"grace_s": 0.0, "max_drop_share": 0.9, "force": False, "options": {}, "dry_run": False,
+                "auto_compact": None}
 
     results = [collect_one(str(tmp_path / name), settings) for name in ("a", "b")]
 
