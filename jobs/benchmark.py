@@ -79,9 +79,9 @@ def alternate(sides: dict[str, Callable[[int], None]], repeat: int,
               root: int) -> dict[str, tuple[list[float], list[float]]]:
     """(wall seconds, CPU seconds of `root`'s process tree) per run: one warm-up run each
     (index -1), then the sides take turns, each round starting one side later than the one
-    before, so that no side always runs right after the same other one (a read after the
-    Parquet baseline found the page cache and the workers in another state than one after a
-    wal3 read: the default read measured slower than `verifyOnRead=records`, which does more)."""
+    before, so that no side always runs right after the same other one: the default read,
+    always run straight after the Parquet baseline, measured slower than
+    `verifyOnRead=records`, which does more work; that the order caused it is a guess."""
     times: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in sides}
     for fn in sides.values():
         fn(-1)
