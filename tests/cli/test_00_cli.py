@@ -117,8 +117,7 @@ def test_02_verify_exit_status(url, tmp_path):
     proc = wal3("verify", url, "--json")
     doc = json.loads(proc.stdout)
     assert proc.returncode == 1 and doc["ok"] is False and doc["problems"][0]["kind"] == "corrupt"
-    proc = wal3("verify", str(tmp_path / "none"))
-    assert proc.returncode == 1 and "manifest" in proc.stdout
+    fails("verify", str(tmp_path / "none"), match="no wal3 log")  # a wrong path, not a damaged log
 
 
 @pytest.mark.slow
@@ -431,6 +430,7 @@ def test_12_every_report_prints_the_json_its_help_documents(url, tmp_path):
     assert report("cursor list", "cursor", "list", url)["cursors"][0]["records_behind"] == 2
     assert report("info", "info", url)["next_offset"] == 4
     assert report("verify", "verify", url)["ok"] is True
+    assert report("verify PREFIX", "verify", str(tmp_path))["ok"] is True
     assert report("gc", "gc", url, "--dry-run")["dry_run"] is True
     assert report("copy", "copy", url, str(tmp_path / "copy"))["records"] == 3
     assert report("cursor delete", "cursor", "delete", url, "c") == {"url": log_url, "name": "c", "deleted": True}
@@ -440,7 +440,8 @@ def test_12_every_report_prints_the_json_its_help_documents(url, tmp_path):
     assert report("info PREFIX", "info", prefix)["logs"] == 3
     # each command's --help documents its shapes
     for command, shapes in (("init", ["init"]), ("info", ["info", "info PREFIX"]), ("ls", ["ls"]),
-                            ("verify", ["verify"]), ("gc", ["gc"]), ("seal", ["seal"]), ("copy", ["copy"]),
+                            ("verify", ["verify", "verify PREFIX"]), ("gc", ["gc"]), ("seal", ["seal"]),
+                            ("copy", ["copy"]),
                             ("cursor", ["cursor list", "cursor get", "cursor set", "cursor delete"])):
         _, out, _ = run_main(command, "--help")
         text = " ".join(out.split())
@@ -507,3 +508,24 @@ def test_15_stress_prints_its_summary_as_json(tmp_path):
     summary = json.loads(proc.stdout)
     assert tuple(summary) == JSON_SHAPES["stress --logs"].keys
     assert summary["ok"] is True and summary["acknowledged"] > 0 and summary["lost"] == 0
+
+
+def test_16_verify_of_a_prefix_verifies_each_log_and_names_the_damaged_one(tmp_path):
+    for name in ("a", "b", "c"):
+        LogWriter(open_store(str(tmp_path / "set" / name))).append([b"x", b"y"])
+    prefix = str(tmp_path / "set")
+    code, out, _ = run_main("verify", prefix)
+    assert code == 0 and out.count(": OK: ") == 3 and "3 logs, all OK" in out
+    store = open_store(str(tmp_path / "set" / "b"))
+    ref = LogReader(store).manifest().fragments[0]
+    (tmp_path / "set" / "b" / ref.path).write_bytes(encode_raw([b"x", b"z"], 1).data)
+    code, out, _ = run_main("verify", prefix, "--json")
+    doc = json.loads(out)
+    assert code == 1 and doc["failed"] == ["b"] and doc["ok"] is False
+    assert doc["logs"]["b"]["problems"][0]["obj"] == ref.path and doc["logs"]["a"]["ok"] is True
+    assert run_main("verify", prefix, "--logs", "a,c")[0] == 0  # the selection skips the damaged one
+    # objects but no manifest (a deleted manifest, or a URL inside a log): FAILED, saying which
+    (tmp_path / "set" / "c" / "manifest" / "MANIFEST").unlink()
+    code, out, _ = run_main("verify", str(tmp_path / "set" / "c"))
+    assert code == 1 and "FAILED" in out and "objects are stored under this URL" in out
+

@@ -60,6 +60,9 @@ JSON_SHAPES: dict[str, JsonShape] = {
     "verify": JsonShape("one object (`problems`: objects with kind, obj, detail)", (
         "url", "setsum", "oldest_offset", "next_offset", "fragments", "snapshots", "records",
         "bytes", "problems", "parent", "ok")),
+    "verify PREFIX": JsonShape("for a log set, one object (`logs`: each log's `wal3 verify` object by "
+                               "name; `failed`: the names of the logs with a problem)", (
+        "url", "logs", "failed", "ok")),
     "cursor list": JsonShape("one object (`cursors`: objects with name, offset, records_behind, "
                              "bytes_behind, moved_epoch_us, moved_ago_s, lag_s)", (
         "url", "oldest_offset", "next_offset", "cursors", "broken_cursors")),
@@ -162,6 +165,9 @@ class Output(ABC):
     def verified(self, report: VerifyReport) -> None: ...
 
     @abstractmethod
+    def set_verified(self, url: str, reports: Mapping[str, VerifyReport]) -> None: ...
+
+    @abstractmethod
     def cursors(self, report: Mapping[str, Any], lags: Sequence[CursorLag]) -> None: ...
 
     @abstractmethod
@@ -208,6 +214,11 @@ class JsonOutput(Output):
 
     def verified(self, report: VerifyReport) -> None:
         self.emit(report.to_dict())
+
+    def set_verified(self, url: str, reports: Mapping[str, VerifyReport]) -> None:
+        failed = [name for name, report in reports.items() if not report.ok]
+        self.emit({"url": url, "logs": {name: report.to_dict() for name, report in reports.items()},
+                   "failed": failed, "ok": not failed})
 
     def cursors(self, report: Mapping[str, Any], lags: Sequence[CursorLag]) -> None:
         self.emit(report)
@@ -321,6 +332,14 @@ class TextOutput(Output):
         )
         for problem in report.problems:
             self.write(f"  {problem}\n")
+
+    def set_verified(self, url: str, reports: Mapping[str, VerifyReport]) -> None:
+        """Each log's line and problems as `wal3 verify` prints them, then one line for the set."""
+        for report in reports.values():
+            self.verified(report)
+        failed = [name for name, report in reports.items() if not report.ok]
+        self.write(f"log set {url}: {len(reports)} logs, "
+                   + (f"FAILED: {', '.join(failed)}\n" if failed else "all OK\n"))
 
     def cursors(self, report: Mapping[str, Any], lags: Sequence[CursorLag]) -> None:
         """One aligned row per cursor under a header, as Kafka's consumer-group tool prints lag,

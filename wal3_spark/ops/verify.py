@@ -125,12 +125,22 @@ def verify(
     return report
 
 
+def _no_manifest(store: ObjectStore) -> str:
+    """What a missing manifest means: nothing stored is a wrong path; objects without a manifest
+    are a log whose root was deleted, or a URL inside a log or above one."""
+    stored = next(iter(store.list()), None)
+    if stored is None:
+        return "no manifest and nothing stored under this URL: this is not a wal3 log (check the path)"
+    return (f"no manifest, yet objects are stored under this URL ({stored.key}, ...): the log's "
+            "manifest was deleted, or the URL is not a log's root (give the log's own URL)")
+
+
 def _verify_once(store: ObjectStore, check: FragmentChecker | None) -> VerifyReport:
     report = VerifyReport(store.url)
     try:
         manifest = Manifest.from_bytes(store.get(MANIFEST_KEY).data, check=False)  # reported below
     except ObjectNotFound:
-        report.problems.append(Problem("missing", MANIFEST_KEY, "no manifest: this is not a wal3 log"))
+        report.problems.append(Problem("missing", MANIFEST_KEY, _no_manifest(store)))
         return report
     except CorruptLog as exc:
         report.problems.append(Problem("corrupt", exc.obj, exc.problem))

@@ -14,10 +14,13 @@ from wal3_spark.cli.arguments import (
     url_arg,
 )
 from wal3_spark.cli.commands import EXIT_FAIL, EXIT_OK, AddCommand, open_log_store
+from wal3_spark.cli.commands.logset import add_selection, log_set
 from wal3_spark.cli.output import Output
 from wal3_spark.cli.progress import ProgressBar
-from wal3_spark.errors import InvalidOption
+from wal3_spark.errors import InvalidOption, LogNotFound
+from wal3_spark.format.layout import MANIFEST_KEY
 from wal3_spark.log.compaction import compact as compact_log
+from wal3_spark.logset.logs import LogSet
 from wal3_spark.ops.copy import copy_log
 from wal3_spark.ops.garbage_collector import DEFAULT_GRACE_S, GarbageCollector, GCOptions
 from wal3_spark.ops.retention import set_retention
@@ -25,10 +28,33 @@ from wal3_spark.ops.verify import verify as verify_log
 
 
 def verify(args: argparse.Namespace, output: Output) -> int:
+    """Verify the log at URL, or every log under it when URL holds no log but logs (as `info`
+    does): an operator who gives the prefix of a log set means all of them. A URL with nothing
+    stored under it is a mistyped path (LogNotFound), not a damaged log."""
+    store = open_log_store(args.url, args)
+    if not store.exists(MANIFEST_KEY):
+        logs = log_set(store, args)
+        names = logs.names()
+        if names:
+            return _verify_set(logs, names, args, output)
+        if next(iter(store.list()), None) is None:
+            raise LogNotFound(store.url)
     with ProgressBar("verifying", "fragments") as progress:
-        report = verify_log(open_log_store(args.url, args), check_fragments=not args.no_data, progress=progress)
+        report = verify_log(store, check_fragments=not args.no_data, progress=progress)
     output.verified(report)
     return EXIT_OK if report.ok else EXIT_FAIL
+
+
+def _verify_set(logs: LogSet, names: list[str], args: argparse.Namespace, output: Output) -> int:
+    """Each log in name order, one after the other (each verify already checks its fragments
+    on threads); exit 1 when any log has a problem."""
+    reports = []
+    with ProgressBar("verifying", "logs") as progress:
+        for done, name in enumerate(names, 1):
+            reports.append(verify_log(logs.log_store(name), check_fragments=not args.no_data))
+            progress(done, len(names))
+    output.set_verified(logs.url, dict(zip(names, reports, strict=True)))
+    return EXIT_OK if all(report.ok for report in reports) else EXIT_FAIL
 
 
 def gc(args: argparse.Namespace, output: Output) -> int:
@@ -82,8 +108,10 @@ def copy(args: argparse.Namespace, output: Output) -> int:
 
 
 def register(add: AddCommand) -> None:
-    p = add("verify", verify, "check every invariant and fragment; exit 1 on any problem", json=("verify",))
+    p = add("verify", verify, "check every invariant and fragment (of a log; of each log, for a prefix "
+            "that holds logs); exit 1 on any problem", json=("verify", "verify PREFIX"))
     p.add_argument("url", type=url_arg)
+    add_selection(p)
     p.add_argument("--no-data", action="store_true", help="check metadata only, not fragment bytes")
 
     p = add("gc", gc, "garbage-collect below the lowest cursor", json=("gc",))
