@@ -3,8 +3,9 @@ refuses what its rule forbids and lets through what it allows, and the committer
 
 from __future__ import annotations
 
-from uuid import uuid4
+import json
 from dataclasses import replace
+from uuid import uuid4
 
 import pyarrow as pa
 import pytest
@@ -18,6 +19,7 @@ from wal3_spark.format.setsum import Setsum
 from wal3_spark.format.uuid7 import new_uuid7
 from wal3_spark.log import invariants
 from wal3_spark.log.committer import Committer
+from wal3_spark.log.replaced import REPLACED_PREFIX
 
 T0 = 1_800_000_000_000_000  # µs since the epoch: the fragments' write times count from here
 SCHEMA = pa.schema([("id", pa.int64())])
@@ -62,6 +64,17 @@ def test_02_fragments_written_before_the_orphan_horizon_are_refused(store):
         invariants.check_orphan_horizon(manifest, [fragment(horizon), fragment(horizon - 1)], "L")
     with pytest.raises(errors.PastOrphanHorizon):  # a fragment of unknown age is older than any horizon
         invariants.check_orphan_horizon(manifest, [fragment(0, uuid=str(uuid4()))], "L")
+    # compactions of the log replaced fragments written up to horizon - 1: an earlier commit of
+    # this one may have been replaced and swept, so the refusal does not say "rerun"
+    with pytest.raises(errors.PastOrphanHorizon, match="already committed: do not rerun") as compacted:
+        invariants.check_orphan_horizon(replace(manifest, compacted_written_us=horizon - 1),
+                                        [fragment(horizon - 1)], "L")
+    assert "wal3 cat" in str(compacted.value)
+    with pytest.raises(errors.PastOrphanHorizon) as first:  # compactions older than the fragment
+        invariants.check_orphan_horizon(replace(manifest, compacted_written_us=horizon - 2),
+                                        [fragment(horizon - 1)], "L")
+    assert "Nothing was committed; rerun the append" in str(first.value)
+    assert "already committed" not in str(first.value)
     Committer(store).create()
     Committer(store).update(lambda m: m.with_orphan_horizon(horizon, "gc"))
     with pytest.raises(errors.PastOrphanHorizon):
@@ -135,6 +148,15 @@ def test_05_fragments_collected_since_their_commit_are_refused(store):
     swept = fragment(T0 - 1)
     with pytest.raises(errors.PastOrphanHorizon, match="deleted them, as orphans"):
         invariants.check_not_collected(store, manifest, [swept])
+    # ... or, on a log whose compactions reach past its write time, replaced and then swept
+    compacted = replace(manifest, compacted_written_us=T0)
+    with pytest.raises(errors.PastOrphanHorizon, match=r"already committed: do not rerun.*cursor may also"):
+        invariants.check_not_collected(store, compacted, [swept])
+    # a compaction record still listing it proves the earlier commit
+    store.create(f"{REPLACED_PREFIX}{new_uuid7(T0)}.json",
+                 json.dumps({"fragment": "fragment/x.parquet", "replaced": [swept.path]}).encode())
+    with pytest.raises(errors.PastOrphanHorizon, match=r"were already committed .* a compaction record"):
+        invariants.check_not_collected(store, compacted, [swept])
 
 
 def test_06_a_log_collected_before_the_bound_was_recorded_checks_every_fragment(store):

@@ -10,9 +10,11 @@ import sys
 from collections.abc import Callable
 
 import pyarrow as pa
+import pytest
 
 from tests.support.fakes import CountingStore
-from wal3_spark.errors import AmbiguousWrite
+from wal3_spark.clock import SystemClock
+from wal3_spark.errors import AmbiguousWrite, CommitOutcomeUnknown, PastOrphanHorizon
 from wal3_spark.format.layout import BLAKE3, MANIFEST_KEY
 from wal3_spark.log.committer import Committer
 from wal3_spark.log.compaction import compact
@@ -20,11 +22,13 @@ from wal3_spark.log.fragment_io import FragmentFile, write_fragments
 from wal3_spark.log.reader import LogReader
 from wal3_spark.log.replaced import REPLACED_PREFIX
 from wal3_spark.log.writer import LogWriter
+from wal3_spark.ops.garbage_collector import GarbageCollector, GCOptions
 from wal3_spark.ops.verify import verify
 from wal3_spark.spark.commit import commit_files
 from wal3_spark.storage import open_store
 from wal3_spark.storage.base import ObjectStore
 from wal3_spark.storage.forwarding import ForwardingStore
+from wal3_spark.testing import LateLandingStore
 
 
 class LandsThenTimesOut(ForwardingStore):
@@ -135,3 +139,30 @@ def test_04_a_fresh_commit_after_compactions_looks_at_no_compaction_record(tmp_p
     LogWriter(counting).append(table(30, 10))
     assert not [k for k in counting.counts if k[1] == REPLACED_PREFIX.rstrip("/")]
     assert ids(url) == list(range(40))
+
+
+def test_05_a_retry_after_a_compaction_and_a_sweep_took_its_fragments_is_refused_as_maybe_committed(tmp_path):
+    """The first commit's manifest write times out and lands late (outcome unknown); a
+    compaction replaces its fragments, and a sweep past the orphan grace deletes them and the
+    compaction's record, on a log never collected below a cursor. The retry cannot tell an
+    orphan from a committed fragment: it is refused (`PastOrphanHorizon`), commits nothing, and
+    says the records may already be in the log (they are) instead of "rerun the append"."""
+    url = f"file://{tmp_path}/log"
+    LogWriter(url).append(table(0, 10))
+    store = open_store(url)
+    new = files(store, 10, 10, parts=2)
+    late = LateLandingStore(store, keys=[MANIFEST_KEY], probability=1.0, land="manual")
+    with pytest.raises(CommitOutcomeUnknown):
+        Committer(late, max_attempts=2).commit(new, schema=SCHEMA)
+    late.land_all()  # the first write lands after all
+    assert compact(store).runs
+    report = GarbageCollector(store, GCOptions(grace_s=0), clock=SystemClock(skew_s=7 * 86400)).run()
+    assert {f.path for f in new} <= set(report.orphans_deleted)  # replaced, then swept
+    assert not list(store.list(REPLACED_PREFIX))  # and the record that proved their commit
+    manifest = LogReader(url).manifest()
+    assert manifest.collected_written_us is None and manifest.orphan_horizon_us is not None
+    with pytest.raises(PastOrphanHorizon, match="already committed: do not rerun") as refused:
+        Committer(store).commit(new, schema=SCHEMA)
+    assert "wal3 cat" in str(refused.value)
+    assert ids(url) == list(range(20))  # every record exactly once
+    assert verify(url).ok

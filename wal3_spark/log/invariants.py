@@ -36,6 +36,7 @@ from wal3_spark.format.manifest import Manifest, NewFragment
 from wal3_spark.format.schema import reconcile
 from wal3_spark.format.setsum import Setsum
 from wal3_spark.format.uuid7 import uuid7_timestamp_us
+from wal3_spark.log.replaced import REPLACED_PREFIX, may_be_compacted, replaced_paths
 from wal3_spark.storage.base import ObjectStore
 
 
@@ -131,6 +132,20 @@ def check_appends_supported(manifest: Manifest, url: str) -> None:
         raise AppendsUnsupported(url)
 
 
+#: why fragments past the orphan horizon are gone when a compaction may have replaced them: the
+#: commit deciding this found no compaction record of them (it would have resolved the commit as
+#: already placed), but records are deleted after the orphan grace, with the replaced fragments
+_SWEPT_OR_COMPACTED = (
+    "garbage collection may have deleted them as orphans (then nothing was committed: rerun the "
+    "append), or an earlier commit of them succeeded and a compaction of the log since replaced "
+    "them by a merged fragment, after which garbage collection deleted them and the compaction's "
+    "record after the orphan grace (then they are already committed: do not rerun, the records "
+    "would be delivered twice). The log's compactions reach past their write time, so which "
+    "happened cannot be told. Nothing was committed now; look for the records with `wal3 cat` "
+    "before rerunning"
+)
+
+
 def check_orphan_horizon(manifest: Manifest, fragments: Sequence[NewFragment], url: str) -> None:
     """Refuse fragments that garbage collection may have deleted as orphans (`PastOrphanHorizon`).
 
@@ -143,14 +158,19 @@ def check_orphan_horizon(manifest: Manifest, fragments: Sequence[NewFragment], u
     horizon = manifest.orphan_horizon_us
     if horizon is None:
         return
-    old = [f.path for f in fragments if (uuid7_timestamp_us(f.uuid) or 0) < horizon]
-    if old:
-        raise PastOrphanHorizon(
-            f"{len(old)} of this commit's fragments (e.g. {old[0]}) were written before "
-            f"{utc_text(horizon / 1e6)}, the orphan horizon of {url}: garbage collection may have deleted "
-            "them as orphans. Nothing was committed; rerun the append. If appends take longer "
-            "than that, give `wal3 gc --grace` more time than your longest append job"
-        )
+    old = [f for f in fragments if (uuid7_timestamp_us(f.uuid) or 0) < horizon]
+    if not old:
+        return
+    prefix = (f"{len(old)} of this commit's fragments (e.g. {old[0].path}) were written before "
+              f"{utc_text(horizon / 1e6)}, the orphan horizon of {url}: ")
+    if may_be_compacted(manifest, old):
+        raise PastOrphanHorizon(prefix + _SWEPT_OR_COMPACTED)
+    raise PastOrphanHorizon(
+        prefix + "garbage collection may have deleted them as orphans. Nothing was committed; rerun "
+        "the append. If appends take longer than that, give `wal3 gc --grace` more time than your "
+        "longest append job"
+    )
+
 
 
 def target_schema(manifest: Manifest, schema: pa.Schema | None, merge: bool, url: str) -> pa.Schema | None:
@@ -220,6 +240,21 @@ def check_not_collected(store: ObjectStore, manifest: Manifest, fragments: Seque
         return
     swept = maybe_swept(store, missing)
     if swept:
+        swept_paths = set(swept[0])
+        proven = sorted(replaced_paths(store, swept_paths))
+        if proven:
+            raise PastOrphanHorizon(
+                f"{len(proven)} of this commit's fragments (e.g. {proven[0]}) were already committed "
+                f"to {store.url}: a compaction record ({REPLACED_PREFIX}) lists them as replaced by a "
+                "merged fragment, and garbage collection has since deleted them. Nothing was "
+                "committed now; do not rerun the append (the records would be delivered twice)"
+            )
+        if may_be_compacted(manifest, [f for f in missing if f.path in swept_paths]):
+            raise PastOrphanHorizon(
+                f"{len(swept[0])} of this commit's fragments (e.g. {swept[0][0]}) are no longer in "
+                f"{store.url}, and were written before {utc_text(swept[1] / 1e6)}, its orphan horizon: "
+                + _SWEPT_OR_COMPACTED + " (a cursor may also have moved past an earlier commit of them)"
+            )
         raise PastOrphanHorizon(
             f"{len(swept[0])} of this commit's fragments (e.g. {swept[0][0]}) are no longer in "
             f"{store.url}, and were written before {utc_text(swept[1] / 1e6)}, its orphan horizon: garbage "
