@@ -21,6 +21,7 @@ from tests.support import chroma_reader
 from tests.support.fakes import CountingStore
 from wal3_spark.clock import SYSTEM, ManualClock
 from wal3_spark.errors import CompactionRefused, CorruptLog, InvalidOption, LogNotFound, LogSealed
+from wal3_spark.format.layout import FRAGMENT_PREFIX
 from wal3_spark.format.manifest import SnapshotOptions, Txn
 from wal3_spark.log.branches import branch
 from wal3_spark.log.committer import Committer
@@ -115,7 +116,7 @@ def test_03_a_damaged_fragment_refuses_compaction_naming_it(tmp_path):
 def test_04_an_append_racing_the_compaction_is_rebased(tmp_path):
     url = _log(tmp_path, structured=False, appends=5)
     writer = LogWriter(url)
-    with after_steps(lambda step: writer.append([b"late"])):
+    with after_steps(lambda step: step == "rewrite" and writer.append([b"late"])):
         report = compact(url, clock=LATER)
     writer.close()
     table = LogReader(url).read_table()
@@ -213,16 +214,20 @@ def test_09_timestamps_inside_a_compacted_fragment(tmp_path):
     assert reader.scan(start_time=second).start == 4
 
 
-def _compact_killed_at_its_first_step(url: str) -> None:
-    """A compaction in another process, killed -9 after its first named step (the rewrite: the
-    new fragment and its record written, nothing committed)."""
+def _compact_killed_at(url: str, step: str = "rewrite") -> None:
+    """A compaction in another process (its clock `LATER`), killed -9 right after its named
+    `step`: "upload" (the new fragment stored, no record), "rewrite" (its record written too,
+    nothing committed) or "commit" (the manifest's compare-and-swap answered, not returned)."""
     script = ("import os, signal, sys\n"
               "from wal3_spark import compact\n"
               "from wal3_spark.clock import ManualClock\n"
               "from wal3_spark.testing.hooks import after_steps\n"
-              "with after_steps(lambda step: os.kill(os.getpid(), signal.SIGKILL)):\n"
-              f"    compact(sys.argv[1], clock=ManualClock({NOW + 3600.0}))\n")
-    killed = subprocess.run([sys.executable, "-c", script, url], capture_output=True, text=True)
+              "def kill(step):\n"
+              "    if step == sys.argv[2]:\n"
+              "        os.kill(os.getpid(), signal.SIGKILL)\n"
+              "with after_steps(kill):\n"
+              f"    compact(sys.argv[1], clock=ManualClock({LATER.now()}))\n")
+    killed = subprocess.run([sys.executable, "-c", script, url, step], capture_output=True, text=True)
     assert killed.returncode == -9, killed.stderr
 
 
@@ -230,7 +235,7 @@ def test_10_kill_9_before_the_commit_leaves_the_log_as_it_was(tmp_path):
     url = _log(tmp_path, structured=True, appends=5)
     before = _everything(url)
     manifest = LogReader(url).manifest()
-    _compact_killed_at_its_first_step(url)
+    _compact_killed_at(url)
     assert LogReader(url).manifest() == manifest  # the fragment and its record written, nothing committed
     assert _everything(url)[0].equals(before[0]) and verify(url).ok
     report = compact(url, clock=LATER)  # the next run compacts; the dead run's fragment is an orphan
@@ -293,8 +298,9 @@ def test_13_a_collection_racing_the_compaction_leaves_its_output_an_orphan(tmp_p
     CursorStore(url).create("consumer", 8)
 
     def collect(step: str) -> None:
-        report = GarbageCollector(url, GCOptions(grace_s=0, force=True)).run()
-        assert report.records_dropped == 7
+        if step == "rewrite":  # the run's fragment and record written, not yet committed
+            report = GarbageCollector(url, GCOptions(grace_s=0, force=True)).run()
+            assert report.records_dropped == 7
 
     with after_steps(collect):
         report = compact(url, clock=LATER)
@@ -488,7 +494,7 @@ def test_21_kill_9_before_a_lifts_commit_leaves_the_log_as_it_was(tmp_path):
     url = _rolled_log(tmp_path, appends=6)
     before, manifest = _everything(url), LogReader(url).manifest()
     assert manifest.snapshots
-    _compact_killed_at_its_first_step(url)
+    _compact_killed_at(url)
     assert LogReader(url).manifest() == manifest and verify(url).ok
     report = compact(url, clock=LATER)
     assert report.snapshots_lifted == 1 and _everything(url)[1:] == before[1:]
@@ -571,3 +577,34 @@ def test_24_runs_of_the_manifests_own_fragments_lift_nothing(tmp_path):
     after = LogReader(url).manifest()
     assert after.snapshots == manifest.snapshots and len(after.fragments) == 1
     assert report.snapshots_lifted == 0 and report.conflicts == 0 and verify(url).ok
+
+
+@pytest.mark.parametrize("step", ["upload", "rewrite", "commit"])
+def test_25_kill_9_after_each_step_leaves_the_log_reading_as_before_and_gc_sweeps_the_rest(tmp_path, step):
+    """Killed after the upload (an orphan without a record), after the record (an orphan the
+    record lists) or after the compare-and-swap (compacted; the replaced fragments held by the
+    record): the log reads exactly as before (records, times, setsum, verify clean), and a
+    garbage collection after the orphan grace deletes what the dead run left, never a fragment
+    the manifest references; one within the grace deletes nothing."""
+    url = _log(tmp_path, structured=True, appends=5)
+    store = resolve_store(url)
+    before, manifest = _everything(url), LogReader(url).manifest()
+    _compact_killed_at(url, step)
+    after = LogReader(url).manifest()
+    assert (len(after.fragments) == 1) if step == "commit" else (after == manifest)
+    assert _everything(url)[0].equals(before[0]) and _everything(url)[1:] == before[1:]
+    assert verify(url).ok
+    live = {f.path for f in after.fragments}
+    left = {m.key for m in store.list(FRAGMENT_PREFIX)} - live  # what the dead run left unreferenced
+    assert len(left) == (len(manifest.fragments) if step == "commit" else 1)
+    records = list(store.list(REPLACED_PREFIX))
+    assert len(records) == (0 if step == "upload" else 1)
+    grace = GarbageCollector(url).orphan_grace_s
+    within = GarbageCollector(url, clock=ManualClock(LATER.now() + grace / 2)).run()
+    assert within.orphans_deleted == [] and {m.key for m in store.list(FRAGMENT_PREFIX)} == live | left
+    swept = GarbageCollector(url, clock=ManualClock(LATER.now() + grace + 1)).run()
+    assert set(swept.orphans_deleted) == left and not list(store.list(REPLACED_PREFIX))
+    assert {m.key for m in store.list(FRAGMENT_PREFIX)} == live
+    assert LogReader(url).manifest().fragments == after.fragments
+    assert _everything(url)[0].equals(before[0]) and _everything(url)[1:] == before[1:]
+    assert verify(url).ok

@@ -307,6 +307,7 @@ def rewrite(store: ObjectStore, run: Run, clock: Clock = SYSTEM) -> Rewritten:
         raise AssertionError(f"compacted fragment setsum {encoded.setsum.hexdigest()} is not the "
                              f"run's {expected.hexdigest()}")
     file = write_fragment(store, encoded, clock=clock)
+    steps.done("upload")  # the new fragment stored, no record of it yet: an orphan
     new = FragmentRef(file.path, file.uuid, run.start, run.limit, file.num_bytes, file.setsum,
                       filter=file.filter, blake3=file.blake3, segments=encoded.segments)
     record_replaced(store, new, run.fragments, run.incarnation, run.lifted)
@@ -327,6 +328,7 @@ def commit(store: ObjectStore, plan: CompactionPlan, rewritten: Sequence[Rewritt
     if pairs:
         committer = Committer(store, writer="wal3-spark compact")
         result = committer.update_result(lambda current: _replace(current, plan, pairs))
+        steps.done("commit")
         final = result.current.value if result.current is not None else committer.manifest()
     present = {f.path for f in final.fragments}
     for r in rewritten:
@@ -359,7 +361,9 @@ def compact(
     settle_s: float = SETTLE_S,
 ) -> CompactReport:
     """Rewrite the log's runs of small fragments into fragments of about `target_bytes`: `plan`,
-    `rewrite` each run, `commit` them (step "rewrite" is done after each run's rewrite).
+    `rewrite` each run, `commit` them. Its steps (`wal3_spark.log.steps`): "upload" (a run's new
+    fragment stored), "rewrite" (its `compacted/` record written too), "commit" (the manifest's
+    compare-and-swap answered); a kill after any of them leaves the log reading as before.
 
     A raw log is refused (`CompactionRefused`, nothing changed) unless `allow_chroma_incompatible`
     says that no Chroma process reads it (see the module docstring)."""
