@@ -470,3 +470,44 @@ def test_18_a_filtered_native_scan_returns_every_integer_the_data_source_does(sp
         source = sorted(r.n for r in spark.read.format("wal3").option("filterColumn", "k")
                         .option("filterValues", text).load(url).collect())
         assert native == source == sorted(str(v) for v in wanted), (wanted, native, source)
+
+
+def test_19_two_to_df_results_join_as_two_relations(spark, log_url):
+    """Each toDF() result has attribute ids of its own, also when the second reuses the first's
+    build: a join of two on a column pairs each row with its match (returning one DataFrame
+    twice made `a.id == b.id` compare a column with itself: a self-join of one plan)."""
+    log = Wal3Log.forPath(spark, log_url)
+    a, b = log.toDF(), log.toDF()
+    pairs = a.join(b, a.id == b.id).select(a._offset.alias("x"), b._offset.alias("y"), b.name).collect()
+    assert sorted((r.x, r.y) for r in pairs) == [(o, o) for o in range(1, 30)]
+    part = log.toDF(startingOffsets=11, endingOffsets=18)
+    inner = a.join(part, a.id == part.id).select(a._offset, part.name).orderBy(a._offset).collect()
+    assert [(r._offset, r.name) for r in inner] == [(o, f"n{o - 1}") for o in range(11, 18)]
+    assert a.union(b).count() == 58
+
+
+def test_20_to_df_reuses_its_build_until_the_plan_changes(spark, tmp_path, monkeypatch):
+    """Building the DataFrame (py4j round trips, Spark's file listing and analysis) happens once
+    per plan: toDF of the same log state and options renames the earlier build, while other
+    options, an append and a fragment GC each build anew and read what the log now holds."""
+    from wal3_spark.log.cursors import CursorStore
+    from wal3_spark.ops.garbage_collector import GarbageCollector, GCOptions
+
+    builds = []
+    build = native_scan._build
+    monkeypatch.setattr(native_scan, "_build", lambda *a: builds.append(a[1]) or build(*a))
+    url = (tmp_path / "log").as_uri()
+    writer = LogWriter(url)
+    writer.append(rows(0, 10))
+    log = Wal3Log.forPath(spark, url)
+    first = log.toDF()
+    again = Wal3Log.forPath(spark, url).toDF()  # another handle on the same log
+    assert again is not first and len(builds) == 1
+    assert log.toDF(failOnDataLoss="false").count() == 10 and len(builds) == 2
+    writer.append(rows(10, 7))
+    grown = log.toDF()
+    assert len(builds) == 3 and grown.count() == 17 and first.count() == 10
+    CursorStore(open_store(url)).create("c", 11)
+    GarbageCollector(open_store(url), GCOptions(grace_s=0, force=True)).run()
+    assert sorted(r._offset for r in log.toDF().collect()) == list(range(11, 18))
+    assert len(builds) == 4

@@ -25,11 +25,23 @@ Parquet footers, that the log's first and last fragment hold the records the man
 `jobs/verify.py` (distributed) or `wal3 verify`, or read with `format("wal3")` (which checks
 every fragment) when that matters more than speed. The DataFrame is fixed to the fragments the
 log held when `toDF` ran; call it again to see later appends.
+
+`toDF` reads the manifest and plans the range on every call, so a new manifest is seen by the
+next call. Building the DataFrame of a plan costs 29-32 py4j round trips, Spark's listing of the
+files and the analysis of its expressions (0.2-0.8 s under load, inside the time of every query
+that calls `toDF`; docs/benchmarks.md, "Native scan"), so while the plan (files, row ranges,
+per-file values, schema), the reader options and the session are those of an earlier call, the
+DataFrame that call built is reused (`_BUILT`): but never returned itself. Each call returns it
+renamed to its own names (`DataFrame.toDF`, one JVM call: every column an alias), so every
+`toDF()` result has attribute ids of its own and two of them join as two relations
+(`a.join(b, a.id == b.id)`), not as a self-join of one plan, which is what returning one
+DataFrame twice did.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -78,6 +90,9 @@ METADATA = "_metadata"
 #: the scan's temporary columns, renamed when a payload column has one of these names
 _META, _FILE, _ROW, _START, _TIME = ("__wal3_meta", "__wal3_file", "__wal3_row", "__wal3_start",
                                      "__wal3_time_us")
+#: built DataFrames `toDF` keeps, at most this many (least recently used dropped): each holds
+#: JVM objects alive (its Parquet relation with the files' listing, its analysed plan)
+BUILT_LIMIT = 16
 
 
 @dataclass(frozen=True)
@@ -107,6 +122,26 @@ class ScanPlan:
         """Whether `_timestamp` is read from the files' `timestamp_us` column: some fragment's
         path does not prove its time (raw logs, Chroma S3 logs)."""
         return any(f.timestamp_us is None for f in self.files)
+
+
+@dataclass(frozen=True)
+class _Built:
+    """A DataFrame `toDF` built and what it was built from: reused only for the same session, an
+    equal plan (a new manifest that changes the range's files, rows, per-file values or schema
+    changes the plan) and equal reader options, and only through a rename (`Wal3Log.toDF`)."""
+
+    spark: Any
+    plan: ScanPlan
+    reader_options: tuple[tuple[str, str], ...]
+    #: `CASE_LIMIT` when it was built (a benchmark or test compares the CASE and the join)
+    case_limit: int
+    df: DataFrame
+    #: its column names, known without asking the JVM (or, over Connect, the server)
+    names: tuple[str, ...]
+
+
+#: the last DataFrame built per (log URL, store options, toDF options), most recent last
+_BUILT: OrderedDict[tuple[str, tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]], _Built] = OrderedDict()
 
 
 def plan_scan(store: ObjectStore, manifest: Manifest, root: str, options: opts.Wal3Options) -> ScanPlan:
@@ -354,16 +389,43 @@ class Wal3Log:
             # a fragment GC deletes after toDF is skipped (Spark logs it), as format("wal3")
             # skips it; otherwise the query fails with Spark's error naming the missing file
             reader_options["ignoreMissingFiles"] = "true"
-        df = scan_dataframe(self.spark, plan, reader_options)
-        if plan.values is None:
-            return df
-        # exact (the stream filters' false positives), and Parquet's bloom filters skip row groups
-        kind = df.schema[plan.values.column].dataType
-        wanted = [_literal(v, kind) for v in plan.values.values]
-        return df.where(F.col(plan.values.column).isin(wanted))
+        return self._dataframe(plan, reader_options, options)
+
+    def _dataframe(self, plan: ScanPlan, reader_options: Mapping[str, str], options: Mapping[str, Any]) -> DataFrame:
+        """The DataFrame of `plan` under fresh attribute ids: built, or an earlier call's
+        equal build renamed (the module docstring says why never the same DataFrame)."""
+        key = (self.url, tuple(sorted(self.store_options.items())),
+               tuple(sorted((k, str(v)) for k, v in options.items())))
+        frozen_options = tuple(sorted(reader_options.items()))
+        built = _BUILT.get(key)
+        if (built is not None and built.spark is self.spark and built.plan == plan
+                and built.reader_options == frozen_options and built.case_limit == CASE_LIMIT):
+            _BUILT.move_to_end(key)
+            if plan.files:  # the session may have turned caseSensitive off since (a conf read
+                # only for a log with clashing names)
+                _check_case_insensitive_names(self.spark, payload_to_spark(plan.payload).names[:-2])
+            return built.df.toDF(*built.names)
+        df = _build(self.spark, plan, reader_options)
+        names = tuple(payload_to_spark(plan.payload).names)
+        _BUILT[key] = _Built(self.spark, plan, frozen_options, CASE_LIMIT, df, names)
+        _BUILT.move_to_end(key)
+        while len(_BUILT) > BUILT_LIMIT:
+            _BUILT.popitem(last=False)
+        return df.toDF(*names)
 
     def _reader(self) -> LogReader:
         return LogReader(driver_store(self.spark, self.url, self.store_options))
+
+
+def _build(spark: Any, plan: ScanPlan, reader_options: Mapping[str, str]) -> DataFrame:
+    """The DataFrame of `plan`, with the rows of `filterValues` only when it names them."""
+    df = scan_dataframe(spark, plan, reader_options)
+    if plan.values is None:
+        return df
+    # exact (the stream filters' false positives), and Parquet's bloom filters skip row groups
+    kind = df.schema[plan.values.column].dataType
+    wanted = [_literal(v, kind) for v in plan.values.values]
+    return df.where(F.col(plan.values.column).isin(wanted))
 
 
 def _literal(value: Any, kind: DataType) -> Any:
