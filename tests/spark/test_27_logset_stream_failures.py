@@ -9,6 +9,7 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from tests.support.logsets import append, prefix_url, stream_reader
+from wal3_spark import set_retention
 from wal3_spark.errors import DataLost
 from wal3_spark.format.layout import MANIFEST_KEY
 from wal3_spark.log.committer import Committer
@@ -73,3 +74,25 @@ def test_02_sealed_and_missing_logs_do_not_stop_the_others(caplog):
     again = r.latestOffset(end, ReadAllAvailable())
     assert again == end
     assert f"{prefix}/sealed is sealed and read to its end" in caplog.text
+
+
+def test_03_a_commit_below_what_retention_removed_leaves_that_cursor_and_moves_the_others(caplog):
+    """A batch ends at an offset a retention policy has removed since (the query skips ahead
+    under failOnDataLoss=false): its commit leaves that log's cursor where it was, with a
+    warning naming the policy, moves the other logs' cursors, and the next batch moves it."""
+    prefix = prefix_url()
+    append(prefix, "ok", 3)
+    append(prefix, "old", 10)
+    append(prefix, "old", 10, start=10)  # two fragments, [1, 11) and [11, 21)
+    reader = stream_reader(prefix, cursor="c", failOnDataLoss="false")
+    reader.commit(encode({"ok": 2, "old": 5}))
+    old = open_store(f"{prefix}/old")
+    set_retention(old, max_bytes=LogReader(old).manifest().fragments[-1].num_bytes * 3 // 2)
+    assert collect_garbage(f"{prefix}/old", GCOptions(grace_s=0)).first_to_keep == 11
+    with caplog.at_level("WARNING"):
+        reader.commit(encode({"ok": 4, "old": 8}))  # planned before the collection
+    assert "retention policy" in caplog.text and "not moved to 8" in caplog.text
+    at = {n: CursorStore(open_store(f"{prefix}/{n}")).get("c").cursor.offset for n in ("ok", "old")}
+    assert at == {"ok": 4, "old": 5}
+    reader.commit(encode({"ok": 4, "old": 21}))
+    assert CursorStore(old).get("c").cursor.offset == 21

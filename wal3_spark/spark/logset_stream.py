@@ -51,7 +51,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from wal3_spark.clock import SYSTEM, Clock
-from wal3_spark.errors import DataLost, LogNotFound, LogRecreated
+from wal3_spark.errors import CursorError, DataLost, LogNotFound, LogRecreated
 from wal3_spark.format.incarnation import UNRECORDED, same_log
 from wal3_spark.format.layout import FIRST_OFFSET
 from wal3_spark.format.manifest import Manifest
@@ -383,6 +383,16 @@ class LogSetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                             store.url, cursor)
         except LogRecreated as exc:  # the next trigger decides what to do about the new log
             logger.warning("cursor %s not moved: %s", cursor, exc)
+        except CursorError:
+            # a batch that ended below what garbage collection (a retention policy) has removed
+            # from this log since: the query skips ahead (failOnDataLoss=false), and its next
+            # batch moves the cursor; the other logs' cursors move now
+            manifest = self._log_reader(name).manifest()
+            if offset >= manifest.oldest_offset:
+                raise
+            logger.warning("%s: cursor %s not moved to %d: the records below %d were garbage-collected%s; "
+                           "the next batch moves it", store.url, cursor, offset, manifest.oldest_offset,
+                           policy_note(manifest.retention))
 
     # -- executors ------------------------------------------------------------------------
 
