@@ -38,13 +38,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 
 import pyarrow as pa
 
 from wal3_spark.clock import SYSTEM, Clock, micros
 from wal3_spark.errors import CompactionRefused, InvalidOption, LogNotFound
-from wal3_spark.format.fragment import FragmentBuilder
+from wal3_spark.format.fragment import DecodedFragment, FragmentBuilder
 from wal3_spark.format.layout import FragmentRef, SnapshotPointer
 from wal3_spark.format.manifest import Manifest
 from wal3_spark.format.setsum import Setsum
@@ -73,6 +74,9 @@ MIN_TARGET_BYTES = 1 << 10
 #: append to, compact with `settle_s` of three of their commit deadlines (`SETTLE_FOREIGN_S`)
 SETTLE_S = 0.0
 SETTLE_FOREIGN_S = 900.0
+#: how many of a run's fragments `rewrite` fetches at once: each is a GET (on object storage
+#: tens of ms, mostly waiting), so a few in flight hide the latency; more gains little on 2 cores
+FETCH_THREADS = 8
 
 
 @dataclass(frozen=True)
@@ -286,6 +290,15 @@ def _liftable(store: ObjectStore, manifest: Manifest,
     return (pointer,), load_snapshot(store, pointer).fragments
 
 
+def _add_fragment(builder: FragmentBuilder, ref: FragmentRef, decoded: DecodedFragment) -> None:
+    """Add one fragment of the run to `builder`, segment by segment (each keeps its write time)."""
+    payload, first = decoded.payload, 0
+    for segment in ref.segments or [None]:
+        rows = decoded.records if segment is None else segment.records
+        builder.add_segment(payload.slice(first, rows), decoded.timestamp_us[first:first + rows])
+        first += rows
+
+
 def rewrite(store: ObjectStore, run: Run, clock: Clock = SYSTEM) -> Rewritten:
     """The run's rows as one uploaded fragment, checked (its setsum, recomputed from its bytes,
     is the run's, else nothing is uploaded), and its `compacted/` record written. Reading a
@@ -294,13 +307,14 @@ def rewrite(store: ObjectStore, run: Run, clock: Clock = SYSTEM) -> Rewritten:
     columns = {f.filter.column for f in run.fragments if f.filter is not None}
     builder = FragmentBuilder(run.schema, micros(clock), item_hash=run.item_hash,
                               filter_column=columns.pop() if len(columns) == 1 else None)
-    for ref in run.fragments:
-        decoded = load_fragment(store, ref, run.schema is None, item_hash=run.item_hash)  # CorruptLog names it
-        payload, first = decoded.payload, 0
-        for segment in ref.segments or [None]:
-            rows = decoded.records if segment is None else segment.records
-            builder.add_segment(payload.slice(first, rows), decoded.timestamp_us[first:first + rows])
-            first += rows
+    with ThreadPoolExecutor(min(FETCH_THREADS, len(run.fragments)), thread_name_prefix="wal3-compact") as pool:
+        # fetched and checked a few at a time (a GET each: on object storage tens of ms), used
+        # in the run's order; what is fetched ahead is part of the run, which is about the target
+        # size, so memory stays about what the builder holds anyway
+        loaded = pool.map(lambda ref: load_fragment(store, ref, run.schema is None, item_hash=run.item_hash),
+                          run.fragments)
+        for ref, decoded in zip(run.fragments, loaded, strict=True):  # CorruptLog names the fragment
+            _add_fragment(builder, ref, decoded)
     encoded = builder.finish()
     expected = Setsum.sum(f.setsum for f in run.fragments)
     if encoded.setsum != expected:  # never commits what does not hold exactly the run's records
