@@ -117,6 +117,8 @@ def main(argv=None) -> int:
     p.add_argument("--case-limit", type=count_arg,
                    help="native scan: fragments up to which per-file values are a CASE rather than "
                         "a broadcast join (wal3_spark.spark.native_scan.CASE_LIMIT; to compare the two)")
+    p.add_argument("--runs", action="store_true",
+                   help="also print every run's wall seconds, in the order they ran (bimodal? drifting?)")
     p.add_argument("--core", action="store_true",
                    help="afterwards, run benchmarks/core.py --append-only (core append rows)")
     args = p.parse_args(argv)
@@ -270,6 +272,10 @@ def main(argv=None) -> int:
               f"{base_spread:>13} "
               f"{statistics.median(ours) / statistics.median(base):6.2f}x "
               f"{statistics.median(ours_cpu) / statistics.median(base_cpu):8.2f}x")
+    if args.runs:
+        for name, (ours, _), (base, _) in rows:
+            print(f"runs   {name.split(maxsplit=1)[1]:45} wal3 {' '.join(f'{x:.2f}' for x in ours)}"
+                  f"   baseline {' '.join(f'{x:.2f}' for x in base)}")
     print(f"driver commit (one manifest CAS): median {commit_ms:.1f} ms for {fragments:.0f} "
           f"fragments over {len(commits)} commits")
     print(f"bytes on disk: parquet {pq_bytes / 1e6:.1f} MB, wal3 fragments {w3_bytes / 1e6:.1f} MB")

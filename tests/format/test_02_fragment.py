@@ -785,3 +785,21 @@ def test_45_more_values_than_a_dictionary_index_holds_is_a_schema_mismatch():
         conform(batch, target)
     fits = pa.record_batch([pa.array([str(i % 100) for i in range(300)])], names=["d"])
     assert conform(fits, target).column(0).to_pylist() == fits.column(0).to_pylist()
+
+
+def test_46_structured_fragments_are_lz4_raw_ones_keep_chromas_snappy():
+    """Structured fragments are compressed with LZ4 (pyarrow decodes them faster, the read
+    task's critical path); raw fragments keep the SNAPPY of the fragments Chroma writes. Both
+    decode to what was written."""
+    schema = pa.schema([pa.field("tag", pa.string())])
+    rows = pa.table({"tag": [str(uuid.UUID(int=i)) for i in range(100)]}, schema=schema)
+    structured = encode_table(rows, schema, TS)
+    raw = encode_raw([b"a", b"b"], TS)
+
+    def codecs(data: bytes) -> set[str]:
+        meta = pq.ParquetFile(pa.BufferReader(data)).metadata
+        return {meta.row_group(0).column(i).compression for i in range(meta.num_columns)}
+
+    assert codecs(structured.data) == {"LZ4"}
+    assert codecs(raw.data) == {"SNAPPY"}
+    assert decode_fragment(structured.data, path="s", raw=False).payload.equals(rows)

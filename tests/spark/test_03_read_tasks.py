@@ -4,6 +4,7 @@ whatever the log's schema became, and collected fragments reported or skipped.""
 from __future__ import annotations
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from wal3_spark.spark.planning import pack
@@ -91,3 +92,44 @@ def test_02_an_executor_reading_fragments_gc_deleted_after_planning_gets_the_col
     batches = read_partition(store, parts[0], None, output_schema(None), verify=True,
                              fail_on_data_loss=False)
     assert pa.Table.from_batches(list(batches)).column("_offset").to_pylist() == list(range(11, 21))
+
+
+def test_03_a_task_hands_out_a_fragment_row_group_by_row_group_and_only_once_it_is_verified():
+    """Each Parquet row group reaches Spark as soon as it is decoded (not the whole fragment
+    first, then slices of it), the range's edges cut inside row groups; and a fragment whose
+    bytes do not match their digest yields no row at all, even though its damage is in a later
+    row group than the first one read."""
+    from wal3_spark.errors import CorruptLog
+    from wal3_spark.log.fragment_io import ReadRange, output_schema, read_range
+    from wal3_spark.log.reader import LogReader
+    from wal3_spark.log.writer import LogWriter
+    from wal3_spark.spark.planning import Part
+    from wal3_spark.spark.read_tasks import read_partition
+
+    store = open_store("memory://units-row-groups")
+    LogWriter(store).append(pa.table({"id": pa.array(range(150_000), pa.int64())}))
+    reader = LogReader(store)
+    manifest = reader.manifest()
+    (whole,) = reader.plan()
+    payload, target = manifest.arrow_schema(), output_schema(manifest.arrow_schema())
+    part = ReadRange(whole.ref, whole.ref.start + 70_000, whole.ref.start + 140_000)
+
+    def read(verify: bool) -> list[pa.RecordBatch]:
+        return list(read_partition(store, Part((part,)), payload, target, verify=verify,
+                                   item_hash=manifest.item_hash))
+
+    batches = read(verify=True)
+    assert [b.num_rows for b in batches] == [131_072 - 70_000, 140_000 - 131_072]  # row groups of 65,536
+    table = pa.Table.from_batches(batches)
+    assert table.column("id").to_pylist() == list(range(70_000, 140_000))
+    assert table.equals(pa.Table.from_batches([read_range(store, part, payload, verify=True)]))
+
+    data = bytearray(store.get(whole.ref.path).data)
+    last = pq.ParquetFile(pa.BufferReader(bytes(data))).metadata.row_group(2)
+    data[last.column(last.num_columns - 1).data_page_offset + 8] ^= 1  # in the last row group's `id`
+    store.delete(whole.ref.path)
+    store.put_if_absent(whole.ref.path, bytes(data))
+    rows = read_partition(store, Part((part,)), payload, target, verify=True,
+                          item_hash=manifest.item_hash)
+    with pytest.raises(CorruptLog, match="do not match their blake3"):
+        next(rows)

@@ -55,6 +55,16 @@ DEFAULT_ROW_GROUP_ROWS = 8 * CHUNK_ROWS
 buffered for one row group stays modest; a multiple of CHUNK_ROWS so that every row group but
 the last is a whole number of setsum chunks."""
 
+#: the Parquet compression of a structured fragment: LZ4 (Parquet's LZ4_RAW). Measured on the
+#: benchmark's 750,000-row fragment of 6 columns (one a `uuid()` string), 2026-12-03: pyarrow
+#: decodes it in 127 ms against 213 ms with SNAPPY (the uuid column alone 50 ms against 158 ms),
+#: encodes it no slower (538 ms against 569 ms), for 2.6% more bytes (43.4 MB against 42.3 MB).
+#: Decoding is a Python read task's critical path (docs/benchmarks.md, "Batch reads").
+STRUCTURED_COMPRESSION = "lz4"
+#: the Parquet compression of a raw fragment: SNAPPY, as Chroma's wal3 writes its fragments
+#: (a raw log's fragments keep Chroma's layout)
+RAW_COMPRESSION = "snappy"
+
 # Parquet writer settings, measured on 64Ki-row groups: a column whose dictionary outgrows this
 # falls back to plain encoding early (a full-size dictionary of unique values costs 2x the write
 # time and makes the file larger); low-cardinality columns stay dictionary-encoded.
@@ -110,7 +120,7 @@ class FragmentBuilder:
         self,
         schema: pa.Schema | None,
         timestamp_us: int,
-        compression: str = "snappy",
+        compression: str | None = None,
         *,
         row_group_rows: int = DEFAULT_ROW_GROUP_ROWS,
         item_hash: str | None = None,
@@ -118,7 +128,8 @@ class FragmentBuilder:
     ) -> None:
         """`filter_column`: build a stream filter of that column's values (docs/format.md
         section 4, "Stream filters") and ask Parquet for a bloom filter of it in every row
-        group, where the installed pyarrow writes them (`PARQUET_BLOOM_FILTERS`)."""
+        group, where the installed pyarrow writes them (`PARQUET_BLOOM_FILTERS`). `compression`:
+        None picks `RAW_COMPRESSION` or `STRUCTURED_COMPRESSION` by the kind of log."""
         if row_group_rows <= 0 or row_group_rows % CHUNK_ROWS:
             raise ValueError(f"row_group_rows must be a positive multiple of {CHUNK_ROWS}")
         if not 0 <= timestamp_us < 1 << 64:
@@ -134,7 +145,7 @@ class FragmentBuilder:
             check_filter_column(None if self.raw else self.payload_schema, filter_column)
         self.filter_column = filter_column
         self._filter_keys: set[bytes] = set()
-        self._compression = compression
+        self._compression = compression or (RAW_COMPRESSION if self.raw else STRUCTURED_COMPRESSION)
         self.timestamp_us = timestamp_us
         self._row_group_rows = row_group_rows
         self._file_schema = pa.schema(_HEADER_FIELDS + list(self.payload_schema))
@@ -397,34 +408,71 @@ class DecodedFragment:
 
 def decode_fragment(data: bytes, *, path: str, raw: bool) -> DecodedFragment:
     """Parse a fragment; raise CorruptLog naming `path` if it is not a well-formed fragment."""
+    return open_fragment(data, path=path, raw=raw).decode()
+
+
+class OpenedFragment:
+    """A fragment whose footer is parsed and checked, decoded whole or some row groups at a
+    time (`decode`): a read task hands each row group to Spark while the next one decodes,
+    instead of waiting for the whole fragment (docs/benchmarks.md, "Batch reads")."""
+
+    def __init__(self, parquet: pq.ParquetFile, *, path: str, raw: bool) -> None:
+        self.path = path
+        self._parquet = parquet
+        meta = parquet.metadata
+        names = parquet.schema_arrow.names
+        self.absolute = RELATIVE_OFFSET not in names and ABSOLUTE_OFFSET in names
+        self._offset_name = ABSOLUTE_OFFSET if self.absolute else RELATIVE_OFFSET
+        required = [self._offset_name, TIMESTAMP] + ([BODY] if raw else [])
+        missing = [name for name in required if name not in names]
+        if missing:
+            raise CorruptLog("a fragment has its required columns", path,
+                             f"columns {missing} are missing (it has {names})")
+        self._file_metadata = meta.metadata or {}
+        metadata = {key.decode(errors="replace"): value.decode(errors="replace")
+                    for key, value in self._file_metadata.items()}
+        self.metadata_setsum = metadata.get(SETSUM_KEY)
+        self.metadata_records = _metadata_records(metadata.get(RECORDS_KEY), path)
+        #: the payload columns' names, as stored
+        self.payload_names = [n for n in names if n not in (self._offset_name, TIMESTAMP)]
+        #: rows per row group, as the footer says
+        self.row_group_rows = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+
+    @property
+    def records(self) -> int:
+        """The rows the footer says the file holds."""
+        return sum(self.row_group_rows)
+
+    def decode(self, row_groups: Sequence[int] | None = None) -> DecodedFragment:
+        """The columns of `row_groups` (consecutive, ascending; None: all), as stored; CorruptLog
+        naming the fragment if they do not decode. pyarrow releases the GIL while decoding."""
+        try:
+            parquet = self._parquet
+            table = parquet.read() if row_groups is None else parquet.read_row_groups(list(row_groups))
+            table = _restore_arrow_types(table, self._file_metadata)
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            problem = f"not a readable Parquet file ({exc})"
+            raise CorruptLog("a fragment is a readable Parquet file", self.path, problem) from None
+        return DecodedFragment(
+            path=self.path,
+            offsets=_u64_column(table, self._offset_name, self.path),
+            absolute=self.absolute,
+            timestamp_us=_u64_column(table, TIMESTAMP, self.path),
+            payload=table.drop_columns([self._offset_name, TIMESTAMP]).replace_schema_metadata(None),
+            metadata_setsum=self.metadata_setsum,
+            metadata_records=self.metadata_records,
+        )
+
+
+def open_fragment(data: bytes, *, path: str, raw: bool) -> OpenedFragment:
+    """Parse a fragment's footer (nothing is decoded yet); CorruptLog naming `path` if it is not
+    a Parquet file with a fragment's required columns."""
     try:
         parquet = pq.ParquetFile(pa.BufferReader(data))
-        table = _restore_arrow_types(parquet.read(), parquet.metadata.metadata or {})
     except (pa.ArrowException, OSError, ValueError) as exc:
         problem = f"not a readable Parquet file ({exc})"
         raise CorruptLog("a fragment is a readable Parquet file", path, problem) from None
-    names = table.schema.names
-    absolute = RELATIVE_OFFSET not in names and ABSOLUTE_OFFSET in names
-    offset_name = ABSOLUTE_OFFSET if absolute else RELATIVE_OFFSET
-    required = [offset_name, TIMESTAMP] + ([BODY] if raw else [])
-    missing = [name for name in required if name not in names]
-    if missing:
-        raise CorruptLog(
-            "a fragment has its required columns", path, f"columns {missing} are missing (it has {names})"
-        )
-    metadata = {
-        key.decode(errors="replace"): value.decode(errors="replace")
-        for key, value in (parquet.metadata.metadata or {}).items()
-    }
-    return DecodedFragment(
-        path=path,
-        offsets=_u64_column(table, offset_name, path),
-        absolute=absolute,
-        timestamp_us=_u64_column(table, TIMESTAMP, path),
-        payload=table.drop_columns([offset_name, TIMESTAMP]).replace_schema_metadata(None),
-        metadata_setsum=metadata.get(SETSUM_KEY),
-        metadata_records=_metadata_records(metadata.get(RECORDS_KEY), path),
-    )
+    return OpenedFragment(parquet, path=path, raw=raw)
 
 
 def _restore_arrow_types(table: pa.Table, metadata: dict[bytes, bytes]) -> pa.Table:

@@ -14,8 +14,9 @@ docs/design/23-readers-and-garbage-collection.md.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -330,26 +331,14 @@ def check_fragment_data(
     checks CRCs. Any mismatch raises CorruptLog naming the fragment, never skips.
 
     The content check is the digest of the bytes where the pointer records one (the writer's
-    `blake3`: these are the bytes it encoded and summed, about 7 ms per 40 MB), else the setsum
+    `blake3`: these are the bytes it encoded and summed, about 17 ms per 42 MB), else the setsum
     recomputed from every record under the log's `item_hash` (the manifest's); `records`
     recomputes the setsum even where the digest matched, the record-level proof `wal3 verify`
     and a copy make (docs/format.md section 7)."""
-    from wal3_spark.format.fragment import (  # see the module docstring
-        decode_fragment,
-        digest,
-        recompute_setsum,
-    )
+    from wal3_spark.format.fragment import decode_fragment, recompute_setsum  # see the module docstring
 
     if verify and ref.blake3 is not None:
-        actual_digest = digest(data)
-        if actual_digest != ref.blake3:
-            raise CorruptLog(
-                "a fragment's bytes match their blake3 in the manifest",
-                ref.path,
-                f"its bytes do not match their blake3 in the manifest (hashed {actual_digest}, "
-                f"manifest {ref.blake3}); the file is corrupt: restore it from a copy or run "
-                "`wal3 verify` for the full report",
-            )
+        _check_digest(data, ref)
     decoded = decode_fragment(data, path=ref.path, raw=raw)
     n = len(decoded.offsets)
     if n != ref.records:
@@ -421,6 +410,10 @@ def check_columns_known(path: str, columns: Iterable[str], payload: pa.Schema | 
         )
 
 
+#: one piece of a range (`open_range`): decodes, checks and returns some of its rows
+Piece = Callable[[], pa.RecordBatch]
+
+
 def read_range(
     store: ObjectStore,
     part: ReadRange,
@@ -432,37 +425,138 @@ def read_range(
     fail_on_data_loss: bool = True,
     values: ValueFilter | None = None,
 ) -> pa.RecordBatch:
-    """The records of one fragment in [part.start, part.limit), as the read schema says; with
-    `values`, only the rows it wants (exactly: the stream filter that let the fragment through
-    may have been a false positive). The whole fragment is verified either way.
+    """The records of one fragment in [part.start, part.limit), as the read schema says, in one
+    batch: `open_range`'s checks, the range decoded at once."""
+    pieces = open_range(store, part, payload, verify=verify, records=records, item_hash=item_hash,
+                        fail_on_data_loss=fail_on_data_loss, values=values, whole=True)
+    if not pieces:  # skipped (failOnDataLoss=false), or no rows in the range
+        return pa.RecordBatch.from_pylist([], schema=output_schema(payload))
+    (piece,) = pieces
+    return piece()
+
+
+def open_range(
+    store: ObjectStore,
+    part: ReadRange,
+    payload: pa.Schema | None,
+    *,
+    verify: bool = True,
+    records: bool = False,
+    item_hash: str | None = None,
+    fail_on_data_loss: bool = True,
+    values: ValueFilter | None = None,
+    whole: bool = False,
+) -> list[Piece]:
+    """Fetch one fragment and check what can be checked before decoding it; return the pieces
+    that decode the records in [part.start, part.limit), in order, as the read schema says (with
+    `values`, only the rows it wants, exactly: the stream filter that let the fragment through
+    may have been a false positive). One piece per Parquet row group, or one for the whole
+    range (`whole`).
+
+    Verified means no row reaches the caller before the whole fragment is proven: where the
+    pointer records a digest, it is checked here on the fetched bytes, before any piece exists,
+    and each piece checks its rows' stored offsets and path time as it decodes them. Where the
+    setsum must be recomputed (`records`, or no digest), that needs every row, so the whole
+    fragment is decoded and proven here (`check_fragment_data`) and the one piece only slices it.
 
     A fragment garbage collection deleted after the read was planned raises DataLost with the
-    collected range; with `fail_on_data_loss=False` it is skipped with a warning (no rows), as a
-    planned start below the oldest offset is: a task that loses the race with GC behaves as the
-    plan would have, had it been made a moment later.
+    collected range; with `fail_on_data_loss=False` it is skipped with a warning (no pieces), as
+    a planned start below the oldest offset is: a task that loses the race with GC behaves as
+    the plan would have, had it been made a moment later.
     """
+    from wal3_spark.format.fragment import open_fragment  # see the module docstring
+
     ref = part.ref
     raw = payload is None
     if part.root is not None:
         store = parent_store(store, part.root)
     try:
-        decoded = load_fragment(store, ref, raw, verify=verify, records=records, item_hash=item_hash)
+        data = fetch_fragment(store, ref)
     except DataLost:
         if fail_on_data_loss:
             raise
         logger.warning("%s: offsets [%d, %d) were garbage-collected while being read; skipping them",
-                    store.url, part.start, part.limit)
-        return pa.RecordBatch.from_pylist([], schema=output_schema(payload))
-    n = len(decoded.offsets)
-    check_columns_known(decoded.path, decoded.payload.schema.names, payload)
-    table = conform(decoded.payload, RAW_SCHEMA if raw else payload)
+                       store.url, part.start, part.limit)
+        return []
     lo, hi = part.start - ref.start, part.limit - ref.start
-    table = table.slice(lo, hi - lo)
-    offsets = _int64s(np.arange(part.start, part.limit, dtype=np.int64), pa.int64())
-    ts = np.broadcast_to(np.asarray(decoded.timestamp_us, dtype=np.int64).reshape(-1), (n,))[lo:hi]
+    if verify and (records or ref.blake3 is None):
+        decoded = check_fragment_data(data, ref, raw, verify=verify, records=records,
+                                      item_hash=item_hash)
+        batch = _range_batch(decoded, 0, lo, hi, part.start, payload, values)
+        return [lambda: batch]
+    if verify:
+        _check_digest(data, ref)
+    fragment = open_fragment(data, path=ref.path, raw=raw)
+    check_columns_known(ref.path, fragment.payload_names, payload)
+    if fragment.records != ref.records:
+        raise CorruptLog(
+            "a fragment holds limit - start records", ref.path,
+            f"holds {fragment.records} records, the manifest says {ref.records}"
+        )
+    groups: list[tuple[list[int], int]] = []  # (row groups, the fragment row of their first)
+    first = 0
+    for index, rows in enumerate(fragment.row_group_rows):
+        if first < hi and first + rows > lo and rows:
+            if whole and groups:
+                groups[0][0].append(index)
+            else:
+                groups.append(([index], first))
+        first += rows
+
+    def piece(row_groups: list[int], row: int) -> pa.RecordBatch:
+        decoded = fragment.decode(row_groups)
+        stored = int(decoded.offsets[0])
+        expected = row + (ref.start if decoded.absolute else 0)
+        if stored != expected:
+            raise CorruptLog(
+                "a fragment's stored offsets start where the manifest places it",
+                ref.path,
+                f"its stored offsets do not start where the manifest places it (first stored "
+                f"offset {stored} at row {row}, expected {expected}: manifest start {ref.start})",
+            )
+        if verify:
+            _check_path_time(decoded, ref, raw)
+        return _range_batch(decoded, row, lo, hi, ref.start + row, payload, values)
+
+    return [partial(piece, g, r) for g, r in groups]
+
+
+def _check_digest(data: bytes, ref: FragmentRef) -> None:
+    """The fragment's bytes hash to the `blake3` of its pointer, else CorruptLog naming it."""
+    from wal3_spark.format.fragment import digest  # see the module docstring
+
+    actual_digest = digest(data)
+    if actual_digest != ref.blake3:
+        raise CorruptLog(
+            "a fragment's bytes match their blake3 in the manifest",
+            ref.path,
+            f"its bytes do not match their blake3 in the manifest (hashed {actual_digest}, "
+            f"manifest {ref.blake3}); the file is corrupt: restore it from a copy or run "
+            "`wal3 verify` for the full report",
+        )
+
+
+def _range_batch(
+    decoded: DecodedFragment,
+    row: int,
+    lo: int,
+    hi: int,
+    offset: int,
+    payload: pa.Schema | None,
+    values: ValueFilter | None,
+) -> pa.RecordBatch:
+    """The rows of `decoded` (fragment rows from `row`; the first has log offset `offset`) that
+    fall in the fragment rows [lo, hi), with `_offset` and `_timestamp`, as the read schema says."""
+    raw = payload is None
+    n = len(decoded.offsets)
+    table = conform(decoded.payload, RAW_SCHEMA if raw else payload)
+    a, b = max(lo - row, 0), min(hi - row, n)
+    table = table.slice(a, b - a)
+    offsets = _int64s(np.arange(offset + a, offset + b, dtype=np.int64), pa.int64())
+    ts = np.broadcast_to(np.asarray(decoded.timestamp_us, dtype=np.int64).reshape(-1), (n,))[a:b]
     timestamps = _int64s(ts, TIMESTAMP_FIELD.type)
-    # a fragment decodes to one chunk per column: take it (a slice, no copy); combine_chunks
-    # would copy every byte of the fragment once more
+    # a decode yields one chunk per column: take it (a slice, no copy); combine_chunks would
+    # copy every byte once more
     columns = [c.chunk(0) if c.num_chunks == 1 else c.combine_chunks() for c in table.columns]
     batch = pa.RecordBatch.from_arrays(
         columns + [offsets, timestamps], schema=output_schema(None if raw else payload)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -34,11 +35,11 @@ from wal3_spark.format.layout import FragmentRef
 from wal3_spark.format.manifest import Manifest
 from wal3_spark.format.schema import OFFSET_COLUMN, conform, reconcile
 from wal3_spark.format.stream_filter import ValueFilter
-from wal3_spark.log.fragment_io import ReadRange, output_schema, read_range
+from wal3_spark.log.fragment_io import Piece, ReadRange, open_range, output_schema
 from wal3_spark.logset.logs import LogSet
 from wal3_spark.spark.options import Wal3Options
 from wal3_spark.spark.planning import Bounds, narrow, pack, plan_range, pushed_values, value_filters
-from wal3_spark.spark.read_tasks import READ_BATCH_ROWS, prefetched
+from wal3_spark.spark.read_tasks import READ_BATCH_ROWS, pipelined
 from wal3_spark.spark.schemas import arrow_to_spark, spark_to_arrow
 
 #: the column naming each row's log
@@ -208,18 +209,21 @@ def read_log_ranges(
     batch_rows: int = READ_BATCH_ROWS,
 ) -> Iterator[pa.RecordBatch]:
     """The partition's records, log by log in offset order, as batches of `target`; the next
-    fragment is fetched, verified and decoded while Spark consumes this one."""
+    row group decodes (and the next fragment is fetched and checked) while Spark consumes this one."""
     log_set = options.log_set()
 
-    def load(r: LogRange) -> pa.RecordBatch:
-        meta = partition.logs[r.log]
-        batch = read_range(log_set.log_store(r.log), r.range, meta.payload, verify=options.verify_on_read,
-                           records=options.verify_records,
-                           item_hash=meta.item_hash, fail_on_data_loss=options.fail_on_data_loss,
-                           values=meta.values)
-        return conform_to(batch, target, r.log)
+    def conformed(piece: Piece, log: str) -> pa.RecordBatch:
+        return conform_to(piece(), target, log)
 
-    return prefetched(partition.ranges, load, batch_rows)
+    def pieces(r: LogRange) -> list[Piece]:
+        meta = partition.logs[r.log]
+        opened = open_range(log_set.log_store(r.log), r.range, meta.payload,
+                            verify=options.verify_on_read, records=options.verify_records,
+                            item_hash=meta.item_hash, fail_on_data_loss=options.fail_on_data_loss,
+                            values=meta.values)
+        return [partial(conformed, p, r.log) for p in opened]
+
+    return pipelined(partition.ranges, pieces, batch_rows)
 
 
 # ------------------------------------------------------------------------------ batch read
