@@ -31,6 +31,7 @@ from wal3_spark.log.reader import LogReader
 from wal3_spark.log.writer import LogWriter, LogWriterOptions
 from wal3_spark.ops.verify import verify
 from wal3_spark.storage.base import Blob
+from wal3_spark.storage.common import md5_etag
 from wal3_spark.storage.forwarding import ForwardingStore
 from wal3_spark.testing import FaultyStore, LateLandingStore
 
@@ -375,6 +376,7 @@ class HeldManifestWrites(ForwardingStore):
         self.before: dict[int, BaseException] = {}
         self.after: dict[int, BaseException] = {}
         self.conditions: list[str] = []
+        self.data: list[bytes] = []
         self._numbers = itertools.count()
         self._lock = threading.Lock()
         self._uploaded = threading.Condition()
@@ -397,6 +399,7 @@ class HeldManifestWrites(ForwardingStore):
         with self._lock:
             i = next(self._numbers)
             self.conditions.append(etag)
+            self.data.append(bytes(data))
         self.sent[i].set()
         self.release[i].wait()
         try:
@@ -470,6 +473,7 @@ def test_16_a_chained_write_after_a_lost_race_falls_back_to_the_ordinary_commit(
         LogWriter(store).append(b"other")
         held.release_in_order(3)
         writer.flush()
+        assert writer._chain.resent == 0  # a was conditioned on a stored version: no reordering
     assert [f.result().start for f in futures] == [3, 4, 5]
     assert resolved == [b"a", b"b", b"c"]
     assert bodies(store) == [b"r0", b"other", b"a", b"b", b"c"]
@@ -791,3 +795,64 @@ def test_27_a_future_sharing_its_condition_waits_for_its_own_outcome():
     assert isinstance(got["exception"], ValueError)
     with pytest.raises(FutureTimeout):
         _AppendFuture(condition).result(timeout=0.01)
+
+
+def _reordered(held):
+    """b and c (chained on a's and b's predicted ETags) reach the store before a is applied and
+    lose (412); a then lands as predicted. The chain then sends c's bytes on a's ETag (write 3)."""
+    for i in (1, 2, 0):
+        held.release[i].set()
+        assert held.answered[i].wait(timeout=60)
+    assert held.sent[3].wait(timeout=60)
+    assert (held.data[3], held.conditions[3]) == (held.data[2], held.conditions[1])
+
+
+def test_28_links_lost_to_a_reordering_land_with_one_resend_while_the_chain_keeps_sending(store):
+    """After the reordering of `_reordered`, one write of c's bytes conditioned on a carries b
+    and c, and the chain does not drain: d's write goes out, chained on c's bytes, while that
+    resend is still held by the store. Each append is in the log once, acknowledged in order."""
+    LogWriter(store).append(b"r0")
+    held = HeldManifestWrites(store)
+    writer, futures, resolved = pipelined(store, held, [b"a", b"b", b"c"])
+    with writer:
+        _reordered(held)
+        d = writer.submit(b"d")
+        sent_while_held = held.sent[4].wait(timeout=60)
+        b_pending = not futures[1].done()  # b: decided by the resend, still held
+        held.release_in_order(5)
+        assert sent_while_held, "the chain waited for the resend"
+        assert held.conditions[4] == md5_etag(held.data[2])
+        assert b_pending
+        writer.flush()
+        assert (writer._chain.resent, writer._chain.drained) == (1, 0)
+    assert [f.result().start for f in futures + [d]] == [2, 3, 4, 5]
+    assert resolved == [b"a", b"b", b"c"]
+    _exactly_once(store, [b"r0", b"a", b"b", b"c", b"d"])
+
+
+@pytest.mark.parametrize("kind", ["landed", "not-landed", "lands-late", "lost-race"])
+def test_29_a_resend_that_does_not_succeed_is_resolved_once(store, kind):
+    """The resend of `_reordered` times out having written, or not, or to land late (right after
+    the chain's next read), or loses to another writer's commit: the chain waits for every
+    answer and resolves b and c once, in order (after the other writer's record when it lost)."""
+    LogWriter(store).append(b"r0")
+    late = LateLandingStore(store, keys=[MANIFEST_KEY], writes=[4] if kind == "lands-late" else [],
+                            land="after_get")
+    held = HeldManifestWrites(late)
+    timeout = AmbiguousWrite(MANIFEST_KEY, "injected: the answer was lost")
+    if kind in ("landed", "not-landed"):
+        (held.after if kind == "landed" else held.before)[3] = timeout
+    writer, futures, resolved = pipelined(store, held, [b"a", b"b", b"c"])
+    with writer:
+        _reordered(held)
+        if kind == "lost-race":
+            LogWriter(store).append(b"other")
+        held.release_all()
+        writer.flush()
+        assert (writer._chain.resent, writer._chain.drained) == (1, 1)
+    if kind == "lands-late":
+        assert late.counts["landed"] == 1, late.counts  # the scenario really happened
+    other = [b"other"] if kind == "lost-race" else []
+    assert [f.result().start for f in futures] == [2, 3 + len(other), 4 + len(other)]
+    assert resolved == [b"a", b"b", b"c"]
+    _exactly_once(store, [b"r0", b"a", *other, b"b", b"c"])

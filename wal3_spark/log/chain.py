@@ -16,6 +16,14 @@ is awaited, and the links that did not land (or may not have) are resolved by th
 compare-and-swap's rules, never appended twice. Each rule, and why it holds:
 docs/design/21-pipelined-manifest-writes.md.
 
+A chained link that reached the store before its predecessor was applied loses (412) though the
+predecessor then lands as predicted. Instead of draining the chain, one write is sent: the bytes
+of the last link sent, conditioned on the landed predecessor (`_Resend`). It lands only while
+that version is current, the original links only if the lost one landed after all (which would
+have replaced that version first): at most one of the two paths lands, and the resend's success
+proves every link it carries. The links sent after it stay valid (they are chained on the bytes it
+carries). Only if it fails does the chain drain.
+
 A mispredicted ETag (a store that does not hash as it claims) costs one 412 and ends chaining
 for this writer. Never more than one request per link is sent: manifest writes are never hedged.
 """
@@ -35,8 +43,11 @@ from wal3_spark.errors import (
     AmbiguousWrite,
     CommitFailed,
     CommitOutcomeUnknown,
+    CorruptLog,
+    DataLost,
     PartlyCommitted,
     PreconditionFailed,
+    StorageError,
     TransientError,
 )
 from wal3_spark.format.layout import MANIFEST_KEY
@@ -72,6 +83,24 @@ class _Link(Generic[P]):
     on: str
     predicted: str
     answer: Future
+    #: sent conditioned on the predicted ETag of a link still unresolved, not on a version known
+    #: to be stored: only such a link can lose to a reordering (its predecessor not yet applied)
+    chained: bool = False
+
+
+@dataclass
+class _Resend:
+    """The one write sent instead of draining when the oldest unresolved link, `first`, lost
+    (412, or "not sent") although the version it was conditioned on, `on`, had landed as
+    predicted: the bytes of `last`, the last link sent at that moment, conditioned on `on`.
+    `last`'s bytes place every link from `first` to `last` where the chain placed them; the
+    links sent later are chained on those bytes. While `on` is current either this write lands
+    or `first` does (if its 412 was false), never both: a success proves `first`..`last`."""
+
+    first: _Link
+    last: _Link
+    on: str
+    answer: Future
 
 
 @dataclass(frozen=True)
@@ -105,10 +134,16 @@ class ManifestChain(Generic[P]):
         self._depth = depth if self.store.md5_etags else 1
         self._links: deque[_Link[P]] = deque()
         self._resolved: list[Resolved[P]] = []
+        #: the write sent instead of draining, until its range is resolved (one at a time)
+        self._resend: _Resend | None = None
+        #: resends sent (each about one round trip on the links it carries, instead of a drain)
+        self.resent = 0
         #: times the chain drained after a failed link: each a wait for the writes in flight and
         #: an ordinary commit, during which no new link is sent (what a benchmark reports)
         self.drained = 0
-        self._pool = ThreadPoolExecutor(max(1, depth), thread_name_prefix="wal3-manifest")
+        # Room for a resend and the next links while the originals it replaces are still in
+        # flight (their answers no longer matter, but they hold a thread until they come).
+        self._pool = ThreadPoolExecutor(2 * max(1, depth) + 1, thread_name_prefix="wal3-manifest")
 
     def room(self) -> bool:
         return len(self._links) < self._depth
@@ -117,9 +152,15 @@ class ManifestChain(Generic[P]):
         return not self._links
 
     def ready(self) -> bool:
-        """Whether `settle` has something to do: the oldest link was answered, or a later one
-        succeeded (which proves the ones before it landed)."""
-        return bool(self._links) and (self._links[0].answer.done() or self._proven() is not None)
+        """Whether `settle` has something to do: the oldest link was answered (and the resend
+        sent for it, if any), or a later one succeeded (which proves the ones before it landed)."""
+        if not self._links:
+            return False
+        if self._proven() is not None:
+            return True
+        if not self._links[0].answer.done():
+            return False
+        return self._resend is None or self._resend.answer.done()
 
     def send(self, payload: P, files: list[NewFragment], schema: pa.Schema | None, incarnation: object) -> None:
         """Place `files` (written for the log's `incarnation`) after everything sent so far and
@@ -142,23 +183,32 @@ class ManifestChain(Generic[P]):
             self._drain()
             self._resolve_in_order([_Item(payload, files, schema, incarnation, None, None)])
             return
+        chained = bool(self._links)
         answer = self._pool.submit(self.store.put_if_match, MANIFEST_KEY, data, base.etag)
         self._links.append(_Link(payload, files, schema, incarnation, base.value.next_offset, value,
-                                 data, base.etag, md5_etag(data), answer))
+                                 data, base.etag, md5_etag(data), answer, chained))
         answer.add_done_callback(lambda _: self._notify())
 
     def settle(self) -> list[Resolved[P]]:
-        """Outcomes now known, in the order the payloads were sent. Blocks only when the oldest
-        link failed: then every answer of the chain is awaited (nothing is decided on a write
-        still in flight, and a later success proves the failed link landed whatever it
-        answered) and the rest is resolved in order."""
+        """Outcomes now known, in the order the payloads were sent. When the oldest link lost
+        to a reordering, sends one resend (`_Resend`) and returns; blocks only when the oldest
+        link failed otherwise, or its resend failed: then every answer of the chain is awaited
+        (nothing is decided on a write still in flight, and a later success proves the failed
+        link landed whatever it answered) and the rest is resolved in order."""
         while True:
             self._acknowledge_landed()
             if not (self._links and self._links[0].answer.done()):
                 break
             if self._links[0].answer.exception() is None:
                 continue  # answered with success since the scan: acknowledge it, no need to wait
-            self._drain()  # the head did not succeed
+            if self._resend is not None:
+                if not self._resend.answer.done():
+                    break  # decided when it is answered
+                if self._resend.answer.exception() is None:
+                    continue  # answered with success since the scan
+            elif self._send_resend():
+                break
+            self._drain()  # the head did not succeed, nor did a resend for it
             break
         resolved, self._resolved = self._resolved, []
         return resolved
@@ -168,6 +218,7 @@ class ManifestChain(Generic[P]):
         appends as of unknown outcome); the chain starts afresh from a read."""
         self._links.clear()
         self._resolved.clear()
+        self._resend = None
         self.committer.forget()
 
     def shutdown(self) -> None:
@@ -190,23 +241,43 @@ class ManifestChain(Generic[P]):
         held only if the predecessor landed (docs/design/21-pipelined-manifest-writes.md)."""
         last = None
         for i, link in enumerate(self._links):
-            if _succeeded(link):
+            if _succeeded(link) or self._resent_landed(link):
                 last = i
         return last
 
+    def _resent_landed(self, link: _Link[P]) -> bool:
+        """Whether `link` is the last one a resend carried, and that resend succeeded."""
+        resend = self._resend
+        return resend is not None and resend.last is link and _succeeded(resend)
+
     def _acknowledge_landed(self) -> None:
-        """Resolve every link up to the last one that succeeded: they all landed."""
+        """Resolve every link up to the last one that succeeded (or whose bytes a resend landed):
+        they all landed."""
         last = self._proven()
         if last is None:
             return
+        resend = self._resend
+        last_link = self._links[last]
+        etag = last_link.answer.result() if _succeeded(last_link) else None
         landed = [self._links.popleft() for _ in range(last + 1)]
+        # Links whose original writes never landed: the resend carried them.
+        carried: list[_Link[P]] = []
+        if resend is not None and any(link is resend.first for link in landed):
+            # Either the resend landed, or an original link at or after `first` succeeded, which
+            # proves `first` landed on the version the resend was conditioned on: the resend can
+            # then never land (that version never returns). Its range is resolved either way.
+            self._resend = None
+            if _succeeded(resend) or not resend.answer.done():  # it landed, or may have
+                carried = landed[:landed.index(resend.last) + 1]
+            if etag is None:
+                etag = resend.answer.result()
+        assert etag is not None
         for link in landed:
-            if link.answer.done() and not _succeeded(link):
+            if link.answer.done() and not _succeeded(link) and not any(link is c for c in carried):
                 logger.warning("%s: a pipelined manifest write was answered %r, but a write chained "
                             "on it landed, so it landed too", self.store.url, link.answer.exception())
             self._resolved.append(Resolved(link.payload, link.start))
         link = landed[-1]
-        etag = link.answer.result()
         if etag != link.predicted and self._depth > 1:
             logger.warning("%s: the store's ETag for a manifest write is not the MD5 of its bytes "
                         "(%s, expected %s): pipelined manifest writes are off for this writer",
@@ -215,19 +286,94 @@ class ManifestChain(Generic[P]):
         self.committer.landed(Versioned(link.value, etag, link.data))
         self.committer.record_dirty(link.value.next_offset)
 
+    def _send_resend(self) -> bool:
+        """The oldest link lost to a reordering (see `_Resend`): send the last link's bytes on
+        the version it was conditioned on, instead of draining. Only when that loss can be a
+        reordering: the link was chained on a link still in flight, and that link then landed
+        with exactly the predicted ETag (the version the committer now knows). Returns whether
+        it was sent."""
+        head, last = self._links[0], self._links[-1]
+        known = self.committer.known()
+        if not (self._depth > 1 and head.chained and known is not None and known.etag == head.on
+                and isinstance(head.answer.exception(), (PreconditionFailed, TransientError))
+                and all(same_schema(link.schema, head.schema) and link.incarnation == head.incarnation
+                        for link in self._links)):
+            return False
+        logger.debug("%s: a chained manifest write lost (%r) though its predecessor landed; sending "
+                     "the last link's bytes on that version", self.store.url, head.answer.exception())
+        answer = self._pool.submit(self.store.put_if_match, MANIFEST_KEY, last.data, head.on)
+        self._resend = _Resend(head, last, head.on, answer)
+        self.resent += 1
+        answer.add_done_callback(lambda _: self._notify())
+        return True
+
     def _drain(self) -> None:
-        """Wait for every answer, acknowledge what a success proves, resolve the rest in order."""
+        """Wait for every answer (a resend's included), acknowledge what a success proves,
+        resolve the rest in order."""
         self.drained += 1
-        wait([link.answer for link in self._links])
+        pending = [link.answer for link in self._links]
+        wait(pending + [self._resend.answer] if self._resend is not None else pending)
         self._acknowledge_landed()
-        rest = list(self._links)
+        resend, self._resend = self._resend, None
+        rest = [_Item(link.payload, link.files, link.schema, link.incarnation, link.start, link)
+                for link in self._links]
         self._links.clear()
         # The committer now conditions on the last link that landed: right after a reordering
         # (the usual 412), one PUT; after another writer's commit, a 412 and a reload.
-        self._resolve_in_order([_Item(link.payload, link.files, link.schema, link.incarnation, link.start, link)
-                                for link in rest])
+        if resend is None or isinstance(resend.answer.exception(), (PreconditionFailed, TransientError)):
+            # No resend, or one that never landed and never will: as if it had not been sent.
+            self._resolve_in_order(rest)
+            return
+        carried = next(i for i, item in enumerate(rest) if item.link is resend.last) + 1
+        unknown = self._resolve_resent(rest[:carried], resend)
+        if isinstance(unknown, _Originals):  # the first link landed: the resend never can; the answers decide
+            self._resolve_in_order(rest)
+        else:
+            self._resolve_in_order(rest[carried:], unknown=unknown)
 
-    def _resolve_in_order(self, items: list[_Item[P]]) -> None:
+    def _resolve_resent(self, items: list[_Item[P]], resend: _Resend) -> CommitOutcomeUnknown | _Originals | None:
+        """Resolve the links a resend carried (`items`, the oldest first) when its answer was
+        neither a success nor a known loss (a timeout, a refusal), every other answer being in.
+        The log is read first: the links are all there (by either path), some of them (the
+        originals landed, the first despite its 412, so the resend never can: `_ORIGINALS`,
+        and their own answers decide), or none. In the last case no original can land any more
+        (the first one's answer came, and it is not there), so the resend alone may: the links
+        are resolved as one ambiguous write of their fragments, conditioned on the version it
+        was sent on (a real one: it landed), which the compare-and-swap finds or writes again
+        only on that version. Returns the CommitOutcomeUnknown they ended with, if they did
+        (the links chained on the resend's bytes end unknown too)."""
+        first = items[0]
+        assert first.start is not None
+        files = [f for item in items for f in item.files]
+        logger.warning("%s: the outcome of a resent pipelined manifest write is unknown (%r); resolving it",
+                       self.store.url, resend.answer.exception())
+        try:
+            start = self.committer.find(files, first.start)
+            if start is None:
+                start = self._commit(files, first.schema, InFlight(resend.last.data, resend.on), first.start,
+                                     first.incarnation).start
+        except PartlyCommitted:
+            return _ORIGINALS
+        except (StorageError, CorruptLog, DataLost) as exc:  # the read failed: the resend may land
+            unknown = CommitOutcomeUnknown(
+                f"the append to {self.store.url} may or may not be in the log: a resent manifest write's "
+                f"outcome is unknown and the log could not be read to find out ({exc}). Nothing was "
+                f"deleted. To find out, run `wal3 verify {self.store.url}`")
+            unknown.__cause__ = exc
+            self._resolved.extend(Resolved(item.payload, None, unknown) for item in items)
+            return unknown
+        except CommitOutcomeUnknown as exc:
+            self._resolved.extend(Resolved(item.payload, None, exc) for item in items)
+            return exc
+        except Exception as exc:  # noqa: BLE001 (fails exactly these payloads)
+            self._resolved.extend(Resolved(item.payload, None, exc) for item in items)
+            return None
+        for item in items:
+            self._resolved.append(Resolved(item.payload, start))
+            start += sum(f.records for f in item.files)
+        return None
+
+    def _resolve_in_order(self, items: list[_Item[P]], *, unknown: CommitOutcomeUnknown | None = None) -> None:
         """Commit (or resolve) each item in order, no success among them (those were
         acknowledged). Rules (docs/design/21-pipelined-manifest-writes.md), walking the links in chain order:
         - a link known never to land (never sent, a 412, not sent), and every link after it
@@ -239,10 +385,10 @@ class ManifestChain(Generic[P]):
           its predecessor's ETag, which is a real version only once the predecessor is resolved;
           so once a link's outcome stays unknown, every ambiguous link after it (up to a link
           known never to land) is unknown too: it lands if the unknown one does;
-        - a refused link fails with its refusal, unless its fragments are found in the log."""
+        - a refused link fails with its refusal, unless its fragments are found in the log.
+        `unknown`: the outcome of the write the first item is chained on is unknown (a resend's)."""
         fresh: list[_Item[P]] = []
         dead = False  # a link before this one never landed and never will: neither can this one
-        unknown: CommitOutcomeUnknown | None = None  # the outcome of an earlier link is unknown
 
         for item in items:
             error = None if item.link is None else item.link.answer.exception()
@@ -347,8 +493,15 @@ def _unknown_after(url: str, predecessor: CommitOutcomeUnknown) -> CommitOutcome
     return unknown
 
 
-def _succeeded(link: _Link) -> bool:
-    return link.answer.done() and link.answer.exception() is None
+def _succeeded(write: _Link | _Resend) -> bool:
+    return write.answer.done() and write.answer.exception() is None
+
+
+class _Originals:
+    """`_resolve_resent`'s answer when the original links, not the resend, decide."""
+
+
+_ORIGINALS = _Originals()
 
 
 class _Ordinary(Exception):

@@ -385,6 +385,11 @@ class Committer:
         fresh read (None: no log)."""
         return self._manifest.last if self._manifest.known else self._manifest.load()
 
+    def known(self) -> Versioned[Manifest] | None:
+        """The version the last read or write established (no I/O); None when nothing is known
+        (or the log did not exist)."""
+        return self._manifest.last if self._manifest.known else None
+
     def appended(
         self, current: Manifest, fragments: Sequence[NewFragment], *, schema: pa.Schema | None,
         merge_schema: bool = False, incarnation: object = UNRECORDED,
