@@ -22,6 +22,7 @@ import pyarrow as pa
 from wal3_spark.errors import InvalidOption, InvalidUrl, Wal3Error
 from wal3_spark.format.layout import FIRST_OFFSET, MAX_OFFSET, abbreviated
 from wal3_spark.format.schema import parse_schema
+from wal3_spark.format.units import parse_duration_ms, parse_size
 from wal3_spark.log.auto_compaction import DEFAULT_FRAGMENTS
 from wal3_spark.log.compaction import DEFAULT_MIN_FRAGMENTS, DEFAULT_TARGET_BYTES, SETTLE_S
 from wal3_spark.storage.common import split_url
@@ -31,9 +32,6 @@ from wal3_spark.storage.s3 import S3Settings
 MAX_COUNT = 2**63 - 1
 #: the largest number of partitions or tasks (a JVM `int`: Spark's partition counts)
 MAX_PARTITIONS = 2**31 - 1
-#: the longest duration: 100 years, far past any grace interval or timeout, and short enough
-#: for every clock and `datetime` computation made with it
-MAX_SECONDS = 100 * 365.25 * 86400
 
 _INTEGER = re.compile(r"-?[0-9]+")
 
@@ -78,9 +76,19 @@ positive_arg = integer(1, MAX_COUNT, "a positive count")
 partitions_arg = integer(1, MAX_PARTITIONS, "a number of partitions")
 #: a TCP port to listen on (0: any free one)
 port_arg = integer(0, 65535, "a port number (0: any free port)")
-#: a duration in seconds (`nan`, `inf` and negatives are refused)
-seconds_arg = number(0, MAX_SECONDS, "a duration",
-                     f"give a number of seconds >= 0 and <= {MAX_SECONDS:.0f} (100 years), e.g. 3600")
+
+
+def seconds_arg(text: str) -> float:
+    """A duration -> seconds: plain seconds (`3600`, `0.5`) or with a unit (`1h`, `30m`,
+    `500ms`), within [0, 100 years] (`nan`, `inf` and negatives are refused)."""
+    try:
+        return parse_duration_ms(text, bare_unit="s") / 1000
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{abbreviated(text, repr)} is not a duration: give seconds or e.g. 90s, 30m, 1h, 7d; "
+            "at most 100 years") from None
+
+
 #: a share of a whole
 share_arg = number(0, 1, "a share", "give a number within [0, 1], e.g. 0.9")
 
@@ -118,8 +126,6 @@ def schema_arg(text: str) -> pa.Schema:
 
 def size_arg(text: str) -> int:
     """A size in bytes > 0: `67108864`, `64m`, `64MiB`, `1g` (binary units)."""
-    from wal3_spark.spark.options import parse_size  # the one size syntax, as Spark options take it
-
     try:
         size = parse_size(text)
     except ValueError:

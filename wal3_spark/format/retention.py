@@ -12,49 +12,31 @@ Design: docs/design/33-retention.md.
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from wal3_spark.errors import CorruptLog, InvalidOption
 from wal3_spark.format.layout import MANIFEST_KEY, FragmentRef, check_int, shown
+from wal3_spark.format.units import DURATION_FORMS, MAX_DURATION_MS, duration_text, parse_duration_ms, size_text
 from wal3_spark.format.uuid7 import uuid7_timestamp_us
 
-#: the longest age a policy takes: 100 years, as every other duration the command line takes
-MAX_AGE_MS = int(100 * 365.25 * 86400 * 1000)
-_DURATION = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*(ms|s|m|min|h|d|w)\s*", re.I)
-_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000,
-            "w": 7 * 86_400_000}
+#: the longest age a policy takes: 100 years, as every other duration (format/units.py)
+MAX_AGE_MS = MAX_DURATION_MS
 
 
 def parse_age_ms(text: str) -> int:
     """`7d`, `12h`, `30m`, `90s`, `500ms`, `2w` (a unit is required: a bare number could be
     seconds or milliseconds) -> milliseconds > 0; InvalidOption names the forms taken."""
-    m = _DURATION.fullmatch(text)
-    value = float(m.group(1)) * _UNIT_MS[m.group(2).lower()] if m else math.nan
-    if not (math.isfinite(value) and 1 <= value <= MAX_AGE_MS):
+    try:
+        ms = parse_duration_ms(text, bare_unit=None)
+    except ValueError:
+        ms = 0
+    if ms < 1:
         raise InvalidOption(
             f"{shown(text)} is not a retention age: give a number with a unit, greater than 0 and "
-            "at most 100 years, e.g. 7d, 12h, 30m, 90s, 500ms or 2w")
-    return int(value)
-
-
-def age_text(ms: int) -> str:
-    """An age as `parse_age_ms` reads it, in the largest unit that divides it."""
-    for unit in ("w", "d", "h", "m", "s"):
-        if ms % _UNIT_MS[unit] == 0:
-            return f"{ms // _UNIT_MS[unit]}{unit}"
-    return f"{ms}ms"
-
-
-def size_text(size: int) -> str:
-    """A size in the largest binary unit that divides it (`64MiB`), else bytes."""
-    for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if size % scale == 0:
-            return f"{size // scale}{unit}"
-    return f"{size} bytes"
+            f"at most 100 years, e.g. {DURATION_FORMS}")
+    return ms
 
 
 @dataclass(frozen=True)
@@ -98,7 +80,7 @@ class RetentionPolicy:
         """`max-age 7d, max-bytes 1GiB`: the policy as `wal3 retention` sets it."""
         parts = []
         if self.max_age_ms is not None:
-            parts.append(f"max-age {age_text(self.max_age_ms)}")
+            parts.append(f"max-age {duration_text(self.max_age_ms)}")
         if self.max_bytes is not None:
             parts.append(f"max-bytes {size_text(self.max_bytes)}")
         return ", ".join(parts)

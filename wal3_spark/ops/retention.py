@@ -27,8 +27,8 @@ from wal3_spark.format.retention import (
     RetentionPolicy,
     newest_record_us,
     retention_cutoff,
-    size_text,
 )
+from wal3_spark.format.units import size_text
 from wal3_spark.log.committer import Committer
 from wal3_spark.log.fragment_io import fetch_fragment
 from wal3_spark.log.reader import iter_fragments

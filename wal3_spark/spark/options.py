@@ -21,6 +21,7 @@ from typing import Any
 
 from wal3_spark.errors import InvalidOption
 from wal3_spark.format.tag import tag_key
+from wal3_spark.format.units import parse_duration_ms, parse_size
 from wal3_spark.log.auto_compaction import DEFAULT_FRAGMENTS, AutoCompactOptions
 from wal3_spark.log.compaction import DEFAULT_TARGET_BYTES
 from wal3_spark.logset.logs import (
@@ -260,18 +261,6 @@ def _fail(name: str, value: str | None, why: str, role: str) -> InvalidOption:
     )
 
 
-_SIZE = re.compile(r"\s*([0-9]+)\s*([kmgt]?)(i?b)?\s*", re.I)
-_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-
-
-def parse_size(text: str) -> int:
-    """`67108864`, `64m`, `64MB`, `64MiB`, `1g` -> bytes (binary units)."""
-    m = _SIZE.fullmatch(text)
-    if not m:
-        raise ValueError("expected a size such as 67108864, 64m or 1g")
-    return int(m.group(1)) * _UNITS[m.group(2).lower()]
-
-
 def parse_bool(text: str) -> bool:
     low = text.strip().lower()
     if low in ("true", "1", "yes"):
@@ -327,19 +316,6 @@ def _integer_at_least(text: str, low: int, expected: str) -> int:
     if value < low:
         raise ValueError(expected)
     return value
-
-
-_DURATION = re.compile(r"\s*([0-9]+)\s*(ms|s|m|min|h|d)?\s*", re.I)
-_DURATION_MS = {"ms": 1, "": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000,
-                "d": 86_400_000}
-
-
-def parse_duration_ms(text: str) -> int:
-    """`15m`, `30s`, `500ms`, `1h`, or plain milliseconds (Kafka's maxTriggerDelay forms)."""
-    m = _DURATION.fullmatch(text)
-    if not m:
-        raise ValueError("expected a duration such as 15m, 30s, 500ms or 1h")
-    return int(m.group(1)) * _DURATION_MS[(m.group(2) or "").lower()]
 
 
 def parse_timestamp_us(text: str) -> int:
