@@ -73,6 +73,9 @@ class Run:
     #: drains of the manifest-write chain after a lost write (each a wait for the writes in
     #: flight and an ordinary commit); None where not counted
     drained: int | None
+    #: writes of the last link's bytes sent instead of a drain after a chained write lost to a
+    #: reordering (docs/design/21-pipelined-manifest-writes.md); None where not counted
+    resent: int | None
     #: garbage collections during the run: total wall time of full (generation 2) ones, the
     #: longest (every thread of the process stops while one runs)
     full_gc_s: float
@@ -87,6 +90,7 @@ class Run:
             f"{self.hedges:>4} hedges{f' (budget {self.budget})' if self.budget else ''}  "
             f"{self.cpu_s:5.1f} CPU s ({self.generator_cpu_s:.1f} generator)  "
             f"{'-' if self.drained is None else self.drained} drained  "
+            f"{'-' if self.resent is None else self.resent} resent  "
             f"full GC {self.full_gc_s:.2f} s, longest GC {self.longest_gc_ms:.0f} ms"
         )
 
@@ -206,7 +210,8 @@ def measure(label: str, args: argparse.Namespace, tail_share: float, writer_opti
         if hedges > budget:
             raise AssertionError(f"{hedges} hedges in {wall_s:.1f} s: over the budget of {budget}")
     return Run(label, latencies, len(offsets), len(manifest.fragments), store.slow_requests, hedges,
-               budget, cpu_s, generator_cpu, getattr(writer._chain, "drained", None), pauses.full_s, pauses.longest_s * 1000)
+               budget, cpu_s, generator_cpu, getattr(writer._chain, "drained", None),
+               getattr(writer._chain, "resent", None), pauses.full_s, pauses.longest_s * 1000)
 
 
 def cpu_probe() -> float:
