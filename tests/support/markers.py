@@ -44,7 +44,25 @@ def _uses(item: pytest.Item, backend: str) -> bool:
     return callspec is not None and backend in callspec.params.values()
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def _weight(item: pytest.Item) -> int:
+    """How heavy a test is by its markers: 3 for a cluster, 2 for slow, 1 for Spark, else 0."""
+    names = {mark.name for mark in item.iter_markers()}
+    return 3 if "cluster" in names else 2 if "slow" in names else 1 if "spark" in names else 0
+
+
+def _heaviest_files_first(items: list[pytest.Item]) -> None:
+    """Order the files by their heaviest test, heaviest first, keeping each file's own order and,
+    among files of one weight, the folders' order. Under `--dist loadfile` the workers take
+    files in this order: a file of cluster tests (minutes) started last would leave the other
+    worker idle at the end of the run."""
+    weight: dict[object, int] = {}
+    for item in items:
+        weight[item.path] = max(weight.get(item.path, 0), _weight(item))
+    first_seen = {path: index for index, path in enumerate(dict.fromkeys(i.path for i in items))}
+    items.sort(key=lambda item: (-weight[item.path], first_seen[item.path]))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         for backend in ("gcs", "azure"):
             if _uses(item, backend):
@@ -53,3 +71,5 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.spark)
         if _uses_s3(item):
             item.add_marker(pytest.mark.s3)
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker: its order is the schedule's
+        _heaviest_files_first(items)
