@@ -234,7 +234,10 @@ class LocalStore(ObjectStore):
             try:
                 os.makedirs(directory, exist_ok=True)
                 return self._write_temp(directory, name, data)
-            except FileNotFoundError:  # a delete pruned an empty directory meanwhile
+            except (FileNotFoundError, FileExistsError):
+                # a delete pruned an empty directory meanwhile: between two steps of makedirs
+                # (mkdir found it, then it was gone when makedirs checked that it is a
+                # directory: FileExistsError) or before the temporary file was opened in it
                 attempts += 1
                 if attempts == 100:
                     raise
