@@ -335,7 +335,7 @@ def test_14_fragments_inside_snapshots_go_by_the_policy_and_the_rebuilt_tree_ver
 
 
 def test_15_the_gc_job_applies_the_policy_of_each_log_it_collects(tmp_path):
-    from wal3_spark.jobs.gc import collect_one
+    from wal3_spark.jobs.gc import JobSettings, collect_one
 
     clock = ManualClock(now=T0)
     kept, bounded = open_store(str(tmp_path / "a")), open_store(str(tmp_path / "b"))
@@ -343,8 +343,7 @@ def test_15_the_gc_job_applies_the_policy_of_each_log_it_collects(tmp_path):
     hourly_log(bounded, clock, fragments=4)
     size = LogReader(bounded).manifest().fragments[-1].num_bytes
     set_retention(bounded, max_bytes=size)  # neither log has a cursor
-    settings = {"grace_s": 0.0, "max_drop_share": 0.9, "force": False, "options": {}, "dry_run": False,
-                "auto_compact": None}
+    settings = JobSettings(options={}, dry_run=False, grace_s=0.0, max_drop_share=0.9, force=False)
 
     results = [collect_one(str(tmp_path / name), settings) for name in ("a", "b")]
 

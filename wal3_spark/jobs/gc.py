@@ -38,12 +38,14 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from wal3_spark.cli.arguments import add_auto_compaction_arguments, endpoint_arg, seconds_arg, share_arg
 from wal3_spark.jobs import common
 
 if TYPE_CHECKING:
+    from wal3_spark.log.auto_compaction import AutoCompactOptions
     from wal3_spark.storage.base import ObjectStore
 
 MANIFEST_SUFFIX = "manifest/MANIFEST"
@@ -62,24 +64,42 @@ def find_logs_recursive(prefix: str, options: dict[str, str]) -> list[str]:
     return roots
 
 
-def collect_one(target: str | ObjectStore, settings: dict) -> dict:
-    """Collect one log (a URL or a store); never raises (the error goes into the result)."""
+@dataclass(frozen=True)
+class JobSettings:
+    """What every log's collection (and automatic compaction) in one run of the job is given:
+    one value, pickled to the executors, so that a caller who leaves a setting out fails at
+    type-check time, not with a KeyError on an executor."""
+
+    #: store options (credentials, endpoint), as `open_store` takes them
+    options: dict[str, str]
+    dry_run: bool
+    grace_s: float
+    max_drop_share: float
+    force: bool
+    #: compact each collected log that is due (`--auto-compact`); None: do not
+    auto_compact: AutoCompactOptions | None = None
+
+
+def collect_one(target: str | ObjectStore, settings: JobSettings) -> dict:
+    """Collect one log (a URL or a store); never raises (the error goes into the result). The
+    log's store is opened once, for the collection and the compaction."""
     from wal3_spark.errors import LogNotFound, Wal3Error
     from wal3_spark.ops.garbage_collector import GCOptions, collect_garbage
+    from wal3_spark.storage import open_store
 
     url = target if isinstance(target, str) else target.url
     try:
+        store = open_store(target, settings.options) if isinstance(target, str) else target
         report = collect_garbage(
-            target,
+            store,
             GCOptions(
-                grace_s=settings["grace_s"],
-                max_drop_share=settings["max_drop_share"],
-                force=settings["force"],
+                grace_s=settings.grace_s,
+                max_drop_share=settings.max_drop_share,
+                force=settings.force,
                 writer="wal3 gc job",
                 orphans_without_log=True,  # a name a failed job wrote to but never created
             ),
-            options=settings["options"],
-            dry_run=settings["dry_run"],
+            dry_run=settings.dry_run,
         )
     except LogNotFound:
         return {"url": url, "ok": True, "skipped": "no log here"}  # a listed directory, not a log
@@ -102,25 +122,22 @@ def collect_one(target: str | ObjectStore, settings: dict) -> dict:
         "next_offset": doc["next_offset"],
         "pending": doc["pending"] is not None,
     }
-    if settings["auto_compact"] is not None:
-        result["compaction"] = compact_one(target, settings)
+    if settings.auto_compact is not None:
+        result["compaction"] = compact_one(store, settings.auto_compact, settings.dry_run)
     return result
 
 
-def compact_one(target: str | ObjectStore, settings: dict) -> dict:
+def compact_one(store: ObjectStore, options: AutoCompactOptions, dry_run: bool) -> dict:
     """The automatic compaction of one collected log, when it is due; never raises (a failure is
     `{"ok": False, "error": ...}`, so that it stops neither the collection nor the other logs)."""
     from wal3_spark.errors import Wal3Error
     from wal3_spark.log import auto_compaction
     from wal3_spark.log.reader import LogReader
-    from wal3_spark.storage import open_store
 
-    options = settings["auto_compact"]
     try:
-        store = open_store(target, settings["options"]) if isinstance(target, str) else target
         if not auto_compaction.due(LogReader(store).manifest(), options):
             return {"ok": True, "due": False}
-        if settings["dry_run"]:
+        if dry_run:
             return {"ok": True, "due": True}
         report = auto_compaction.compact_tiers(store, options).to_dict()
     except Wal3Error as exc:
@@ -166,24 +183,18 @@ def main(argv: list[str] | None = None) -> int:
     options = common.store_options(args.option)
     if args.endpoint:
         options["endpoint"] = args.endpoint
-    settings = {
-        "options": options,
-        "dry_run": args.dry_run,
-        "grace_s": args.grace,
-        "max_drop_share": args.max_drop_share,
-        "force": args.force,
-        "auto_compact": None,
-    }
     from wal3_spark.errors import Wal3Error
     from wal3_spark.log.auto_compaction import AutoCompactOptions
 
+    auto_compact = None
     if args.auto_compact:
         try:
-            settings["auto_compact"] = AutoCompactOptions(args.auto_compact_fragments,
-                                                          args.auto_compact_target_bytes)
+            auto_compact = AutoCompactOptions(args.auto_compact_fragments, args.auto_compact_target_bytes)
         except Wal3Error as exc:
             common.error(str(exc))
             return 2
+    settings = JobSettings(options=options, dry_run=args.dry_run, grace_s=args.grace,
+                           max_drop_share=args.max_drop_share, force=args.force, auto_compact=auto_compact)
     from wal3_spark.logset import prefix_gc
     from wal3_spark.logset.dirty import dirty_store
     from wal3_spark.logset.logs import LogSet
@@ -227,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     failed_compactions = [r for r in results if "compaction" in r and not r["compaction"]["ok"]]
     how = "every log" if run is None or run.full_scan else "the logs changed since the last run"
     print(f"{len(results)} logs ({how}), {len(failed)} failed"
-          + (f", {len(failed_compactions)} compactions failed" if settings["auto_compact"] else ""),
+          + (f", {len(failed_compactions)} compactions failed" if settings.auto_compact else ""),
           file=sys.stderr)
     if run is not None and prefix is not None and not args.dry_run:
         names = [label for label, r in collected if (not r["ok"] or compacted(r)) and isinstance(label, str)]
