@@ -133,3 +133,23 @@ def test_03_a_task_hands_out_a_fragment_row_group_by_row_group_and_only_once_it_
                           item_hash=manifest.item_hash)
     with pytest.raises(CorruptLog, match="do not match their blake3"):
         next(rows)
+
+
+@pytest.mark.parametrize("verify, records", [(True, False), (True, True), (False, False)])
+def test_04_a_range_inside_a_fragment_reads_its_own_offsets_in_every_verify_mode(verify, records):
+    """A range that starts and ends inside a fragment (a read from `startingOffsets`, a
+    partition boundary) gives each row its own offset, whether the digest, the record-level
+    setsum or nothing checks it: the whole-fragment proof slices the same rows as the pieces."""
+    from wal3_spark.log.fragment_io import ReadRange, read_range
+    from wal3_spark.log.reader import LogReader
+    from wal3_spark.log.writer import LogWriter
+
+    store = open_store(f"memory://units-range-inside-{verify}-{records}")
+    writer = LogWriter(store)
+    writer.append([b"first"])  # offset 1: the fragment below starts at 2
+    writer.append([f"r{i}".encode() for i in range(2, 12)])
+    ref = LogReader(store).manifest().fragments[1]
+    assert (ref.start, ref.limit) == (2, 12)
+    batch = read_range(store, ReadRange(ref, 5, 9), None, verify=verify, records=records)
+    assert batch.column("_offset").to_pylist() == [5, 6, 7, 8]
+    assert batch.column("body").to_pylist() == [b"r5", b"r6", b"r7", b"r8"]
