@@ -153,3 +153,22 @@ def test_04_a_range_inside_a_fragment_reads_its_own_offsets_in_every_verify_mode
     batch = read_range(store, ReadRange(ref, 5, 9), None, verify=verify, records=records)
     assert batch.column("_offset").to_pylist() == [5, 6, 7, 8]
     assert batch.column("body").to_pylist() == [b"r5", b"r6", b"r7", b"r8"]
+
+
+@pytest.mark.parametrize("verify, records", [(True, False), (True, True), (False, False)])
+def test_05_a_fragment_column_the_read_schema_lacks_is_a_damaged_schema_in_every_verify_mode(verify, records):
+    """A column the manifest's schema lacks would otherwise read as nulls under another name:
+    every path through `open_range` refuses it, the whole-fragment proof as the row-group one."""
+    from wal3_spark.errors import CorruptLog
+    from wal3_spark.log.fragment_io import ReadRange, read_range
+    from wal3_spark.log.reader import LogReader
+    from wal3_spark.log.writer import LogWriter
+
+    store = open_store(f"memory://units-unknown-column-{verify}-{records}")
+    LogWriter(store).append(pa.table({"id": pa.array([1, 2], pa.int64())}))
+    manifest = LogReader(store).manifest()
+    ref = manifest.fragments[0]
+    damaged = pa.schema([pa.field("renamed", pa.int64())])
+    with pytest.raises(CorruptLog, match="that the manifest's schema"):
+        read_range(store, ReadRange(ref, ref.start, ref.limit), damaged, verify=verify, records=records,
+                   item_hash=manifest.item_hash)

@@ -482,6 +482,7 @@ def open_range(
     if verify and (records or ref.blake3 is None):
         decoded = check_fragment_data(data, ref, raw, verify=verify, records=records,
                                       item_hash=item_hash)
+        check_columns_known(ref.path, decoded.payload.schema.names, payload)
         batch = _range_batch(decoded, 0, lo, hi, ref.start, payload, values)
         return [lambda: batch]
     if verify:
