@@ -100,6 +100,7 @@ def s3_store(seaweed: SeaweedServer, request: pytest.FixtureRequest) -> Iterator
 def test_00_missing_objects_raise_object_not_found(store: ObjectStore) -> None:
     for call in (
         store.get,
+        store.get_buffer,
         store.head,
         lambda k: store.get_range(k, 0, 10),
         lambda k: store.get_range(k, 0, 0),
@@ -130,6 +131,7 @@ def test_02_empty_and_large_objects_round_trip(store: ObjectStore) -> None:
     assert check_etag(store, etag, big)
     blob = store.get("big")
     assert blob.data == big and blob.etag == etag
+    assert store.get_buffer("big") == big and store.get_buffer("empty") == b""
 
 
 def test_03_put_if_match_is_compare_and_swap_on_the_etag(store: ObjectStore) -> None:
@@ -1123,7 +1125,8 @@ def test_49_test_stores_route_every_call_and_stay_out_of_the_public_api() -> Non
     etag = inner.put_if_absent("k", b"v")
     down = FaultyStore(inner, seed=1, drop=1.0, read_attempts=1)
     calls = {
-        "get": lambda: down.get("k"), "get_range": lambda: down.get_range("k", 0, 1),
+        "get": lambda: down.get("k"), "get_buffer": lambda: down.get_buffer("k"),
+        "get_range": lambda: down.get_range("k", 0, 1),
         "head": lambda: down.head("k"), "list": lambda: down.list(""),
         "list_children": lambda: down.list_children(""), "delete": lambda: down.delete("k"),
         "put_if_absent": lambda: down.put_if_absent("n", b"x"),
@@ -1161,3 +1164,31 @@ def test_50_local_store_prunes_emptied_directories_while_others_write_there(tmp_
     for key in kept:
         store.delete(key)
     assert os.listdir(tmp_path) == []
+
+
+def test_51_get_buffer_is_read_only_and_outlives_the_object_and_later_reads(store: ObjectStore) -> None:
+    """`get_buffer` (what fragment reads fetch with) hands out read-only bytes that stay valid
+    while they are referred to: after the object is replaced or deleted, and after other reads
+    (the local store reads into memory Arrow's pool reuses once it is freed, never before). A
+    log set's prefixed store forwards it; a wrapper that changes `get` changes it too."""
+    rng = random.Random(51)
+    first, second = rng.randbytes(3 * 1024 * 1024 + 1), rng.randbytes(3 * 1024 * 1024 + 1)
+    etag = store.put_if_absent("d/frag", first)
+    store.put_if_absent("d/other", second)
+    held = store.get_buffer("d/frag")
+    assert held == first and len(held) == len(first)
+    with pytest.raises(TypeError):
+        memoryview(held)[0] = 0  # bytes, or a read-only view: nobody writes to what a store lends
+    for _ in range(3):  # later reads of the same size, each freed at once: memory for reuse
+        assert store.get_buffer("d/other") == second
+    store.put_if_match("d/frag", b"replaced", etag)
+    assert store.get_buffer("d/frag") == b"replaced"
+    store.delete("d/frag")
+    assert held == first
+    with pytest.raises(ObjectNotFound):
+        store.get_buffer("d/frag")
+    assert PrefixedStore(store, "d").get_buffer("other") == second
+    down = FaultyStore(store, seed=1, drop=1.0, read_attempts=1)
+    with pytest.raises(TransientError):
+        down.get_buffer("d/other")
+    assert down.counts["drop"] == 1

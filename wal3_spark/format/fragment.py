@@ -101,7 +101,7 @@ class EncodedFragment:
     segments: tuple[Segment, ...] | None = None
 
 
-def digest(data: bytes) -> str:
+def digest(data: bytes | memoryview) -> str:
     """The `blake3` of a fragment pointer: BLAKE3 of the fragment object's bytes, in hex. One
     thread hashes a 42 MB fragment in about 17 ms here (2.4 GB/s), with the GIL released."""
     return blake3.blake3(data).hexdigest()
@@ -406,7 +406,7 @@ class DecodedFragment:
         return len(self.offsets)
 
 
-def decode_fragment(data: bytes, *, path: str, raw: bool) -> DecodedFragment:
+def decode_fragment(data: bytes | memoryview, *, path: str, raw: bool) -> DecodedFragment:
     """Parse a fragment; raise CorruptLog naming `path` if it is not a well-formed fragment."""
     return open_fragment(data, path=path, raw=raw).decode()
 
@@ -443,12 +443,18 @@ class OpenedFragment:
         """The rows the footer says the file holds."""
         return sum(self.row_group_rows)
 
-    def decode(self, row_groups: Sequence[int] | None = None) -> DecodedFragment:
+    def decode(self, row_groups: Sequence[int] | None = None, *, threads: bool = True) -> DecodedFragment:
         """The columns of `row_groups` (consecutive, ascending; None: all), as stored; CorruptLog
-        naming the fragment if they do not decode. pyarrow releases the GIL while decoding."""
+        naming the fragment if they do not decode. pyarrow releases the GIL while decoding.
+
+        `threads`: decode the columns on pyarrow's CPU pool. A caller that already decodes on
+        one thread while another consumes (a read task's row-group pipeline) says False: on
+        cores its consumer keeps busy, the pool only added coordination, 20% more CPU for a
+        fragment (docs/benchmarks.md, "Fetching into reused memory")."""
         try:
             parquet = self._parquet
-            table = parquet.read() if row_groups is None else parquet.read_row_groups(list(row_groups))
+            table = (parquet.read(use_threads=threads) if row_groups is None
+                     else parquet.read_row_groups(list(row_groups), use_threads=threads))
             table = _restore_arrow_types(table, self._file_metadata)
         except (pa.ArrowException, OSError, ValueError) as exc:
             problem = f"not a readable Parquet file ({exc})"
@@ -464,7 +470,7 @@ class OpenedFragment:
         )
 
 
-def open_fragment(data: bytes, *, path: str, raw: bool) -> OpenedFragment:
+def open_fragment(data: bytes | memoryview, *, path: str, raw: bool) -> OpenedFragment:
     """Parse a fragment's footer (nothing is decoded yet); CorruptLog naming `path` if it is not
     a Parquet file with a fragment's required columns."""
     try:

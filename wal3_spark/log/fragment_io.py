@@ -294,10 +294,11 @@ def fragment_footer(store: ObjectStore, ref: FragmentRef) -> pq.FileMetaData:
                          f"its Parquet footer does not parse ({exc})") from None
 
 
-def fetch_fragment(store: ObjectStore, ref: FragmentRef) -> bytes:
-    """A referenced fragment's bytes; a missing one raises `missing_error`'s verdict."""
+def fetch_fragment(store: ObjectStore, ref: FragmentRef) -> bytes | memoryview:
+    """A referenced fragment's bytes, read-only (`ObjectStore.get_buffer`: a store may reuse
+    memory); a missing one raises `missing_error`'s verdict."""
     try:
-        return store.get(ref.path).data
+        return store.get_buffer(ref.path)
     except ObjectNotFound:
         raise missing_error(store, MISSING_FRAGMENT, ref.path, ref.start) from None
 
@@ -318,7 +319,7 @@ def load_fragment(
 
 
 def check_fragment_data(
-    data: bytes,
+    data: bytes | memoryview,
     ref: FragmentRef,
     raw: bool,
     *,
@@ -388,11 +389,35 @@ def _check_path_time(decoded: DecodedFragment, ref: FragmentRef, raw: bool) -> N
 
 
 def _int64s(values: np.ndarray, kind: pa.DataType) -> pa.Array:
-    """`values` as a non-null Arrow array of the 64-bit `kind`, from their buffer. Not
-    `pa.array`: it imports pandas on first use, over a second of CPU that a fresh Spark worker
-    paid on its first fragment's critical path (and a read needs no pandas)."""
-    data = np.ascontiguousarray(values, dtype=np.int64)
+    """`values` as a non-null Arrow array of the 64-bit `kind`, from their buffer (unsigned
+    values are viewed as signed, not converted: a cast is a copy). Not `pa.array`: it imports
+    pandas on first use, over a second of CPU that a fresh Spark worker paid on its first
+    fragment's critical path (and a read needs no pandas)."""
+    data = np.ascontiguousarray(_signed(values), dtype=np.int64)
     return pa.Array.from_buffers(kind, len(data), [None, pa.py_buffer(data)])
+
+
+def _signed(values: np.ndarray) -> np.ndarray:
+    """Unsigned 64-bit `values` viewed as signed (wal3 stores offsets and times as uint64, far
+    below 2**63), others as they are: a conversion would copy them."""
+    return values.view(np.int64) if values.dtype == np.uint64 else values
+
+
+#: 0, 1, 2, ... for `_offsets`, one row group's worth
+_COUNTING = np.arange(1 << 16, dtype=np.int64)
+
+
+def _offsets(first: int, n: int) -> pa.Array:
+    """The offsets first, first + 1, ... (n of them) as a non-null int64 Arrow array, in memory
+    from Arrow's pool: a new numpy array per row group was mapped afresh, page faults included,
+    every time (docs/benchmarks.md, "Fetching into reused memory")."""
+    buffer = pa.allocate_buffer(8 * n)
+    out = np.frombuffer(buffer, dtype=np.int64)
+    step = len(_COUNTING)
+    for lo in range(0, n, step):
+        m = min(step, n - lo)
+        np.add(_COUNTING[:m], first + lo, out=out[lo:lo + m])
+    return pa.Array.from_buffers(pa.int64(), n, [None, buffer])
 
 
 def check_columns_known(path: str, columns: Iterable[str], payload: pa.Schema | None) -> None:
@@ -505,7 +530,8 @@ def open_range(
         first += rows
 
     def piece(row_groups: list[int], row: int) -> pa.RecordBatch:
-        decoded = fragment.decode(row_groups)
+        # row-group pieces decode one step ahead of their consumer (`read_tasks.pipelined`)
+        decoded = fragment.decode(row_groups, threads=whole)
         stored = int(decoded.offsets[0])
         expected = row + (ref.start if decoded.absolute else 0)
         if stored != expected:
@@ -522,7 +548,7 @@ def open_range(
     return [partial(piece, g, r) for g, r in groups]
 
 
-def _check_digest(data: bytes, ref: FragmentRef) -> None:
+def _check_digest(data: bytes | memoryview, ref: FragmentRef) -> None:
     """The fragment's bytes hash to the `blake3` of its pointer, else CorruptLog naming it."""
     from wal3_spark.format.fragment import digest  # see the module docstring
 
@@ -553,8 +579,8 @@ def _range_batch(
     table = conform(decoded.payload, RAW_SCHEMA if raw else payload)
     a, b = max(lo - row, 0), min(hi - row, n)
     table = table.slice(a, b - a)
-    offsets = _int64s(np.arange(offset + a, offset + b, dtype=np.int64), pa.int64())
-    ts = np.broadcast_to(np.asarray(decoded.timestamp_us, dtype=np.int64).reshape(-1), (n,))[a:b]
+    offsets = _offsets(offset + a, b - a)
+    ts = np.broadcast_to(_signed(np.asarray(decoded.timestamp_us)).reshape(-1), (n,))[a:b]
     timestamps = _int64s(ts, TIMESTAMP_FIELD.type)
     # a decode yields one chunk per column: take it (a slice, no copy); combine_chunks would
     # copy every byte once more

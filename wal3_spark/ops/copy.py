@@ -84,7 +84,7 @@ def copy_fragment(
     source fails the copy instead of being silently "repaired" by a rewrite. `rows`: only the
     offsets [start, limit) of it (a branch point inside a parent's fragment), rewritten as a new
     fragment with the same write time."""
-    data = fetch_fragment(src, ref)
+    data = bytes(fetch_fragment(src, ref))  # bytes to write: `get_buffer` may lend reused memory
     try:
         decoded = check_fragment_data(data, ref, raw, records=True, item_hash=item_hash)
     except CorruptLog as exc:

@@ -34,6 +34,8 @@ import uuid
 from collections.abc import Iterator
 from typing import BinaryIO
 
+import pyarrow as pa
+
 from wal3_spark.errors import (
     AccessDenied,
     ObjectNotFound,
@@ -160,6 +162,26 @@ class LocalStore(ObjectStore):
             except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
                 raise ObjectNotFound(key, self.url) from None
             return ContentBlob(data)
+
+    def get_buffer(self, key: str) -> memoryview:
+        """The file read into memory from Arrow's pool, which keeps freed memory for the next
+        read (no page faults after the first), as a read-only view of it: 3x faster than `get`
+        for a 43 MB fragment (10.5 vs 31 ms, docs/benchmarks.md). The view keeps the memory
+        alive for as long as anything refers to it."""
+        with self._os_errors("get", key):
+            try:
+                with open(self._path(key), "rb", buffering=0) as f:
+                    size = os.fstat(f.fileno()).st_size
+                    buffer = pa.allocate_buffer(size)
+                    view = memoryview(buffer).cast("B")  # Arrow exports signed bytes
+                    filled = 0
+                    while filled < size and (n := f.readinto(view[filled:])):
+                        filled += n
+            except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+                raise ObjectNotFound(key, self.url) from None
+            # `rename` replaces a file whole, so the size read is the size of what is read; a
+            # short read would only come from a file changed in place, by something else
+            return view[:filled].toreadonly()
 
     def get_range(self, key: str, start: int, length: int) -> bytes:
         with self._os_errors("get_range", key):

@@ -33,6 +33,9 @@ class PrefixedStore(ObjectStore):
     def get(self, key: str) -> Blob:
         return self.inner.get(self._full(key))
 
+    def get_buffer(self, key: str) -> bytes | memoryview:
+        return self.inner.get_buffer(self._full(key))
+
     def get_range(self, key: str, start: int, length: int) -> bytes:
         return self.inner.get_range(self._full(key), start, length)
 
