@@ -26,6 +26,22 @@ def test_00_the_source_imports_neither_pandas_nor_boto3():
     assert printed(code) == "[]"
 
 
+def test_00b_the_source_side_never_imports_the_fragment_codec():
+    """The driver side of a read (a streaming query's source runs it in a fresh Python process
+    per query, before its first micro-batch) only plans: it must not import the fragment codec
+    (`wal3_spark.format.fragment`, with pyarrow.parquet and pyarrow.compute, ~60 ms), which an
+    import of the compaction constants by the options once pulled in."""
+    code = (
+        "import sys\n"
+        "import wal3_spark.spark.source, wal3_spark.spark.stream_reader, wal3_spark.spark.batch_reader\n"
+        "import wal3_spark.spark.options, wal3_spark.log.reader\n"
+        "heavy = ('wal3_spark.format.fragment', 'wal3_spark.format.chunk_encoding', 'pyarrow.parquet',\n"
+        "         'pyarrow.compute')\n"
+        "print(sorted(m for m in heavy if m in sys.modules))\n"
+    )
+    assert printed(code) == "[]"
+
+
 def test_01_a_read_task_never_imports_pandas(tmp_path):
     """A Spark read task's worker never needs pandas (PySpark's data source transport does not
     import it): pyarrow's `to_numpy` and `pa.array` import it on first use, which cost each

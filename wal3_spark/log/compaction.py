@@ -40,12 +40,12 @@ import logging
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from wal3_spark.clock import SYSTEM, Clock, micros
 from wal3_spark.errors import CompactionRefused, InvalidOption, LogNotFound
-from wal3_spark.format.fragment import DecodedFragment, FragmentBuilder
 from wal3_spark.format.layout import FragmentRef, SnapshotPointer
 from wal3_spark.format.manifest import Manifest
 from wal3_spark.format.setsum import Setsum
@@ -58,6 +58,9 @@ from wal3_spark.log.replaced import record_replaced
 from wal3_spark.log.snapshots import load_snapshot
 from wal3_spark.storage import StoreLike, resolve_store
 from wal3_spark.storage.base import ObjectStore
+
+if TYPE_CHECKING:
+    from wal3_spark.format.fragment import DecodedFragment, FragmentBuilder
 
 logger = logging.getLogger(__name__)
 
@@ -304,6 +307,8 @@ def rewrite(store: ObjectStore, run: Run, clock: Clock = SYSTEM) -> Rewritten:
     is the run's, else nothing is uploaded), and its `compacted/` record written. Reading a
     damaged fragment raises CorruptLog naming it. Safe to retry or to die in: what it leaves
     behind is an orphan until `commit`."""
+    from wal3_spark.format.fragment import FragmentBuilder  # fragment_io's docstring says why
+
     columns = {f.filter.column for f in run.fragments if f.filter is not None}
     builder = FragmentBuilder(run.schema, micros(clock), item_hash=run.item_hash,
                               filter_column=columns.pop() if len(columns) == 1 else None)
