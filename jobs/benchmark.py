@@ -18,7 +18,8 @@ local mode, and its Python processes) spent, which a loaded machine disturbs far
   floor: a Python source yielding the same Arrow batches from memory (`transport_floor`);
 - stream: a `Trigger.AvailableNow` drain of twice `--rows` (two appends, two Parquet writes)
   into `noop` vs `spark.readStream.parquet` of the same rows, with the same number of
-  micro-batches (printed; all at once, and 4 fragments vs 4 files per trigger);
+  micro-batches (printed; all at once, and 4 fragments vs 4 files per trigger); and the drain's
+  floor: the same source yielding each micro-batch's Arrow batches from memory (`transport_floor`);
 - native scan (`Wal3Log.forPath(spark, url).toDF()`, Spark's own Parquet reader over the
   fragments) vs `spark.read.parquet`: the full rows into `noop`, `sum(id), count(name)`,
   `where bucket = 7` + `sum(amount)`, and `count()`.
@@ -216,8 +217,8 @@ def main(argv=None) -> int:
                     if per_trigger is not None:
                         reader = reader.option("maxFilesPerTrigger", per_trigger)
                     source = reader.parquet(stream_parquet)
-                else:
-                    reader = spark.readStream.format("wal3")
+                else:  # wal3, or its floor: the same source yielding its batches from memory
+                    reader = spark.readStream.format("wal3memory" if name == "floor" else "wal3")
                     if per_trigger is not None:
                         reader = reader.option("maxFragmentsPerTrigger", per_trigger)
                     source = reader.load(stream_url)
@@ -232,6 +233,7 @@ def main(argv=None) -> int:
             t = alternate({
                 "parquet": drain("parquet", per_trigger),
                 "wal3": drain("wal3", per_trigger),
+                "floor": drain("floor", per_trigger),
             }, args.repeat, jvm)
             ours, theirs = batches[f"wal3-{per_trigger}"], batches[f"parquet-{per_trigger}"]
             if ours != theirs:
@@ -239,6 +241,7 @@ def main(argv=None) -> int:
                       f"parquet {sorted(theirs)}", file=sys.stderr)
             rows.append((f"stream AvailableNow {2 * args.rows / 1e6:g}M rows, {label} "
                          f"({'/'.join(map(str, sorted(ours)))} batches)", t["wal3"], t["parquet"]))
+            rows.append((f"stream   floor: batches from memory, {label}", t["floor"], t["parquet"]))
     if "scan" in args.only:
         native = Wal3Log.forPath(spark, url)
         for label, query in (

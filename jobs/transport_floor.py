@@ -5,7 +5,8 @@ Each Python worker keeps the batches of the partitions it has read (the benchmar
 run fills them); later reads yield them again with no I/O, no decode and no setsum check. What
 such a read costs over `spark.read.parquet` is what the transport alone costs: Arrow batches
 through the worker's socket into the JVM, then rows. No Python source can read faster, so this
-row bounds every `format("wal3")` read target (docs/benchmarks.md).
+row bounds every `format("wal3")` read target (docs/benchmarks.md); its streaming twin bounds
+the drains the same way, with the source's per-query start-up included.
 
 Imported as `jobs.transport_floor` so that Spark's Python workers, which have the checkout on
 their path but not `jobs/`, can unpickle the classes by reference.
@@ -17,9 +18,11 @@ from wal3_spark.spark import options as opts
 from wal3_spark.spark.batch_reader import Wal3BatchReader
 from wal3_spark.spark.planning import Wal3Partition
 from wal3_spark.spark.source import Wal3DataSource
+from wal3_spark.spark.stream_reader import Wal3StreamReader
 
-#: (log URL, partition index) -> the Arrow batches `Wal3BatchReader.read` yielded, per worker
-_BATCHES: dict[tuple[str, int], list] = {}
+#: (log URL, partition index, or its ranges for a stream) -> the Arrow batches the reader
+#: yielded, per worker
+_BATCHES: dict[tuple, list] = {}
 
 
 class MemoryReader(Wal3BatchReader):
@@ -32,8 +35,21 @@ class MemoryReader(Wal3BatchReader):
         yield from _BATCHES[key]
 
 
+class MemoryStreamReader(Wal3StreamReader):
+    """`Wal3StreamReader` whose micro-batches' partitions are read once per worker, then
+    yielded from memory: a drain with the source's per-query start-up, planning and transport
+    but no fetch, decode or check (the drain's floor)."""
+
+    def read(self, partition: Wal3Partition):
+        key = (self.options.url, tuple((r.start, r.limit) for r in partition.part.ranges))
+        if key not in _BATCHES:
+            _BATCHES[key] = list(super().read(partition))
+        yield from _BATCHES[key]
+
+
 class MemoryFloorSource(Wal3DataSource):
-    """`spark.read.format("wal3memory")`: the wal3 source reading through `MemoryReader`."""
+    """`format("wal3memory")`: the wal3 source reading through `MemoryReader` (batch) and
+    `MemoryStreamReader` (streaming)."""
 
     @classmethod
     def name(cls) -> str:
@@ -41,3 +57,6 @@ class MemoryFloorSource(Wal3DataSource):
 
     def reader(self, schema):
         return MemoryReader(self._parse(opts.READ, schema), schema)
+
+    def streamReader(self, schema):
+        return MemoryStreamReader(self._parse(opts.STREAM_READ, schema), schema)

@@ -666,6 +666,16 @@ def test_36_missing_columns_are_corrupt(drop):
         decode_fragment(sink.getvalue(), path="log/t.parquet", raw=True)
 
 
+def test_36b_an_unparsable_arrow_schema_is_corrupt_naming_the_path():
+    """A written Arrow schema (read once per opened fragment, not per row group) that does not
+    parse fails the read as CorruptLog, as an unreadable footer does."""
+    table = pq.read_table(io.BytesIO(encode_raw([b"a"], TS).data))
+    sink = io.BytesIO()
+    pq.write_table(table.replace_schema_metadata({b"ARROW:schema": b"not base64 at all!"}), sink)
+    with pytest.raises(CorruptLog, match="log/t.parquet"):
+        decode_fragment(sink.getvalue(), path="log/t.parquet", raw=True)
+
+
 def rewrite(data: bytes, column: str, values: pa.Array) -> bytes:
     table = pq.read_table(io.BytesIO(data))
     table = table.set_column(table.schema.get_field_index(column), table.schema.field(column), values)
