@@ -5,6 +5,7 @@ wal3 design.
     ./dev python benchmarks/latency.py --scenario tail      # 1% of requests take 10x, hedged or not
     ./dev python benchmarks/latency.py --scenario tail --tail-methods get,put_if_absent
     ./dev python benchmarks/latency.py --serial             # also one manifest write at a time
+    ./dev python benchmarks/latency.py --ordered            # writes to one key act in the order sent
     ./dev python benchmarks/latency.py --store local --rate 500 --serial   # a real store underneath
     ./dev python benchmarks/latency.py --store gcs --latency-ms 0 --rate 200   # an emulator
     ./dev python benchmarks/latency.py --latency-ms 400 --batch-interval-ms 80 --rate 2500
@@ -186,7 +187,8 @@ def measure(label: str, args: argparse.Namespace, tail_share: float, writer_opti
     """One run against `inner` behind `LatencyStore`."""
     tail_methods = args.tail_methods.split(",") if args.tail_methods else None
     store = LatencyStore(inner, args.latency_ms / 1000, tail_share=tail_share,
-                         tail_factor=args.tail_factor, tail_methods=tail_methods, seed=next(_names))
+                         tail_factor=args.tail_factor, tail_methods=tail_methods, seed=next(_names),
+                         ordered=args.ordered)
     if args.gc_freeze:
         gc.collect()
         gc.freeze()
@@ -245,6 +247,11 @@ def main() -> None:
     parser.add_argument("--serial", action="store_true",
                         help="also run with one manifest write at a time (max_manifest_writes=1, "
                         "LogWriter's default), alternating with 8 in flight")
+    parser.add_argument("--ordered", action="store_true",
+                        help="the store applies conditional writes to one key in the order they "
+                        "were due, as a store across a network applies them as they arrive; by "
+                        "default a pause of this process (a full garbage collection) can reorder "
+                        "them (LatencyStore's docstring)")
     parser.add_argument("--gc-freeze", action="store_true",
                         help="gc.freeze() before each run, as an application may after start-up: full "
                         "garbage collections then traverse only objects made since (the appends in "

@@ -1192,3 +1192,68 @@ def test_51_get_buffer_is_read_only_and_outlives_the_object_and_later_reads(stor
     with pytest.raises(TransientError):
         down.get_buffer("d/other")
     assert down.counts["drop"] == 1
+
+
+class _GatedClock:
+    """Each `monotonic` reading later than the one before; the thread named "held" sleeps until
+    `gate` is set (a process pause that outlasts its delay; `holding` says it is asleep), every
+    other sleep returns at once."""
+
+    def __init__(self) -> None:
+        self._t = 0.0
+        self._lock = threading.Lock()
+        self.gate = threading.Event()
+        self.holding = threading.Event()
+
+    def now(self) -> float:
+        return 0.0
+
+    def monotonic(self) -> float:
+        with self._lock:
+            self._t += 1.0
+            return self._t
+
+    def sleep(self, seconds: float) -> None:
+        if threading.current_thread().name == "held":
+            self.holding.set()
+            self.gate.wait()
+
+
+def test_52_an_ordered_latency_store_applies_writes_to_a_key_in_the_order_they_were_due() -> None:
+    """`LatencyStore(ordered=True)` (benchmarks/latency.py --ordered): a conditional write due
+    later waits for the one due earlier on the same key, even when the earlier one's thread is
+    held past its delay; a write to another key does not wait. Without `ordered`, the later
+    write acts first (the pessimistic default, which a process pause can reorder)."""
+    from wal3_spark.testing import LatencyStore
+
+    for ordered in (True, False):
+        inner = MemoryStore(uuid.uuid4().hex)
+        clock = _GatedClock()
+        store = LatencyStore(inner, 0.1, clock=clock, ordered=ordered)
+        acted: list[str] = []
+        lock = threading.Lock()
+
+        def write(key: str, data: bytes) -> None:
+            with contextlib.suppress(PreconditionFailed):
+                store.put_if_absent(key, data)
+            with lock:
+                acted.append(data.decode())
+
+        held = threading.Thread(target=write, args=("k", b"first"), name="held")
+        held.start()
+        clock.holding.wait()  # the held write is due first, and sleeping past its delay
+        other = threading.Thread(target=write, args=("other", b"elsewhere"))
+        other.start()
+        other.join()  # another key never waits
+        later = threading.Thread(target=write, args=("k", b"second"))
+        later.start()
+        later.join(timeout=0.3)
+        assert later.is_alive() == ordered
+        clock.gate.set()
+        held.join()
+        later.join()
+        if ordered:
+            assert acted == ["elsewhere", "first", "second"] and inner.get("k").data == b"first"
+        else:
+            assert inner.get("k").data == b"second"
+        assert not store._due
