@@ -14,6 +14,9 @@ their path but not `jobs/`, can unpickle the classes by reference.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from functools import partial
+
 from wal3_spark.spark import options as opts
 from wal3_spark.spark.batch_reader import Wal3BatchReader
 from wal3_spark.spark.planning import Wal3Partition
@@ -25,14 +28,18 @@ from wal3_spark.spark.stream_reader import Wal3StreamReader
 _BATCHES: dict[tuple, list] = {}
 
 
+def _remembered(key: tuple, read: Callable[[], Iterator]) -> list:
+    """The batches `read()` yields, read the first time `key` is asked for in this worker."""
+    if key not in _BATCHES:
+        _BATCHES[key] = list(read())
+    return _BATCHES[key]
+
+
 class MemoryReader(Wal3BatchReader):
     """`Wal3BatchReader` whose partitions are read once per worker, then yielded from memory."""
 
     def read(self, partition: Wal3Partition):
-        key = (self.options.url, partition.index)
-        if key not in _BATCHES:
-            _BATCHES[key] = list(super().read(partition))
-        yield from _BATCHES[key]
+        yield from _remembered((self.options.url, partition.index), partial(super().read, partition))
 
 
 class MemoryStreamReader(Wal3StreamReader):
@@ -42,9 +49,7 @@ class MemoryStreamReader(Wal3StreamReader):
 
     def read(self, partition: Wal3Partition):
         key = (self.options.url, tuple((r.start, r.limit) for r in partition.part.ranges))
-        if key not in _BATCHES:
-            _BATCHES[key] = list(super().read(partition))
-        yield from _BATCHES[key]
+        yield from _remembered(key, partial(super().read, partition))
 
 
 class MemoryFloorSource(Wal3DataSource):

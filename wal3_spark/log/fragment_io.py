@@ -393,14 +393,10 @@ def _int64s(values: np.ndarray, kind: pa.DataType) -> pa.Array:
     values are viewed as signed, not converted: a cast is a copy). Not `pa.array`: it imports
     pandas on first use, over a second of CPU that a fresh Spark worker paid on its first
     fragment's critical path (and a read needs no pandas)."""
-    data = np.ascontiguousarray(_signed(values), dtype=np.int64)
+    if values.dtype == np.uint64:  # wal3 stores offsets and times as uint64, far below 2**63
+        values = values.view(np.int64)
+    data = np.ascontiguousarray(values, dtype=np.int64)
     return pa.Array.from_buffers(kind, len(data), [None, pa.py_buffer(data)])
-
-
-def _signed(values: np.ndarray) -> np.ndarray:
-    """Unsigned 64-bit `values` viewed as signed (wal3 stores offsets and times as uint64, far
-    below 2**63), others as they are: a conversion would copy them."""
-    return values.view(np.int64) if values.dtype == np.uint64 else values
 
 
 #: 0, 1, 2, ... for `_offsets`, one row group's worth
@@ -580,7 +576,7 @@ def _range_batch(
     a, b = max(lo - row, 0), min(hi - row, n)
     table = table.slice(a, b - a)
     offsets = _offsets(offset + a, b - a)
-    ts = np.broadcast_to(_signed(np.asarray(decoded.timestamp_us)).reshape(-1), (n,))[a:b]
+    ts = np.broadcast_to(np.asarray(decoded.timestamp_us).reshape(-1), (n,))[a:b]
     timestamps = _int64s(ts, TIMESTAMP_FIELD.type)
     # a decode yields one chunk per column: take it (a slice, no copy); combine_chunks would
     # copy every byte once more

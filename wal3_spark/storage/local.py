@@ -52,6 +52,10 @@ from wal3_spark.storage.common import (
 
 _CHUNK = 1 << 20
 
+#: what opening a key's file raises when no object is there (a missing file, or a path that
+#: runs through a file or ends at a directory)
+_MISSING = (FileNotFoundError, NotADirectoryError, IsADirectoryError)
+
 
 def _file_md5(f: BinaryIO) -> str:
     digest = hashlib.md5(usedforsecurity=False)
@@ -123,7 +127,7 @@ class _ListedMeta(ObjectMeta):
         try:
             with open(self._path, "rb") as f:
                 etag = _file_md5(f)
-        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        except _MISSING:
             raise ObjectNotFound(self.key) from None
         except OSError as exc:
             raise _os_error(exc, f"get of {self.key!r}") from exc
@@ -159,14 +163,14 @@ class LocalStore(ObjectStore):
             try:
                 with open(self._path(key), "rb") as f:
                     data = f.read()
-            except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            except _MISSING:
                 raise ObjectNotFound(key, self.url) from None
             return ContentBlob(data)
 
     def get_buffer(self, key: str) -> memoryview:
         """The file read into memory from Arrow's pool, which keeps freed memory for the next
-        read (no page faults after the first), as a read-only view of it: 3x faster than `get`
-        for a 43 MB fragment (10.5 vs 31 ms, docs/benchmarks.md). The view keeps the memory
+        read (no page faults after the first), as a read-only view of it: 4-5 ms for a 43 MB
+        fragment against `get`'s 28-31 ms (docs/benchmarks.md, "Fetching into reused memory"). The view keeps the memory
         alive for as long as anything refers to it."""
         with self._os_errors("get", key):
             try:
@@ -177,7 +181,7 @@ class LocalStore(ObjectStore):
                     filled = 0
                     while filled < size and (n := f.readinto(view[filled:])):
                         filled += n
-            except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            except _MISSING:
                 raise ObjectNotFound(key, self.url) from None
             # `rename` replaces a file whole, so the size read is the size of what is read; a
             # short read would only come from a file changed in place, by something else
@@ -192,7 +196,7 @@ class LocalStore(ObjectStore):
                     size = os.fstat(f.fileno()).st_size
                     f.seek(max(0, size + start) if start < 0 else start)
                     return f.read(length)
-            except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            except _MISSING:
                 raise ObjectNotFound(key, self.url) from None
 
     def head(self, key: str) -> ObjectMeta:
@@ -207,7 +211,7 @@ class LocalStore(ObjectStore):
             with open(path, "rb") as f:
                 st = os.fstat(f.fileno())
                 etag = _file_md5(f)
-        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        except _MISSING:
             return None
         return ObjectMeta(key, st.st_size, etag, st.st_mtime)
 
